@@ -1,0 +1,10 @@
+# Dependency lookup. Everything comes from Debian packages (scripts/setup installs them);
+# no FetchContent: the build never downloads.
+find_package(Threads REQUIRED)
+find_package(Boost 1.81 REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(OpenSSL REQUIRED)
+find_package(PkgConfig REQUIRED)
+# Debian's hiredis CMake package has no usable target: use pkg-config.
+pkg_check_modules(hiredis REQUIRED IMPORTED_TARGET hiredis)

@@ -1,0 +1,13 @@
+# sluice_embed_lua(OUTPUT file.cpp SCRIPTS a.lua b.lua ...)
+# Generates a C++ source defining sluice::lua::<stem>() -> std::string_view for each script,
+# so the scripts ship inside the binary and are loaded with SCRIPT LOAD at run time.
+function(sluice_embed_lua)
+  cmake_parse_arguments(ARG "" "OUTPUT" "SCRIPTS" ${ARGN})
+  add_custom_command(
+    OUTPUT ${ARG_OUTPUT}
+    COMMAND ${CMAKE_COMMAND} -DOUTPUT=${ARG_OUTPUT} "-DSCRIPTS=${ARG_SCRIPTS}"
+            -P ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/embed_lua.cmake
+    DEPENDS ${ARG_SCRIPTS} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/embed_lua.cmake
+    COMMENT "Embedding Lua scripts"
+    VERBATIM)
+endfunction()

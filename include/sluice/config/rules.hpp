@@ -1,0 +1,153 @@
+#pragma once
+/// @file
+/// The rules model: plain structs built from a rules file (see DESIGN.md, "The rules file").
+/// A `rules` value is immutable once loaded and is shared read-only between workers as a
+/// snapshot (`std::shared_ptr<const rules>`).
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace sluice::config {
+
+/// Largest integer a limit parameter may take: Lua numbers are doubles, exact up to 2^53.
+inline constexpr std::int64_t max_exact_integer = std::int64_t{1} << 53;
+
+/// The limiting algorithm of one limit (`algorithm:` field).
+enum class algorithm { token_bucket, fixed_window, sliding_window, sliding_log, gcra };
+
+/// What a limit counts by (`by:` field): `api_key | user | ip | global | header:NAME`.
+enum class identity_kind { api_key, user, ip, global, header };
+
+/// Per-route behaviour when the counter store cannot answer (`on_store_failure:`).
+enum class failure_policy { fail_open, fail_closed, local };
+
+/// `mode:` of a limit: enforced, or evaluated and reported only.
+enum class limit_mode { enforce, shadow };
+
+/// What happens to a request whose API key is absent or not in the directory.
+enum class unknown_key_policy { anonymous, reject };
+
+/// A rate `N/DURATION`: `count` units per `period`.
+struct rate {
+  std::int64_t count = 0;                 ///< units per period, 1 .. 2^53
+  std::chrono::milliseconds period{0};    ///< > 0
+};
+
+/// Rate and burst of a limit, possibly overridden for one plan.
+struct limit_params {
+  struct rate rate;
+  std::int64_t burst = 0;  ///< bucket capacity in units (token bucket); default: rate.count
+};
+
+/// One limit: a named bucket per caller identity. Two routes share a bucket only by naming
+/// the same limit (DESIGN.md, "A limit's fields").
+struct limit {
+  std::string name;                      ///< unique; the bucket's identity in the store
+  identity_kind by = identity_kind::api_key;
+  std::string header_name;               ///< for `by: header:NAME` (as written)
+  enum algorithm algorithm = algorithm::token_bucket;
+  limit_params params;                   ///< defaults for every caller
+  std::map<std::string, limit_params> plan_overrides;  ///< `plans:` overrides, by plan name
+  limit_mode mode = limit_mode::enforce;
+  int line = 0;                          ///< 1-based line in the rules file (diagnostics)
+
+  /// The parameters that apply to a caller on plan `plan` (the override, or the defaults).
+  const limit_params& params_for(const std::string& plan) const {
+    auto it = plan_overrides.find(plan);
+    return it == plan_overrides.end() ? params : it->second;
+  }
+};
+
+/// A plan: limits that follow a caller on every route.
+struct plan {
+  std::string name;
+  std::vector<limit> limits;
+};
+
+/// How a route matches a request. Empty `methods` means any method; a route allowing GET
+/// also takes HEAD (RFC 9110 §9.3.2).
+struct route_match {
+  std::string path_prefix;               ///< canonical path prefix, starts with '/'
+  std::vector<std::string> methods;      ///< upper-case method names
+};
+
+/// A route: first match wins (DESIGN.md, "routes").
+struct route {
+  std::string name;
+  route_match match;
+  std::string upstream;                  ///< name of an entry of `rules::upstreams`
+  std::int64_t cost = 1;                 ///< units each request spends in every limit
+  failure_policy on_store_failure = failure_policy::fail_open;
+  std::vector<limit> limits;
+  int line = 0;
+};
+
+/// An upstream (`upstreams.NAME.url`), an `http://host:port` origin.
+struct upstream {
+  std::string name;
+  std::string url;                       ///< as written
+  std::string host;                      ///< host name or address
+  std::uint16_t port = 80;
+  std::string base_path;                 ///< path prefix of the url without trailing '/', often ""
+  std::chrono::milliseconds connect_timeout{1000};
+  std::chrono::milliseconds timeout{30000};  ///< whole response deadline (504 after it)
+};
+
+/// `store:` section.
+struct store_settings {
+  enum class kind { memory, redis };
+  enum kind type = kind::memory;
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 6379;
+  std::chrono::milliseconds timeout{5};  ///< deadline of one check
+  std::string password_env;              ///< name of the env variable holding the password
+  double local_share = 1.0;              ///< `local` policy: share of each limit per instance
+};
+
+/// An IPv4 or IPv6 network in CIDR notation (`trusted_proxies` entries).
+struct cidr {
+  std::string text;                      ///< as written
+  bool v6 = false;
+  std::array<unsigned char, 16> bytes{}; ///< network address (v4 in the first 4 bytes)
+  int prefix = 0;                        ///< prefix length in bits
+};
+
+/// `identity:` section.
+struct identity_settings {
+  std::string api_key_header = "X-API-Key";  ///< "" = not taken from a header
+  std::string api_key_query;                 ///< query parameter name; "" = none
+  std::string user_header;                   ///< "" = none
+  std::vector<cidr> trusted_proxies;
+  unknown_key_policy unknown_key = unknown_key_policy::anonymous;
+};
+
+/// Which rate-limit header sets to send (`headers:`).
+struct header_sets {
+  bool x_ratelimit = true;
+  bool ietf = true;
+};
+
+/// A whole rules file.
+struct rules {
+  std::string source;                    ///< file name it was loaded from (diagnostics)
+  std::string listen_host = "0.0.0.0";
+  std::uint16_t listen_port = 8080;
+  std::string admin_host;                ///< "" = no admin listener
+  std::uint16_t admin_port = 0;
+  unsigned workers = 0;                  ///< 0 = one per core
+  store_settings store;
+  header_sets headers;
+  std::map<std::string, upstream> upstreams;
+  identity_settings identity;
+  std::map<std::string, plan> plans;
+  std::unordered_map<std::string, std::string> api_keys;  ///< key → plan name
+  std::vector<route> routes;
+};
+
+}  // namespace sluice::config

@@ -1,0 +1,51 @@
+#pragma once
+/// @file
+/// The listener and client sessions of one worker.
+
+#include "sluice/http/types.hpp"
+
+#include <boost/asio/io_context.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+namespace sluice::http {
+
+/// Limits applied to every client connection (RFC 9112; RFC 6585 §5 for 431).
+struct session_limits {
+  std::uint32_t header_limit = 8 * 1024;       ///< request head bytes; over: 431
+  std::uint64_t body_limit = 1024 * 1024;      ///< request body bytes; over: 413
+  std::chrono::milliseconds read_timeout{30000};   ///< per request head+body; idle keep-alive too
+  std::chrono::milliseconds write_timeout{30000};
+};
+
+/// Accepts connections on one endpoint for one worker and runs one coroutine session per
+/// connection. Workers share a port with SO_REUSEPORT: pass the port the first worker
+/// actually bound (port 0 picks a free one).
+///
+/// Sessions: HTTP/1.1 keep-alive; pipelined requests are read, handled and answered one at a
+/// time in arrival order; a request that cannot be parsed, or that carries both
+/// Content-Length and Transfer-Encoding (RFC 9112 §6.3), gets 400 and the connection is
+/// closed; an oversized head gets 431, an oversized body 413.
+class server {
+ public:
+  server(boost::asio::io_context& ioc, boost::asio::ip::tcp::endpoint endpoint,
+         std::shared_ptr<request_handler> handler, session_limits limits, unsigned worker);
+  ~server();
+
+  /// The bound endpoint (with the real port when 0 was asked). Throws on bind failure.
+  boost::asio::ip::tcp::endpoint local_endpoint() const;
+
+  /// Starts accepting (spawns the accept loop on the io_context).
+  void start();
+
+  /// Closes the acceptor and every open session.
+  void stop();
+
+ private:
+  struct impl;
+  std::shared_ptr<impl> impl_;
+};
+
+}  // namespace sluice::http

@@ -1,0 +1,71 @@
+#pragma once
+/// @file
+/// The store-independent description of one rate-limit check and its outcome. A request's
+/// check holds every limit that applies to it (plan limits first, then route limits); the
+/// store decides them all atomically: the request is admitted only if every enforced limit
+/// admits it, and a refused request debits nothing from any limit.
+
+#include "sluice/config/rules.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sluice::limiter {
+
+/// A token bucket in exact integer units (how the Lua script and the memory store compute).
+///
+/// A rate of N tokens per P ms is reduced by g = gcd(N, P) to `refill_per_ms` = N/g and
+/// `units_per_token` = P/g. The bucket level is kept in *units*: one token is
+/// `units_per_token` units and `refill_per_ms` units flow in each millisecond, so refill,
+/// spend and cap are integer additions with no rounding anywhere. The capacity is
+/// `burst * units_per_token`, which validation keeps at most 2^53 (exact in a Lua double).
+struct bucket_params {
+  std::int64_t refill_per_ms = 1;    ///< units added per millisecond of store time
+  std::int64_t units_per_token = 1;  ///< units in one token
+  std::int64_t burst = 1;            ///< capacity in tokens
+
+  /// Capacity in units (burst * units_per_token).
+  std::int64_t capacity() const { return burst * units_per_token; }
+
+  /// Reduces a rate and burst to integer bucket parameters.
+  static bucket_params from(const config::limit_params& p);
+};
+
+/// One limit to check for one caller.
+struct limit_check {
+  std::string key;                   ///< store key (see keys.hpp), bounded, injection-proof
+  config::algorithm algorithm = config::algorithm::token_bucket;
+  bucket_params bucket;
+  std::int64_t cost = 1;             ///< tokens this request spends, 1 .. burst
+  bool shadow = false;               ///< evaluated on its own; never refuses the request
+};
+
+/// The outcome of one limit in a decided check. All times are milliseconds of store time.
+struct limit_outcome {
+  bool admits = false;               ///< this limit alone would admit the request's cost
+  std::int64_t limit = 0;            ///< the most a caller can spend at once (burst)
+  std::int64_t remaining = 0;        ///< whole tokens left after the decision (never < 0)
+  std::int64_t reset_ms = 0;         ///< until the bucket is full again
+  std::int64_t retry_after_ms = 0;   ///< until `cost` would be admitted (0 when admits)
+  std::int64_t next_ms = 0;          ///< until at least one more whole token (0 when full)
+};
+
+/// The outcome of a whole check: `limits` is parallel to the request's `limit_check`s.
+struct check_outcome {
+  bool allowed = false;              ///< every enforced limit admitted; all were debited
+  std::vector<limit_outcome> limits;
+};
+
+/// A batch of limits decided in one atomic store operation.
+struct check_request {
+  std::vector<limit_check> limits;
+  /// Test seam: decide at this store time (ms since the Unix epoch) instead of the store's
+  /// clock. The gateway never sets it; the algorithm table tests do.
+  std::int64_t now_ms_override = -1;
+};
+
+/// Ceiling of a / b for a >= 0, b > 0.
+constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0); }
+
+}  // namespace sluice::limiter

@@ -1,0 +1,36 @@
+#pragma once
+/// @file
+/// Store keys of buckets: one function builds every key, injectively, under a gateway-chosen
+/// Redis Cluster hash tag (case c14).
+
+#include "sluice/config/rules.hpp"
+
+#include <string>
+#include <string_view>
+
+namespace sluice::limiter {
+
+/// Namespaces of an identity value inside a key. Each kind has its own, so an API key whose
+/// text is an address never meets the anonymous-by-IP bucket of that address (case c13).
+enum class key_namespace : char {
+  api_key = 'k',        ///< a directory API key
+  anonymous_ip = 'a',   ///< an anonymous caller keyed by client address
+  user = 'u',
+  ip = 'i',
+  global = 'g',
+  header = 'h',
+  fallback_ip = 'f',    ///< `by: user|header:NAME` whose value is absent: the client address
+};
+
+/// Builds the key of limit `limit_name` for identity `value` in namespace `ns`:
+/// `sl:{<limit>|<ns>|<enc>}` where <enc> is `r` + the value when it is 1..48 bytes of
+/// `[A-Za-z0-9._-]`, and otherwise `x` + hex of the value's SHA-256 truncated to 128 bits.
+/// Limit names are validated to `[A-Za-z0-9_-]{1,64}`, so keys are at most 128 bytes and
+/// never contain a caller-supplied `:`, `{`, `}`, whitespace or non-ASCII byte. The whole
+/// bucket identity is the hash tag, so every key of a bucket lands in one cluster slot.
+std::string bucket_key(std::string_view limit_name, key_namespace ns, std::string_view value);
+
+/// The prefix every sluice key starts with (for SCAN in tests and operations).
+inline constexpr std::string_view key_prefix = "sl:";
+
+}  // namespace sluice::limiter

@@ -1,0 +1,61 @@
+#pragma once
+/// @file
+/// The counter store interface: decides a whole check_request atomically. Implementations:
+/// memory (embedded, one instance, shared by all workers), Redis (one connection per worker,
+/// hiredis async on the worker's io_context); Redis Cluster implements the same interface.
+
+#include "sluice/limiter/check.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/system/result.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace sluice::store {
+
+/// Breaker state of a store connection (see issue "When Redis is slow, down or restarted").
+enum class breaker_state { closed, open, half_open };
+
+/// Counters a store keeps for the metrics room. Monotonic unless noted.
+struct store_stats {
+  std::uint64_t checks = 0;          ///< checks decided by the store
+  std::uint64_t timeouts = 0;        ///< checks that missed their deadline
+  std::uint64_t errors = 0;          ///< error replies, protocol errors, disconnects mid-check
+  std::uint64_t unavailable = 0;     ///< checks refused at once (not connected / breaker open)
+  std::uint64_t script_loads = 0;    ///< SCRIPT LOADs (start-up and after NOSCRIPT)
+  std::uint64_t reconnects = 0;      ///< connections established after the first
+  std::uint64_t late_replies = 0;    ///< replies that arrived after their deadline (dropped)
+  bool connected = false;            ///< gauge
+  breaker_state breaker = breaker_state::closed;  ///< gauge
+};
+
+/// A counter store as seen by one worker.
+///
+/// Thread-safety: a Redis store instance belongs to one worker's io_context and must be used
+/// from it only; the memory store is one shared instance, safe from any thread.
+class counter_store {
+ public:
+  virtual ~counter_store() = default;
+
+  /// Decides every limit of `req` in one atomic operation (one round trip for Redis).
+  /// On success: the outcome, one limit_outcome per limit_check, in order.
+  /// Errors (never thrown): errc::store_unavailable, errc::store_timeout, errc::store_error,
+  /// errc::store_protocol. The check never takes longer than the store's deadline.
+  /// Completes on the caller's executor.
+  virtual boost::asio::awaitable<boost::system::result<limiter::check_outcome>> check(
+      limiter::check_request req) = 0;
+
+  /// Starts background work (connecting). Idempotent.
+  virtual void start() {}
+
+  /// Stops background work and closes connections; pending checks complete with an error.
+  virtual void stop() {}
+
+  /// A snapshot of the store's counters.
+  virtual store_stats stats() const = 0;
+};
+
+}  // namespace sluice::store
