@@ -1,7 +1,7 @@
 # Dependency lookup. Everything comes from Debian packages (scripts/setup installs them);
 # no FetchContent: the build never downloads.
 find_package(Threads REQUIRED)
-find_package(Boost 1.81 REQUIRED)
+find_package(Boost 1.81 REQUIRED COMPONENTS program_options)
 find_package(yaml-cpp REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(OpenSSL REQUIRED)

@@ -1,1 +1,135 @@
-int main() { return 0; }
+// sluice command line: `sluice --config FILE`, `sluice --check-config FILE`, `sluice --version`.
+// Thin by design: everything it runs lives in sluice_core.
+
+#include "sluice/app/gateway.hpp"
+#include "sluice/config/loader.hpp"
+#include "sluice/observability/log.hpp"
+#include "sluice/version.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/program_options.hpp>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <iostream>
+#include <set>
+
+namespace po = boost::program_options;
+
+namespace {
+
+void print_diagnostics(const sluice::config::load_result& r) {
+  for (const auto& d : r.diagnostics) std::cerr << d.to_string() << '\n';
+}
+
+std::string summary(const sluice::config::rules& r) {
+  std::set<std::string> names;
+  for (const auto& [_, p] : r.plans)
+    for (const auto& l : p.limits) names.insert(l.name);
+  for (const auto& route : r.routes)
+    for (const auto& l : route.limits) names.insert(l.name);
+  std::string store = r.store.type == sluice::config::store_settings::kind::redis
+                          ? "redis " + r.store.host + ":" + std::to_string(r.store.port)
+                          : "memory";
+  return std::to_string(r.routes.size()) + " routes, " + std::to_string(names.size()) +
+         " limits, " + std::to_string(r.plans.size()) + " plans, " +
+         std::to_string(r.api_keys.size()) + " API keys, " +
+         std::to_string(r.upstreams.size()) + " upstreams; store: " + store;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  po::options_description desc("sluice: a rate-limiting HTTP reverse proxy\n\nOptions");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("version", "print the version and exit")
+      ("config,c", po::value<std::string>(), "run the gateway on this rules file")
+      ("check-config", po::value<std::string>(), "validate a rules file and exit (0 = valid)")
+      ("listen", po::value<std::string>(), "override `listen:` (host:port)")
+      ("workers", po::value<unsigned>(), "override `workers:`")
+      ("log-level", po::value<std::string>()->default_value("info"),
+       "trace, debug, info, warn, error, critical, off");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::cerr << "sluice: " << e.what() << "\n" << desc << '\n';
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << desc << '\n';
+    return 0;
+  }
+  if (vm.count("version")) {
+    std::cout << "sluice " << sluice::version << '\n';
+    return 0;
+  }
+  if (vm.count("check-config")) {
+    const auto file = vm["check-config"].as<std::string>();
+    auto r = sluice::config::load_file(file);
+    if (!r.ok()) {
+      print_diagnostics(r);
+      std::cerr << file << ": " << r.diagnostics.size() << " error(s)\n";
+      return 1;
+    }
+    std::cout << file << ": OK: " << summary(*r.value) << '\n';
+    return 0;
+  }
+  if (!vm.count("config")) {
+    std::cerr << "sluice: --config FILE is required\n" << desc << '\n';
+    return 2;
+  }
+
+  sluice::observability::setup_logging(vm["log-level"].as<std::string>());
+  const auto file = vm["config"].as<std::string>();
+  auto loaded = sluice::config::load_file(file);
+  if (!loaded.ok()) {
+    print_diagnostics(loaded);
+    std::cerr << file << ": not started: " << loaded.diagnostics.size() << " error(s)\n";
+    return 1;
+  }
+
+  sluice::app::gateway_options options;
+  if (vm.count("listen")) options.listen = vm["listen"].as<std::string>();
+  if (vm.count("workers")) options.workers = vm["workers"].as<unsigned>();
+
+  try {
+    sluice::app::gateway gw(loaded.value, options);
+    gw.start();
+    spdlog::info("sluice {} listening on {} ({})", sluice::version,
+                 gw.endpoint().address().to_string() + ":" + std::to_string(gw.endpoint().port()),
+                 summary(*loaded.value));
+
+    boost::asio::io_context main_ioc;
+    boost::asio::signal_set stop_signals(main_ioc, SIGINT, SIGTERM);
+    boost::asio::signal_set hup(main_ioc, SIGHUP);
+    stop_signals.async_wait([&](const boost::system::error_code&, int sig) {
+      spdlog::info("signal {}: stopping", sig);
+      hup.cancel();
+    });
+    // SIGHUP re-reads the rules file; an invalid file keeps the running config.
+    std::function<void(const boost::system::error_code&, int)> on_hup =
+        [&](const boost::system::error_code& ec, int) {
+          if (ec) return;
+          auto r = sluice::config::load_file(file);
+          if (r.ok()) {
+            gw.reload(r.value);
+            spdlog::info("reloaded {} (generation {})", file, gw.stats().generation);
+          } else {
+            spdlog::error("reload of {} refused ({} error(s)); keeping the running config: {}",
+                          file, r.diagnostics.size(), r.diagnostics.front().to_string());
+          }
+          hup.async_wait(on_hup);
+        };
+    hup.async_wait(on_hup);
+    main_ioc.run();
+    gw.stop();
+  } catch (const std::exception& e) {
+    spdlog::critical("sluice: {}", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,1 +1,397 @@
-// placeholder; replaced by the room's implementation
+// The gateway: wires config, identity, limiter, store and http together.
+//
+// Request path (DESIGN.md): canonical target -> route -> caller -> every applicable limit
+// (plan limits first, then route limits) decided in one store round trip -> 429, the route's
+// failure policy, or forwarding through the worker's upstream pool, with the rate-limit
+// fields rendered from the one decided outcome.
+
+#include "sluice/app/gateway.hpp"
+
+#include "sluice/http/headers.hpp"
+#include "sluice/http/router.hpp"
+#include "sluice/http/server.hpp"
+#include "sluice/http/upstream_pool.hpp"
+#include "sluice/identity/identity.hpp"
+#include "sluice/limiter/decision.hpp"
+#include "sluice/limiter/keys.hpp"
+#include "sluice/observability/log.hpp"
+#include "sluice/store/memory_store.hpp"
+#include "sluice/store/redis_store.hpp"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace sluice::app {
+namespace {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+using http::request;
+using http::response;
+
+/// An immutable rules snapshot with its compiled router.
+struct snapshot {
+  snapshot(std::shared_ptr<const config::rules> r, std::uint64_t g)
+      : rules(std::move(r)), router(*rules), generation(g) {}
+  std::shared_ptr<const config::rules> rules;
+  http::router router;
+  std::uint64_t generation;
+};
+
+struct counters {
+  std::atomic<std::uint64_t> requests{0}, allowed{0}, rejected{0}, unlimited{0}, fail_open{0},
+      fail_closed{0}, local{0}, bad_requests{0}, upstream_errors{0}, reloads{0};
+};
+
+/// State shared by every worker: the current snapshot, counters, the local fallback store.
+struct shared_state {
+  std::atomic<std::shared_ptr<const snapshot>> current;
+  counters count;
+  store::memory_store local_store;  // `on_store_failure: local`: per-instance buckets
+  observability::log_throttle store_failure_log;
+};
+
+response make_response(unsigned version, bhttp::status status, std::string body,
+                       std::string_view content_type) {
+  response res{status, version};
+  res.set(bhttp::field::server, "sluice");
+  if (!body.empty()) res.set(bhttp::field::content_type, content_type);
+  res.body() = std::move(body);
+  return res;
+}
+
+response problem(unsigned version, bhttp::status status, std::string_view title,
+                 std::string_view detail) {
+  return make_response(version, status,
+                       limiter::problem_body(static_cast<int>(status), title, detail),
+                       "application/problem+json");
+}
+
+void add_fields(response& res, const std::vector<limiter::header_field>& fields) {
+  for (const auto& [name, value] : fields) res.set(name, value);
+}
+
+/// The `local` failure policy's share of a limit: burst and rate scaled by `share`, never
+/// below the request's cost (a limit that could never admit would lie).
+limiter::bucket_params scaled(const config::limit_params& p, double share, std::int64_t cost) {
+  config::limit_params q = p;
+  q.burst = std::max<std::int64_t>(cost, static_cast<std::int64_t>(std::floor(p.burst * share)));
+  q.rate.count = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(p.rate.count * share)));
+  return limiter::bucket_params::from(q);
+}
+
+class gateway_handler final : public http::request_handler {
+ public:
+  gateway_handler(shared_state& shared, std::shared_ptr<store::counter_store> store,
+                  asio::any_io_executor ex)
+      : shared_(shared), store_(std::move(store)), pool_(ex) {}
+
+  asio::awaitable<response> handle(request req, http::request_context ctx) override {
+    shared_.count.requests.fetch_add(1, std::memory_order_relaxed);
+    // One snapshot decides the whole request, whatever reloads happen meanwhile.
+    const std::shared_ptr<const snapshot> snap = shared_.current.load();
+    const config::rules& rules = *snap->rules;
+    const unsigned version = req.version();
+
+    auto target = http::canonicalize(req.target());
+    if (!target) {
+      shared_.count.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      co_return problem(version, bhttp::status::bad_request, "Bad Request",
+                        "the request target cannot be made canonical");
+    }
+    const config::route* route = snap->router.match(req.method_string(), target->path);
+    if (route == nullptr) {
+      shared_.count.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      co_return problem(version, bhttp::status::not_found, "Not Found", "no route matches");
+    }
+
+    const auto peer = ctx.peer.address();
+    const auto client = identity::client_address(peer, req, rules.identity.trusted_proxies);
+    auto identified = identity::identify(rules, req, target->query, client);
+    if (auto* err = std::get_if<identity::caller_error>(&identified)) {
+      shared_.count.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      if (*err == identity::caller_error::unknown_key) {
+        auto res = problem(version, bhttp::status::unauthorized, "Unauthorized",
+                           "a valid API key is required");
+        co_return res;
+      }
+      co_return problem(version, bhttp::status::bad_request, "Bad Request",
+                        "an identity header was sent twice with different values");
+    }
+    const auto& who = std::get<identity::caller>(identified);
+
+    // Plan limits first, then route limits, each in declaration order.
+    std::vector<const config::limit*> limits;
+    if (auto plan = rules.plans.find(who.plan); plan != rules.plans.end()) {
+      for (const auto& l : plan->second.limits) limits.push_back(&l);
+    }
+    for (const auto& l : route->limits) limits.push_back(&l);
+
+    limiter::check_request check;
+    std::vector<limiter::applied_limit> applied;
+    check.limits.reserve(limits.size());
+    applied.reserve(limits.size());
+    for (const config::limit* l : limits) {
+      auto id = identity::limit_identity(*l, who, rules, req);
+      if (!id) {
+        shared_.count.bad_requests.fetch_add(1, std::memory_order_relaxed);
+        co_return problem(version, bhttp::status::bad_request, "Bad Request",
+                          "an identity header was sent twice with different values");
+      }
+      const auto bucket = limiter::bucket_params::from(l->params_for(who.plan));
+      const bool shadow = l->mode == config::limit_mode::shadow;
+      check.limits.push_back({limiter::bucket_key(l->name, id->first, id->second), l->algorithm,
+                              bucket, route->cost, shadow});
+      applied.push_back({l->name, l->algorithm, bucket, shadow});
+    }
+
+    const config::upstream& up = rules.upstreams.at(route->upstream);
+    if (check.limits.empty()) {
+      shared_.count.unlimited.fetch_add(1, std::memory_order_relaxed);
+      co_return co_await forward(std::move(req), *target, up, peer, false, {});
+    }
+
+    auto decided = co_await store_->check(check);
+    if (!decided) {
+      switch (route->on_store_failure) {
+        case config::failure_policy::fail_open: {
+          shared_.count.fail_open.fetch_add(1, std::memory_order_relaxed);
+          log_store_failure(decided.error(), route->name, "fail_open");
+          // Nothing true can be said about the quota: no quota fields.
+          co_return co_await forward(std::move(req), *target, up, peer, true, {});
+        }
+        case config::failure_policy::fail_closed: {
+          shared_.count.fail_closed.fetch_add(1, std::memory_order_relaxed);
+          log_store_failure(decided.error(), route->name, "fail_closed");
+          auto res = problem(version, bhttp::status::service_unavailable,
+                             "Rate Limiter Unavailable",
+                             "the rate limiter cannot decide this request right now; retry later");
+          res.set(bhttp::field::retry_after, "1");
+          co_return res;
+        }
+        case config::failure_policy::local: {
+          shared_.count.local.fetch_add(1, std::memory_order_relaxed);
+          log_store_failure(decided.error(), route->name, "local");
+          for (std::size_t i = 0; i < check.limits.size(); ++i) {
+            check.limits[i].bucket = scaled(limits[i]->params_for(who.plan),
+                                            rules.store.local_share, route->cost);
+            applied[i].bucket = check.limits[i].bucket;
+          }
+          decided = shared_.local_store.decide(check);
+          break;
+        }
+      }
+    }
+
+    const limiter::check_outcome& outcome = *decided;
+    auto fields = limiter::quota_headers(applied, outcome, rules.headers);
+    if (!outcome.allowed) {
+      shared_.count.rejected.fetch_add(1, std::memory_order_relaxed);
+      const auto retry = limiter::retry_after_seconds(applied, outcome);
+      auto violated = limiter::violated_policies(applied, outcome);
+      auto res = make_response(version, bhttp::status::too_many_requests,
+                               limiter::quota_exceeded_body(violated, retry),
+                               "application/problem+json");
+      add_fields(res, fields);
+      res.set(bhttp::field::retry_after, std::to_string(retry));
+      co_return res;
+    }
+    shared_.count.allowed.fetch_add(1, std::memory_order_relaxed);
+    co_return co_await forward(std::move(req), *target, up, peer, true, std::move(fields));
+  }
+
+ private:
+  asio::awaitable<response> forward(request req, http::canonical_target target,
+                                    const config::upstream& up, asio::ip::address peer,
+                                    bool limited, std::vector<limiter::header_field> fields) {
+    const unsigned version = req.version();
+    std::string path = up.base_path + target.path;
+    if (!target.query.empty()) path += "?" + target.query;
+    auto peer_text = peer.is_v6() && peer.to_v6().is_v4_mapped()
+                         ? asio::ip::make_address_v4(asio::ip::v4_mapped, peer.to_v6()).to_string()
+                         : peer.to_string();
+    http::prepare_upstream_request(req, path, peer_text);
+    auto sent = co_await pool_.send(up, std::move(req));
+    if (!sent) {
+      shared_.count.upstream_errors.fetch_add(1, std::memory_order_relaxed);
+      const bool timeout = sent.error() == errc::upstream_timeout;
+      auto res = problem(version,
+                         timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway,
+                         timeout ? "Gateway Timeout" : "Bad Gateway",
+                         timeout ? "the upstream did not answer in time"
+                                 : "the upstream could not be reached");
+      add_fields(res, fields);
+      co_return res;
+    }
+    response res = std::move(*sent);
+    http::prepare_client_response(res, limited);
+    res.version(version);
+    add_fields(res, fields);
+    co_return res;
+  }
+
+  void log_store_failure(const boost::system::error_code& ec, const std::string& route,
+                         const char* policy) {
+    std::uint64_t suppressed = 0;
+    if (shared_.store_failure_log.admit(suppressed)) {
+      spdlog::warn("store check failed ({}); route {} applies {} ({} similar lines suppressed)",
+                   ec.message(), route, policy, suppressed);
+    }
+  }
+
+  shared_state& shared_;
+  std::shared_ptr<store::counter_store> store_;
+  http::upstream_pool pool_;
+};
+
+std::pair<std::string, std::uint16_t> split_host_port(const std::string& text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos) throw std::runtime_error("bad listen address: " + text);
+  std::string host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return {host, static_cast<std::uint16_t>(std::stoul(text.substr(colon + 1)))};
+}
+
+}  // namespace
+
+struct gateway::impl {
+  struct worker {
+    asio::io_context ioc{1};
+    std::shared_ptr<store::counter_store> store;
+    std::shared_ptr<gateway_handler> handler;
+    std::unique_ptr<http::server> server;
+    std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> guard;
+    std::thread thread;
+  };
+
+  shared_state shared;
+  std::vector<std::unique_ptr<worker>> workers;
+  std::shared_ptr<store::memory_store> memory;  // store.type: memory, shared by workers
+  std::atomic<std::uint64_t> generation{1};
+  bool started = false;
+  bool stopped = false;
+};
+
+gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options options)
+    : impl_(std::make_unique<impl>()) {
+  impl_->shared.current.store(std::make_shared<const snapshot>(rules, 1));
+
+  unsigned n = options.workers ? options.workers : rules->workers;
+  if (n == 0) n = std::max(1u, std::thread::hardware_concurrency());
+
+  std::string host = rules->listen_host;
+  std::uint16_t port = rules->listen_port;
+  if (!options.listen.empty()) std::tie(host, port) = split_host_port(options.listen);
+  asio::ip::tcp::endpoint endpoint{asio::ip::make_address(host), port};
+
+  store::redis_settings redis;
+  if (rules->store.type == config::store_settings::kind::redis) {
+    redis.host = rules->store.host;
+    redis.port = rules->store.port;
+    redis.command_timeout = rules->store.timeout;
+    if (!rules->store.password_env.empty()) {
+      if (const char* pw = std::getenv(rules->store.password_env.c_str())) redis.password = pw;
+    }
+  } else {
+    impl_->memory = std::make_shared<store::memory_store>();
+  }
+
+  for (unsigned i = 0; i < n; ++i) {
+    auto w = std::make_unique<impl::worker>();
+    if (impl_->memory) {
+      w->store = impl_->memory;
+    } else {
+      w->store = std::make_shared<store::redis_store>(w->ioc.get_executor(), redis);
+    }
+    w->handler = std::make_shared<gateway_handler>(impl_->shared, w->store, w->ioc.get_executor());
+    w->server = std::make_unique<http::server>(w->ioc, endpoint, w->handler,
+                                               http::session_limits{}, i);
+    endpoint = w->server->local_endpoint();  // later workers share the port actually bound
+    impl_->workers.push_back(std::move(w));
+  }
+}
+
+gateway::~gateway() { stop(); }
+
+void gateway::start() {
+  if (impl_->started) return;
+  impl_->started = true;
+  for (auto& w : impl_->workers) {
+    w->guard = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
+        w->ioc.get_executor());
+    w->store->start();
+    w->server->start();
+    w->thread = std::thread([ioc = &w->ioc] { ioc->run(); });
+  }
+}
+
+void gateway::stop() {
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  for (auto& w : impl_->workers) {
+    if (!w->thread.joinable()) continue;
+    // Close the listener and the store on the worker's own thread, then end its loop;
+    // coroutine frames still pending are destroyed with the io_context.
+    asio::post(w->ioc, [wp = w.get()] {
+      wp->server->stop();
+      wp->store->stop();
+      wp->guard.reset();
+      wp->ioc.stop();
+    });
+  }
+  for (auto& w : impl_->workers) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+}
+
+asio::ip::tcp::endpoint gateway::endpoint() const {
+  return impl_->workers.front()->server->local_endpoint();
+}
+
+void gateway::reload(std::shared_ptr<const config::rules> rules) {
+  const auto gen = impl_->generation.fetch_add(1) + 1;
+  impl_->shared.current.store(std::make_shared<const snapshot>(std::move(rules), gen));
+  impl_->shared.count.reloads.fetch_add(1);
+}
+
+gateway_stats gateway::stats() const {
+  gateway_stats s;
+  const auto& c = impl_->shared.count;
+  s.requests = c.requests.load();
+  s.allowed = c.allowed.load();
+  s.rejected = c.rejected.load();
+  s.unlimited = c.unlimited.load();
+  s.fail_open = c.fail_open.load();
+  s.fail_closed = c.fail_closed.load();
+  s.local = c.local.load();
+  s.bad_requests = c.bad_requests.load();
+  s.upstream_errors = c.upstream_errors.load();
+  s.reloads = c.reloads.load();
+  s.generation = impl_->generation.load();
+  bool first = true;
+  for (const auto& w : impl_->workers) {
+    if (impl_->memory && !first) break;  // one shared memory store: count it once
+    first = false;
+    auto st = w->store->stats();
+    s.store.checks += st.checks;
+    s.store.timeouts += st.timeouts;
+    s.store.errors += st.errors;
+    s.store.unavailable += st.unavailable;
+    s.store.script_loads += st.script_loads;
+    s.store.reconnects += st.reconnects;
+    s.store.late_replies += st.late_replies;
+    s.store.connected = s.store.connected || st.connected;
+  }
+  return s;
+}
+
+}  // namespace sluice::app

@@ -1,1 +1,30 @@
-// placeholder; replaced by the room's implementation
+#include "sluice/observability/log.hpp"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <string>
+
+namespace sluice::observability {
+
+void setup_logging(std::string_view level) {
+  auto logger = spdlog::stderr_color_mt("sluice");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %^%l%$ [%t] %v");
+  spdlog::set_level(spdlog::level::from_str(std::string(level)));
+}
+
+bool log_throttle::admit(std::uint64_t& suppressed) {
+  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::steady_clock::now().time_since_epoch())
+                       .count();
+  auto next = next_ms_.load(std::memory_order_relaxed);
+  if (now >= next && next_ms_.compare_exchange_strong(next, now + interval_ms_)) {
+    suppressed = dropped_.exchange(0);
+    return true;
+  }
+  dropped_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+}  // namespace sluice::observability

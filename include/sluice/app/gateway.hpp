@@ -1,0 +1,72 @@
+#pragma once
+/// @file
+/// The gateway process: N workers (one io_context and thread each, with its own store
+/// connection and upstream pool), listening on one port with SO_REUSEPORT, deciding every
+/// request under one immutable rules snapshot that can be swapped at any time.
+
+#include "sluice/config/rules.hpp"
+#include "sluice/store/counter_store.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace sluice::app {
+
+/// Process-wide counters (for the metrics room and tests). Monotonic.
+struct gateway_stats {
+  std::uint64_t requests = 0;       ///< requests handled (any status)
+  std::uint64_t allowed = 0;        ///< limited requests admitted by the store
+  std::uint64_t rejected = 0;       ///< 429s
+  std::uint64_t unlimited = 0;      ///< requests on routes with no limit
+  std::uint64_t fail_open = 0;      ///< store failures answered by forwarding
+  std::uint64_t fail_closed = 0;    ///< store failures answered with 503
+  std::uint64_t local = 0;          ///< store failures decided by the local limiter
+  std::uint64_t bad_requests = 0;   ///< 400/401/404 answered by the gateway
+  std::uint64_t upstream_errors = 0;///< 502/504
+  std::uint64_t reloads = 0;        ///< snapshots swapped in after start
+  std::uint64_t generation = 0;     ///< current config generation (starts at 1)
+  store::store_stats store;         ///< summed over workers
+};
+
+/// Start-up options that override the rules file (command line, tests).
+struct gateway_options {
+  std::string listen;               ///< "host:port" overriding `listen:`; "" = from the file
+  unsigned workers = 0;             ///< overrides `workers:` when > 0
+};
+
+/// The running gateway.
+class gateway {
+ public:
+  /// Builds the workers; nothing runs until start(). Throws std::runtime_error when the
+  /// listen address cannot be bound.
+  gateway(std::shared_ptr<const config::rules> rules, gateway_options options = {});
+  ~gateway();
+
+  /// Starts the workers' threads and the store connections.
+  void start();
+
+  /// Stops accepting, closes connections and joins the threads. Idempotent.
+  void stop();
+
+  /// The bound listen endpoint (with the real port when 0 was asked).
+  boost::asio::ip::tcp::endpoint endpoint() const;
+
+  /// Swaps in a new rules snapshot atomically: requests already being decided finish under
+  /// the old one, new requests use the new one. Bucket state is untouched (it is keyed by
+  /// limit name and caller, never by generation). Listen, workers and store settings are
+  /// read at start-up only. Thread-safe.
+  void reload(std::shared_ptr<const config::rules> rules);
+
+  /// A snapshot of the counters. Thread-safe.
+  gateway_stats stats() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace sluice::app

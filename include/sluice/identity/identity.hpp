@@ -1,0 +1,66 @@
+#pragma once
+/// @file
+/// Who is calling: the client address (with trusted-proxy X-Forwarded-For handling), the API
+/// key and its plan, the user, and the per-limit identity a bucket is keyed by
+/// (DESIGN.md, "Identity"; cases c12, c13).
+
+#include "sluice/config/rules.hpp"
+#include "sluice/limiter/keys.hpp"
+
+#include <boost/asio/ip/address.hpp>
+#include <boost/beast/http/fields.hpp>
+
+#include <optional>
+#include <variant>
+#include <vector>
+#include <string>
+#include <string_view>
+
+namespace sluice::identity {
+
+/// The outcome of identifying a request's caller.
+struct caller {
+  std::string client_ip;      ///< canonical text of the client address (never empty)
+  std::string plan;           ///< the caller's plan name ("anonymous" when anonymous)
+  std::string api_key;        ///< the directory key; "" when anonymous
+  bool anonymous = true;      ///< no key, an empty key, or a key not in the directory
+};
+
+/// Why a request's caller could not be established.
+enum class caller_error {
+  conflicting_values,  ///< an identity header was sent twice with different values (400)
+  unknown_key,         ///< `unknown_key: reject` and the key is absent or unknown (401)
+};
+
+/// True when `addr` lies in one of `networks`. IPv4-mapped IPv6 addresses are compared as
+/// IPv4.
+bool is_trusted(const boost::asio::ip::address& addr, const std::vector<config::cidr>& networks);
+
+/// The client address: the TCP peer, or — only when the peer is a trusted proxy — the
+/// right-most address of X-Forwarded-For (all lines joined in order) that is not a trusted
+/// proxy; when every listed address is trusted, the left-most. Malformed entries end the
+/// walk (the last trusted hop is then the client). IPv4-mapped IPv6 is normalised to IPv4.
+/// RFC 7239 §5.2 / de-facto XFF; case c12.
+boost::asio::ip::address client_address(const boost::asio::ip::address& peer,
+                                        const boost::beast::http::fields& headers,
+                                        const std::vector<config::cidr>& trusted);
+
+/// Identifies the caller of a request: API key from the configured header (or query
+/// parameter `query` when configured), looked up in `rules.api_keys`. An absent, empty or
+/// unknown key is anonymous (plan `anonymous`) unless `unknown_key: reject`.
+/// `query` is the request's raw query string (without '?').
+std::variant<caller, caller_error> identify(const config::rules& rules,
+                                            const boost::beast::http::fields& headers,
+                                            std::string_view query,
+                                            const boost::asio::ip::address& client);
+
+/// The identity one limit keys its bucket by, for this caller: a namespace and a non-empty
+/// value. `by: api_key` of an anonymous caller is the client address in the anonymous
+/// namespace; `by: user` / `by: header:NAME` whose value is absent or empty falls back to the
+/// client address in its own namespace (never an empty, shared bucket; case c13).
+/// Returns nullopt when an identity header is repeated with different values (400).
+std::optional<std::pair<limiter::key_namespace, std::string>> limit_identity(
+    const config::limit& limit, const caller& who, const config::rules& rules,
+    const boost::beast::http::fields& headers);
+
+}  // namespace sluice::identity

@@ -1,0 +1,71 @@
+#pragma once
+/// @file
+/// From a decided check to what the client is told: the most constraining limit, the
+/// X-RateLimit-* and IETF RateLimit fields, Retry-After and the 429 problem body
+/// (DESIGN.md, "Headers and bodies"). Every value is rendered from the one decided outcome
+/// (case c01): nothing recomputes "remaining" elsewhere.
+
+#include "sluice/config/rules.hpp"
+#include "sluice/limiter/check.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sluice::limiter {
+
+/// One limit as applied to one request: its name, its bucket parameters for this caller and
+/// whether it is enforced. Parallel to check_request::limits.
+struct applied_limit {
+  std::string name;
+  config::algorithm algorithm = config::algorithm::token_bucket;
+  bucket_params bucket;
+  bool shadow = false;
+};
+
+/// A header field to add to a response.
+using header_field = std::pair<std::string, std::string>;
+
+/// Whole seconds from milliseconds, rounded up (the direction every header promise needs).
+constexpr std::int64_t ceil_seconds(std::int64_t ms) { return ms <= 0 ? 0 : ceil_div(ms, 1000); }
+
+/// Index of the most constraining enforced limit: least Remaining; ties: the larger Reset,
+/// then the first declared. nullopt when no limit is enforced.
+std::optional<std::size_t> most_constraining(const std::vector<applied_limit>& limits,
+                                             const check_outcome& outcome);
+
+/// The `w` of a token bucket's RateLimit-Policy: burst ÷ refill per second, rounded up, so
+/// the advertised average rate is never above the real one. At least 1.
+std::int64_t policy_window_seconds(const bucket_params& bucket);
+
+/// Rate-limit header fields for a decided check, in the sets chosen by `sets`:
+/// X-RateLimit-Limit/Remaining/Reset from the most constraining enforced limit;
+/// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11, RFC 9651
+/// lists) naming every enforced limit in declaration order. Shadow limits never appear.
+std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits,
+                                        const check_outcome& outcome,
+                                        const config::header_sets& sets);
+
+/// Retry-After of a refused check, in seconds: the largest wait of the violated enforced
+/// limits, rounded up, at least 1 (RFC 9110 §10.2.3 delta-seconds; case c02).
+std::int64_t retry_after_seconds(const std::vector<applied_limit>& limits,
+                                 const check_outcome& outcome);
+
+/// Names of the violated enforced limits, in declaration order.
+std::vector<std::string> violated_policies(const std::vector<applied_limit>& limits,
+                                           const check_outcome& outcome);
+
+/// The RFC 9457 `application/problem+json` body of a 429: type
+/// `https://iana.org/assignments/http-problem-types#quota-exceeded`, title, status, detail
+/// and `violated-policies`.
+std::string quota_exceeded_body(const std::vector<std::string>& violated,
+                                std::int64_t retry_after);
+
+/// An RFC 9457 problem body for the gateway's other refusals (400, 401, 404, 502, 503, 504).
+/// `type` is a URI; "about:blank" when empty.
+std::string problem_body(int status, std::string_view title, std::string_view detail,
+                         std::string_view type = {});
+
+}  // namespace sluice::limiter

@@ -1,0 +1,117 @@
+#include "sluice/limiter/decision.hpp"
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+
+namespace sluice::limiter {
+
+std::optional<std::size_t> most_constraining(const std::vector<applied_limit>& limits,
+                                             const check_outcome& outcome) {
+  std::optional<std::size_t> best;
+  for (std::size_t i = 0; i < limits.size() && i < outcome.limits.size(); ++i) {
+    if (limits[i].shadow) continue;
+    if (!best) {
+      best = i;
+      continue;
+    }
+    const auto& a = outcome.limits[i];
+    const auto& b = outcome.limits[*best];
+    // Least Remaining; ties: the larger Reset (in the seconds the client sees); then first.
+    if (a.remaining < b.remaining ||
+        (a.remaining == b.remaining && ceil_seconds(a.reset_ms) > ceil_seconds(b.reset_ms))) {
+      best = i;
+    }
+  }
+  return best;
+}
+
+std::int64_t policy_window_seconds(const bucket_params& bucket) {
+  // burst tokens at refill_per_ms / units_per_token tokens per ms:
+  // burst * units_per_token / refill_per_ms ms. Rounded up to whole seconds.
+  const std::int64_t ms = ceil_div(bucket.capacity(), bucket.refill_per_ms);
+  return std::max<std::int64_t>(1, ceil_seconds(ms));
+}
+
+std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits,
+                                        const check_outcome& outcome,
+                                        const config::header_sets& sets) {
+  std::vector<header_field> out;
+  if (sets.x_ratelimit) {
+    if (auto i = most_constraining(limits, outcome)) {
+      const auto& o = outcome.limits[*i];
+      out.emplace_back("X-RateLimit-Limit", std::to_string(o.limit));
+      out.emplace_back("X-RateLimit-Remaining", std::to_string(std::max<std::int64_t>(0, o.remaining)));
+      out.emplace_back("X-RateLimit-Reset", std::to_string(ceil_seconds(o.reset_ms)));
+    }
+  }
+  if (sets.ietf) {
+    std::string policy;
+    std::string state;
+    for (std::size_t i = 0; i < limits.size() && i < outcome.limits.size(); ++i) {
+      if (limits[i].shadow) continue;
+      const auto& o = outcome.limits[i];
+      if (!policy.empty()) policy += ", ";
+      policy += '"' + limits[i].name + "\";q=" + std::to_string(o.limit) +
+                ";w=" + std::to_string(policy_window_seconds(limits[i].bucket));
+      if (!state.empty()) state += ", ";
+      state += '"' + limits[i].name + "\";r=" + std::to_string(std::max<std::int64_t>(0, o.remaining));
+      if (o.remaining < o.limit) state += ";t=" + std::to_string(std::max<std::int64_t>(1, ceil_seconds(o.next_ms)));
+    }
+    if (!policy.empty()) {
+      out.emplace_back("RateLimit-Policy", std::move(policy));
+      out.emplace_back("RateLimit", std::move(state));
+    }
+  }
+  return out;
+}
+
+std::int64_t retry_after_seconds(const std::vector<applied_limit>& limits,
+                                 const check_outcome& outcome) {
+  std::int64_t ms = 0;
+  for (std::size_t i = 0; i < limits.size() && i < outcome.limits.size(); ++i) {
+    if (limits[i].shadow || outcome.limits[i].admits) continue;
+    ms = std::max(ms, outcome.limits[i].retry_after_ms);
+  }
+  return std::max<std::int64_t>(1, ceil_seconds(ms));
+}
+
+std::vector<std::string> violated_policies(const std::vector<applied_limit>& limits,
+                                           const check_outcome& outcome) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < limits.size() && i < outcome.limits.size(); ++i) {
+    if (!limits[i].shadow && !outcome.limits[i].admits) out.push_back(limits[i].name);
+  }
+  return out;
+}
+
+std::string quota_exceeded_body(const std::vector<std::string>& violated,
+                                std::int64_t retry_after) {
+  boost::json::object body;
+  body["type"] = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+  body["title"] = "Too Many Requests";
+  body["status"] = 429;
+  std::string detail = "Quota exceeded for ";
+  for (std::size_t i = 0; i < violated.size(); ++i) {
+    if (i) detail += ", ";
+    detail += violated[i];
+  }
+  detail += "; retry after " + std::to_string(retry_after) + " s.";
+  body["detail"] = detail;
+  boost::json::array names;
+  for (const auto& v : violated) names.emplace_back(v);
+  body["violated-policies"] = std::move(names);
+  return boost::json::serialize(body);
+}
+
+std::string problem_body(int status, std::string_view title, std::string_view detail,
+                         std::string_view type) {
+  boost::json::object body;
+  body["type"] = type.empty() ? std::string_view("about:blank") : type;
+  body["title"] = title;
+  body["status"] = status;
+  if (!detail.empty()) body["detail"] = detail;
+  return boost::json::serialize(body);
+}
+
+}  // namespace sluice::limiter
