@@ -28,7 +28,9 @@ struct bucket_params {
   /// Capacity in units (burst * units_per_token).
   std::int64_t capacity() const { return burst * units_per_token; }
 
-  /// Reduces a rate and burst to integer bucket parameters.
+  /// Reduces a rate and burst to integer bucket parameters: refill_per_ms = N/g,
+  /// units_per_token = P/g with g = gcd(N, P); burst defaults to N when 0. Expects validated
+  /// parameters (count, period >= 1; capacity <= 2^53); never throws.
   static bucket_params from(const config::limit_params& p);
 };
 

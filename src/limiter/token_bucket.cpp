@@ -1,0 +1,45 @@
+// Token-bucket arithmetic in exact integer units: the reference that lua/token_bucket.lua
+// mirrors operation for operation (tests/unit/store/token_bucket_table_test.cpp holds both to
+// one table). Every quantity is an integer <= 2^53 (validated capacity), so the same steps are
+// exact in int64 here and in Lua 5.1 doubles there; no product below can exceed the capacity.
+#include "sluice/limiter/token_bucket.hpp"
+
+#include <algorithm>
+
+namespace sluice::limiter {
+
+std::int64_t refilled_level(const bucket_state* state, const bucket_params& p,
+                            std::int64_t now_ms) {
+  const std::int64_t cap = p.capacity();
+  if (state == nullptr) return cap;  // a missing (or expired) bucket is full
+  // Clamp a stored level into [0, cap]: a burst lowered by a config reload, or a corrupt value,
+  // must not carry more (or fewer than zero) units than the bucket can hold.
+  const std::int64_t level = std::clamp<std::int64_t>(state->level, 0, cap);
+  // A clock stepped back counts as no time (DESIGN.md, "Fine points").
+  const std::int64_t elapsed = std::max<std::int64_t>(0, now_ms - state->stamp_ms);
+  // elapsed * refill may overflow (and is inexact above 2^53 in Lua): compare the elapsed time
+  // against the time to full first; below it, elapsed * refill < cap - level.
+  if (elapsed >= ceil_div(cap - level, p.refill_per_ms)) return cap;
+  return level + elapsed * p.refill_per_ms;
+}
+
+limit_outcome describe(std::int64_t level, const bucket_params& p, std::int64_t cost,
+                       bool admits) {
+  const std::int64_t cap = p.capacity();
+  const std::int64_t upt = p.units_per_token;
+  limit_outcome out;
+  out.admits = admits;
+  out.limit = p.burst;
+  out.remaining = level / upt;
+  out.reset_ms = ceil_div(cap - level, p.refill_per_ms);
+  // Not admitted means not debited, so `level` is still the level before the decision.
+  out.retry_after_ms = admits ? 0 : ceil_div(cost * upt - level, p.refill_per_ms);
+  out.next_ms = level >= cap ? 0 : ceil_div(upt - level % upt, p.refill_per_ms);
+  return out;
+}
+
+std::int64_t ttl_ms(std::int64_t level, const bucket_params& p) {
+  return std::max<std::int64_t>(1, ceil_div(p.capacity() - level, p.refill_per_ms));
+}
+
+}  // namespace sluice::limiter

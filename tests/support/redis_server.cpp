@@ -1,0 +1,187 @@
+// A real redis-server for tests (STYLE.md, "Tests": free loopback port found by binding port 0,
+// started and stopped by pid, nothing off loopback).
+#include "support/redis_server.hpp"
+
+#include <hiredis/hiredis.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace sluice::test {
+namespace {
+
+// A port the kernel just handed out for 127.0.0.1. Another process could take it before
+// redis-server binds it; the ephemeral range makes that unlikely enough for tests.
+std::uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("redis_server: socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    throw std::runtime_error("redis_server: cannot find a free port");
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+redis_reply copy(const redisReply* r) {
+  redis_reply out;
+  switch (r->type) {
+    case REDIS_REPLY_INTEGER:
+      out.type = redis_reply::kind::integer;
+      out.integer = r->integer;
+      break;
+    case REDIS_REPLY_STRING:
+      out.type = redis_reply::kind::string;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_STATUS:
+      out.type = redis_reply::kind::status;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_ERROR:
+      out.type = redis_reply::kind::error;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_ARRAY:
+      out.type = redis_reply::kind::array;
+      for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(copy(r->element[i]));
+      break;
+    default:
+      out.type = redis_reply::kind::nil;
+  }
+  return out;
+}
+
+}  // namespace
+
+redis_server::redis_server(std::vector<std::string> extra_args)
+    : extra_args_(std::move(extra_args)) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "sluice-redis-XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("redis_server: mkdtemp failed");
+  dir_ = tmpl;
+  // A port can be taken between free_port() and redis' bind: try a few.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    port_ = free_port();
+    spawn();
+    if (wait_ready(5000)) return;
+    kill();
+  }
+  std::filesystem::remove_all(dir_);
+  throw std::runtime_error("redis_server: redis-server did not answer PING");
+}
+
+redis_server::~redis_server() {
+  kill();
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+void redis_server::spawn() {
+  std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_),
+                                   "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                   "--dir", dir_, "--logfile", dir_ + "/redis.log",
+                                   "--daemonize", "no"};
+  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (::posix_spawnp(&pid, "redis-server", nullptr, nullptr, argv.data(), environ) != 0) {
+    throw std::runtime_error("redis_server: cannot spawn redis-server");
+  }
+  pid_ = pid;
+  paused_ = false;
+}
+
+bool redis_server::wait_ready(int timeout_ms) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) return false;  // exited (port taken?)
+    auto r = command({"PING"});
+    if (r.type == redis_reply::kind::status && r.str == "PONG") return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+redis_reply redis_server::command(const std::vector<std::string>& argv) const {
+  redis_reply out;
+  timeval tv{1, 0};
+  redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, tv);
+  if (c == nullptr || c->err) {
+    out.type = redis_reply::kind::io_error;
+    out.str = c ? c->errstr : "cannot allocate redis context";
+    if (c) redisFree(c);
+    return out;
+  }
+  redisSetTimeout(c, tv);
+  std::vector<const char*> ptrs;
+  std::vector<std::size_t> lens;
+  for (const auto& a : argv) {
+    ptrs.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  auto* r = static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), ptrs.data(), lens.data()));
+  if (r == nullptr) {
+    out.type = redis_reply::kind::io_error;
+    out.str = c->errstr;
+  } else {
+    out = copy(r);
+    freeReplyObject(r);
+  }
+  redisFree(c);
+  return out;
+}
+
+void redis_server::kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGCONT);
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  paused_ = false;
+}
+
+void redis_server::restart() {
+  kill();
+  spawn();
+  if (!wait_ready(5000)) throw std::runtime_error("redis_server: restart failed");
+}
+
+void redis_server::pause() {
+  if (pid_ > 0 && !paused_) {
+    ::kill(pid_, SIGSTOP);
+    paused_ = true;
+  }
+}
+
+void redis_server::resume() {
+  if (pid_ > 0 && paused_) {
+    ::kill(pid_, SIGCONT);
+    paused_ = false;
+  }
+}
+
+}  // namespace sluice::test

@@ -1,0 +1,69 @@
+#pragma once
+/// @file
+/// Test fixture: a real `redis-server` on a free loopback port, started and stopped by pid.
+///
+/// The server runs with no persistence (`--save "" --appendonly no`, unless extra arguments
+/// say otherwise) in a private temporary directory, bound to 127.0.0.1 only. Construction
+/// throws std::runtime_error if the server does not answer PING within 5 s.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sluice::test {
+
+/// One reply of the synchronous command helper (a copy of a hiredis redisReply).
+struct redis_reply {
+  enum class kind { nil, integer, string, status, error, array, io_error };
+  kind type = kind::nil;
+  long long integer = 0;
+  std::string str;                    ///< string, status or error text
+  std::vector<redis_reply> elements;  ///< array elements
+
+  bool is_error() const { return type == kind::error || type == kind::io_error; }
+};
+
+/// A redis-server child process on 127.0.0.1:port().
+class redis_server {
+ public:
+  /// Starts the server; `extra_args` are appended to its command line (e.g. {"--appendonly",
+  /// "yes"}). Throws std::runtime_error when it cannot be started.
+  explicit redis_server(std::vector<std::string> extra_args = {});
+  /// Stops the server (SIGCONT then SIGKILL, by pid) and removes its directory.
+  ~redis_server();
+
+  redis_server(const redis_server&) = delete;
+  redis_server& operator=(const redis_server&) = delete;
+
+  /// The TCP port it listens on (loopback only).
+  std::uint16_t port() const { return port_; }
+  /// Its process id, or -1 while killed.
+  pid_t pid() const { return pid_; }
+
+  /// Runs one command synchronously on a fresh connection (1 s timeout); I/O failures come
+  /// back as kind::io_error with the message in `str`.
+  redis_reply command(const std::vector<std::string>& argv) const;
+
+  /// SIGKILLs the server and reaps it (the port stops answering at once).
+  void kill();
+  /// Starts the server again on the same port and directory; waits for PING.
+  void restart();
+  /// SIGSTOP: the server keeps its sockets open but answers nothing (a network stall).
+  void pause();
+  /// SIGCONT after pause().
+  void resume();
+
+ private:
+  void spawn();
+  bool wait_ready(int timeout_ms) const;
+
+  std::vector<std::string> extra_args_;
+  std::string dir_;
+  std::uint16_t port_ = 0;
+  pid_t pid_ = -1;
+  bool paused_ = false;
+};
+
+}  // namespace sluice::test

@@ -1,0 +1,486 @@
+// sluice-test-support: redis_server
+#include "sluice/limiter/token_bucket.hpp"
+
+#include "sluice/store/lua_scripts.hpp"
+#include "sluice/store/memory_store.hpp"
+#include "sluice/store/redis_store.hpp"
+#include "support/redis_server.hpp"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+// One table of token-bucket sequences (the regression cases' values, in ms of store time),
+// decided by the memory store, by the Lua script run directly on a real redis-server, and by
+// the redis_store (hiredis async) — all three must give the same outcomes, step for step.
+
+namespace sluice {
+namespace {
+
+using limiter::bucket_params;
+using limiter::check_outcome;
+using limiter::check_request;
+using limiter::limit_outcome;
+using test::redis_reply;
+
+// A limit of a case: `n` tokens per `period_ms`, `burst`.
+struct limit_spec {
+  std::string name;
+  std::int64_t n;
+  std::int64_t period_ms;
+  std::int64_t burst;
+  bool shadow = false;
+
+  bucket_params params() const {
+    config::limit_params p;
+    p.rate.count = n;
+    p.rate.period = std::chrono::milliseconds(period_ms);
+    p.burst = burst;
+    return bucket_params::from(p);
+  }
+};
+
+struct expect {
+  bool admits;
+  std::int64_t remaining;
+  std::int64_t reset_ms;
+  std::int64_t retry_after_ms;
+  std::int64_t next_ms;
+};
+
+struct step {
+  std::int64_t t_ms;  // store time since the case's start
+  std::int64_t cost;
+  bool allowed;
+  std::vector<expect> limits;  // parallel to the case's limits
+};
+
+struct table_case {
+  std::string name;
+  std::vector<limit_spec> limits;
+  std::vector<step> steps;
+};
+
+// An arbitrary epoch (2023-11-14T22:13:20Z) plus a per-case offset, far from any real clock
+// step and from 0, so a "clock stepped back" case has room.
+constexpr std::int64_t epoch_ms = 1'700'000'000'000;
+
+const std::vector<table_case>& table() {
+  static const std::vector<table_case> cases = {
+      // c01, token-bucket variant: 5/1m burst 5 (one token per 12 s).
+      {"c01_tb",
+       {{"items_key", 5, 60'000, 5}},
+       {{0, 1, true, {{true, 4, 12'000, 0, 12'000}}},
+        {100, 1, true, {{true, 3, 23'900, 0, 11'900}}},
+        {200, 1, true, {{true, 2, 35'800, 0, 11'800}}},
+        {300, 1, true, {{true, 1, 47'700, 0, 11'700}}},
+        {400, 1, true, {{true, 0, 59'600, 0, 11'600}}},
+        {500, 1, false, {{false, 0, 59'500, 11'500, 11'500}}}}},
+      // c02: 1/10s burst 2.
+      {"c02",
+       {{"search_key", 1, 10'000, 2}},
+       {{0, 1, true, {{true, 1, 10'000, 0, 10'000}}},
+        {100, 1, true, {{true, 0, 19'900, 0, 9'900}}},
+        {200, 1, false, {{false, 0, 19'800, 9'800, 9'800}}},
+        {9'800, 1, false, {{false, 0, 10'200, 200, 200}}},
+        {10'200, 1, true, {{true, 0, 19'800, 0, 9'800}}}}},
+      // c03 part A: 1/2s burst 1 (a truncated reply would let t=1.8 through).
+      {"c03_a",
+       {{"items_key", 1, 2'000, 1}},
+       {{0, 1, true, {{true, 0, 2'000, 0, 2'000}}},
+        {1'500, 1, false, {{false, 0, 500, 500, 500}}},
+        {1'800, 1, false, {{false, 0, 200, 200, 200}}},
+        {2'200, 1, true, {{true, 0, 2'000, 0, 2'000}}},
+        {2'300, 1, false, {{false, 0, 1'900, 1'900, 1'900}}}}},
+      // c03 part B: 1/1s burst 1 (a floored balance would starve this poller).
+      {"c03_b",
+       {{"items_key", 1, 1'000, 1}},
+       {{0, 1, true, {{true, 0, 1'000, 0, 1'000}}},
+        {400, 1, false, {{false, 0, 600, 600, 600}}},
+        {800, 1, false, {{false, 0, 200, 200, 200}}},
+        {1'200, 1, true, {{true, 0, 1'000, 0, 1'000}}},
+        {1'600, 1, false, {{false, 0, 600, 600, 600}}},
+        {2'400, 1, true, {{true, 0, 1'000, 0, 1'000}}}}},
+      // c04: 1/1s burst 10, costs 4, 4, 4 (refused, debits nothing), then 1.
+      {"c04",
+       {{"api_budget", 1, 1'000, 10}},
+       {{0, 4, true, {{true, 6, 4'000, 0, 1'000}}},
+        {100, 4, true, {{true, 2, 7'900, 0, 900}}},
+        {200, 4, false, {{false, 2, 7'800, 1'800, 800}}},
+        {300, 1, true, {{true, 1, 8'700, 0, 700}}}}},
+      // c06 A: 1/30d burst 1000 (time to full above 2^31 ms).
+      {"c06_a",
+       {{"items_key", 1, 2'592'000'000, 1000}},
+       {{0, 1, true, {{true, 999, 2'592'000'000, 0, 2'592'000'000}}}}},
+      // c06 B: 1000000/1s burst 1000000 (full again after 1 us: 1 ms, never 0).
+      {"c06_b",
+       {{"items_key", 1'000'000, 1'000, 1'000'000}},
+       {{0, 1, true, {{true, 999'999, 1, 0, 1}}}}},
+      // c06 D: 1/10s burst 2, expiry re-armed by every write.
+      {"c06_d",
+       {{"items_key", 1, 10'000, 2}},
+       {{0, 1, true, {{true, 1, 10'000, 0, 10'000}}},
+        {5'500, 1, true, {{true, 0, 14'500, 0, 4'500}}},
+        {10'500, 1, true, {{true, 0, 19'500, 0, 9'500}}},
+        {10'500, 1, false, {{false, 0, 19'500, 9'500, 9'500}}}}},
+      // Two enforced limits; when one refuses, neither is debited (the other keeps its balance).
+      {"multi_refusal_debits_nothing",
+       {{"per_second", 10, 1'000, 10}, {"slow", 1, 1'000, 2}},
+       {{0, 1, true, {{true, 9, 100, 0, 100}, {true, 1, 1'000, 0, 1'000}}},
+        {10, 1, true, {{true, 8, 190, 0, 90}, {true, 0, 1'990, 0, 990}}},
+        {20, 1, false, {{true, 8, 180, 0, 80}, {false, 0, 1'980, 980, 980}}},
+        {30, 1, false, {{true, 8, 170, 0, 70}, {false, 0, 1'970, 970, 970}}},
+        {1'000, 1, true, {{true, 9, 100, 0, 100}, {true, 0, 2'000, 0, 1'000}}}}},
+      // A shadow limit refusing never refuses the request, and is debited only when it admits.
+      {"shadow_refusing",
+       {{"enforced", 1, 1'000, 5}, {"shadow", 1, 1'000, 1, true}},
+       {{0, 1, true, {{true, 4, 1'000, 0, 1'000}, {true, 0, 1'000, 0, 1'000}}},
+        {100, 1, true, {{true, 3, 1'900, 0, 900}, {false, 0, 900, 900, 900}}},
+        {200, 1, true, {{true, 2, 2'800, 0, 800}, {false, 0, 800, 800, 800}}},
+        {1'000, 1, true, {{true, 2, 3'000, 0, 1'000}, {true, 0, 1'000, 0, 1'000}}}}},
+      // A shadow limit is evaluated as if alone: debited when it admits, even on a refusal.
+      {"shadow_debited_when_refused",
+       {{"enforced", 1, 1'000, 1}, {"shadow", 1, 1'000, 5, true}},
+       {{0, 1, true, {{true, 0, 1'000, 0, 1'000}, {true, 4, 1'000, 0, 1'000}}},
+        {100, 1, false, {{false, 0, 900, 900, 900}, {true, 3, 1'900, 0, 900}}}}},
+      // The store clock stepped back 5 s: no time elapses (no refill, nothing negative).
+      {"clock_stepped_back",
+       {{"items_key", 1, 10'000, 2}},
+       {{10'000, 1, true, {{true, 1, 10'000, 0, 10'000}}},
+        {5'000, 1, true, {{true, 0, 20'000, 0, 10'000}}},
+        {6'000, 1, false, {{false, 0, 19'000, 9'000, 9'000}}}}},
+      // c07's sequence (the PERSIST repair is checked on redis below): a bucket idle past its
+      // time to full reads as full.
+      {"c07",
+       {{"items_key", 1, 10'000, 2}},
+       {{0, 1, true, {{true, 1, 10'000, 0, 10'000}}},
+        {50, 1, true, {{true, 0, 19'950, 0, 9'950}}},
+        {100, 1, false, {{false, 0, 19'900, 9'900, 9'900}}},
+        {20'500, 1, true, {{true, 1, 10'000, 0, 10'000}}},
+        {20'500, 1, true, {{true, 0, 20'000, 0, 10'000}}}}},
+  };
+  return cases;
+}
+
+// ---- backends -------------------------------------------------------------------------------
+
+check_request make_request(const table_case& c, const std::string& prefix, std::int64_t cost) {
+  check_request req;
+  for (const auto& l : c.limits) {
+    limiter::limit_check lc;
+    lc.key = "{" + prefix + ":" + c.name + "}:" + l.name;
+    lc.bucket = l.params();
+    lc.cost = cost;
+    lc.shadow = l.shadow;
+    req.limits.push_back(lc);
+  }
+  return req;
+}
+
+// The script, run directly with EVAL on the fixture's server (a synchronous connection).
+std::optional<check_outcome> run_lua(test::redis_server& server, const check_request& req,
+                                     std::int64_t now_ms, std::string* error) {
+  std::vector<std::string> argv = {"EVAL", std::string(lua::token_bucket()),
+                                   std::to_string(req.limits.size())};
+  for (const auto& l : req.limits) argv.push_back(l.key);
+  argv.push_back(std::to_string(now_ms));
+  argv.push_back(std::to_string(req.limits.size()));
+  for (const auto& l : req.limits) {
+    argv.push_back(std::to_string(l.bucket.refill_per_ms));
+    argv.push_back(std::to_string(l.bucket.units_per_token));
+    argv.push_back(std::to_string(l.bucket.burst));
+    argv.push_back(std::to_string(l.cost));
+    argv.push_back(l.shadow ? "1" : "0");
+  }
+  redis_reply r = server.command(argv);
+  if (r.type != redis_reply::kind::array || r.elements.size() != 2 + 5 * req.limits.size()) {
+    *error = "unexpected reply: " + r.str;
+    return std::nullopt;
+  }
+  for (const auto& e : r.elements) {
+    if (e.type != redis_reply::kind::integer) {
+      *error = "non-integer element";
+      return std::nullopt;
+    }
+  }
+  EXPECT_EQ(r.elements[1].integer, now_ms) << "the script must report the time it decided at";
+  check_outcome out;
+  out.allowed = r.elements[0].integer == 1;
+  for (std::size_t i = 0; i < req.limits.size(); ++i) {
+    const auto* e = &r.elements[2 + 5 * i];
+    limit_outcome lo;
+    lo.admits = e[0].integer == 1;
+    lo.limit = req.limits[i].bucket.burst;
+    lo.remaining = e[1].integer;
+    lo.reset_ms = e[2].integer;
+    lo.retry_after_ms = e[3].integer;
+    lo.next_ms = e[4].integer;
+    out.limits.push_back(lo);
+  }
+  return out;
+}
+
+// Drives an awaitable to completion on `ioc` (which may hold other work, e.g. reconnect timers).
+template <class T>
+T run(boost::asio::io_context& ioc, boost::asio::awaitable<T> a) {
+  std::optional<T> out;
+  std::exception_ptr ex;
+  boost::asio::co_spawn(ioc, std::move(a), [&](std::exception_ptr e, T v) {
+    ex = e;
+    out.emplace(std::move(v));
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!out && std::chrono::steady_clock::now() < deadline) {
+    if (ioc.stopped()) ioc.restart();
+    ioc.run_one_for(std::chrono::milliseconds(10));
+  }
+  if (ex) std::rethrow_exception(ex);
+  if (!out) throw std::runtime_error("awaitable did not complete in 10 s");
+  return std::move(*out);
+}
+
+boost::asio::awaitable<bool> wait_connected(store::redis_store& s) {
+  auto ex = co_await boost::asio::this_coro::executor;
+  boost::asio::steady_timer timer(ex);
+  for (int i = 0; i < 500 && !s.stats().connected; ++i) {
+    timer.expires_after(std::chrono::milliseconds(5));
+    co_await timer.async_wait(boost::asio::use_awaitable);
+  }
+  co_return s.stats().connected;
+}
+
+class token_bucket_table : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new test::redis_server(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static test::redis_server* server_;
+};
+test::redis_server* token_bucket_table::server_ = nullptr;
+
+void expect_step(const table_case& c, std::size_t s, const char* backend,
+                 const check_outcome& got) {
+  const step& st = c.steps[s];
+  SCOPED_TRACE(std::string(backend) + " " + c.name + " step " + std::to_string(s) + " t=" +
+               std::to_string(st.t_ms));
+  EXPECT_EQ(got.allowed, st.allowed);
+  ASSERT_EQ(got.limits.size(), c.limits.size());
+  for (std::size_t i = 0; i < c.limits.size(); ++i) {
+    SCOPED_TRACE("limit " + c.limits[i].name);
+    const expect& e = st.limits[i];
+    const limit_outcome& g = got.limits[i];
+    EXPECT_EQ(g.admits, e.admits);
+    EXPECT_EQ(g.limit, c.limits[i].burst);
+    EXPECT_EQ(g.remaining, e.remaining);
+    EXPECT_EQ(g.reset_ms, e.reset_ms);
+    EXPECT_EQ(g.retry_after_ms, e.retry_after_ms);
+    EXPECT_EQ(g.next_ms, e.next_ms);
+  }
+}
+
+TEST_F(token_bucket_table, memory_store) {
+  for (const auto& c : table()) {
+    std::int64_t now = 0;
+    store::memory_store mem([&now] { return now; });
+    for (std::size_t s = 0; s < c.steps.size(); ++s) {
+      now = epoch_ms + c.steps[s].t_ms;
+      expect_step(c, s, "memory", mem.decide(make_request(c, "mem", c.steps[s].cost)));
+    }
+  }
+}
+
+TEST_F(token_bucket_table, lua_script) {
+  for (const auto& c : table()) {
+    for (std::size_t s = 0; s < c.steps.size(); ++s) {
+      std::string error;
+      auto got = run_lua(*server_, make_request(c, "lua", c.steps[s].cost),
+                         epoch_ms + c.steps[s].t_ms, &error);
+      ASSERT_TRUE(got) << c.name << " step " << s << ": " << error;
+      expect_step(c, s, "lua", *got);
+    }
+  }
+}
+
+TEST_F(token_bucket_table, redis_store) {
+  boost::asio::io_context ioc;
+  store::redis_settings settings;
+  settings.port = server_->port();
+  settings.command_timeout = std::chrono::milliseconds(1000);
+  store::redis_store rs(ioc.get_executor(), settings);
+  rs.start();
+  ASSERT_TRUE(run(ioc, wait_connected(rs)));
+  for (const auto& c : table()) {
+    for (std::size_t s = 0; s < c.steps.size(); ++s) {
+      check_request req = make_request(c, "rs", c.steps[s].cost);
+      req.now_ms_override = epoch_ms + c.steps[s].t_ms;
+      auto got = run(ioc, rs.check(req));
+      ASSERT_TRUE(got.has_value()) << c.name << " step " << s << ": " << got.error().message();
+      expect_step(c, s, "redis_store", *got);
+    }
+  }
+  rs.stop();
+}
+
+// The memory store and the script agree on the stored state itself, not only on the outcome.
+TEST_F(token_bucket_table, stored_state_matches) {
+  for (const auto& c : table()) {
+    std::int64_t now = 0;
+    store::memory_store mem([&now] { return now; });
+    for (std::size_t s = 0; s < c.steps.size(); ++s) {
+      now = epoch_ms + c.steps[s].t_ms;
+      const auto req_m = make_request(c, "same", c.steps[s].cost);
+      mem.decide(req_m);
+      std::string error;
+      ASSERT_TRUE(run_lua(*server_, make_request(c, "same", c.steps[s].cost), now, &error))
+          << error;
+      for (const auto& l : req_m.limits) {
+        auto m = mem.peek(l.key);
+        auto r = server_->command({"GET", l.key});
+        if (!m) {
+          EXPECT_EQ(r.type, redis_reply::kind::nil) << c.name << " " << l.key;
+        } else {
+          EXPECT_EQ(r.str, std::to_string(m->first) + " " + std::to_string(m->second))
+              << c.name << " step " << s;
+        }
+      }
+    }
+  }
+}
+
+// ---- redis-only checks of the stored state and its expiry -------------------------------------
+
+struct lua_runner {
+  test::redis_server& server;
+  table_case c;
+  std::string prefix;
+
+  check_outcome at(std::int64_t t_ms, std::int64_t cost = 1) {
+    std::string error;
+    auto got = run_lua(server, make_request(c, prefix, cost), epoch_ms + t_ms, &error);
+    EXPECT_TRUE(got) << error;
+    return got.value_or(check_outcome{});
+  }
+  std::string key(std::size_t i = 0) const {
+    return "{" + prefix + ":" + c.name + "}:" + c.limits[i].name;
+  }
+};
+
+const table_case& find_case(const std::string& name) {
+  for (const auto& c : table()) {
+    if (c.name == name) return c;
+  }
+  throw std::runtime_error("no case " + name);
+}
+
+TEST_F(token_bucket_table, c03_stored_state_keeps_fractions) {
+  lua_runner r{*server_, find_case("c03_b"), "state"};
+  for (std::int64_t t : {0, 400, 800, 1'200, 1'600}) r.at(t);
+  // 0.4 tokens (400 units of 1000 per token) at t = 1.6 — never 0 tokens at t = 1.6.
+  EXPECT_EQ(server_->command({"GET", r.key()}).str, std::to_string(400) + " " +
+                                                        std::to_string(epoch_ms + 1'600));
+  auto pttl = server_->command({"PTTL", r.key()});
+  EXPECT_GT(pttl.integer, 500);
+  EXPECT_LE(pttl.integer, 600);
+}
+
+TEST_F(token_bucket_table, c04_balance_and_pttl) {
+  lua_runner r{*server_, find_case("c04"), "state"};
+  r.at(0, 4);
+  r.at(100, 4);
+  r.at(200, 4);
+  r.at(300, 1);
+  // 1.3 tokens, never negative; PTTL = the time to full, 8.7 s.
+  EXPECT_EQ(server_->command({"GET", r.key()}).str, "1300 " + std::to_string(epoch_ms + 300));
+  auto pttl = server_->command({"PTTL", r.key()});
+  EXPECT_GT(pttl.integer, 8'600);
+  EXPECT_LE(pttl.integer, 8'700);
+}
+
+TEST_F(token_bucket_table, c06_pttl_long_period_and_high_rate) {
+  lua_runner a{*server_, find_case("c06_a"), "state"};
+  a.at(0);
+  auto pttl_a = server_->command({"PTTL", a.key()});
+  EXPECT_GE(pttl_a.integer, 2'591'999'000);
+  EXPECT_LE(pttl_a.integer, 2'592'000'000);
+
+  lua_runner b{*server_, find_case("c06_b"), "state"};
+  b.at(0);
+  auto pttl_b = server_->command({"PTTL", b.key()});
+  // 1 ms: the key is gone already (-2) or expires within 1 ms.
+  EXPECT_TRUE(pttl_b.integer == -2 || (pttl_b.integer >= 0 && pttl_b.integer <= 1))
+      << pttl_b.integer;
+
+  lua_runner d{*server_, find_case("c06_d"), "state"};
+  d.at(0);
+  EXPECT_LE(server_->command({"PTTL", d.key()}).integer, 10'000);
+  d.at(5'500);
+  auto pttl_d = server_->command({"PTTL", d.key()});
+  EXPECT_GE(pttl_d.integer, 14'400);
+  EXPECT_LE(pttl_d.integer, 14'500);
+  d.at(10'500);
+  d.at(10'500);
+  EXPECT_EQ(server_->command({"GET", d.key()}).str, "500 " + std::to_string(epoch_ms + 10'500));
+}
+
+TEST_F(token_bucket_table, c07_persisted_key_is_repaired_by_a_refusal) {
+  lua_runner r{*server_, find_case("c07"), "state"};
+  EXPECT_EQ(r.at(0).limits[0].remaining, 1);
+  EXPECT_EQ(r.at(50).limits[0].remaining, 0);
+  ASSERT_EQ(server_->command({"PERSIST", r.key()}).integer, 1);
+  ASSERT_EQ(server_->command({"PTTL", r.key()}).integer, -1);
+  auto refused = r.at(100);
+  EXPECT_FALSE(refused.allowed);
+  EXPECT_EQ(refused.limits[0].retry_after_ms, 9'900);
+  auto pttl = server_->command({"PTTL", r.key()});
+  EXPECT_GT(pttl.integer, 0);
+  EXPECT_LE(pttl.integer, 19'900);
+  EXPECT_EQ(r.at(20'500).limits[0].remaining, 1);
+  EXPECT_EQ(r.at(20'500).limits[0].remaining, 0);
+}
+
+TEST_F(token_bucket_table, full_bucket_key_is_deleted) {
+  lua_runner r{*server_, find_case("multi_refusal_debits_nothing"), "del"};
+  for (std::int64_t t : {0, 10, 20, 30, 1'000}) r.at(t);
+  EXPECT_EQ(server_->command({"EXISTS", r.key(0)}).integer, 1);
+  // t = 1.1 s: `per_second` has refilled to full, `slow` refuses, so nothing is debited and
+  // the full bucket's key is deleted (full == missing), while `slow` keeps its state.
+  auto out = r.at(1'100);
+  EXPECT_FALSE(out.allowed);
+  EXPECT_EQ(out.limits[0].remaining, 10);
+  EXPECT_EQ(out.limits[0].reset_ms, 0);
+  EXPECT_EQ(out.limits[0].next_ms, 0);
+  EXPECT_EQ(server_->command({"EXISTS", r.key(0)}).integer, 0);
+  EXPECT_EQ(server_->command({"GET", r.key(1)}).str, "100 " + std::to_string(epoch_ms + 1'100));
+}
+
+TEST_F(token_bucket_table, script_rejects_bad_arguments) {
+  auto r = server_->command({"EVAL", std::string(lua::token_bucket()), "1", "k", "-1", "2"});
+  EXPECT_EQ(r.type, redis_reply::kind::error);
+}
+
+TEST_F(token_bucket_table, script_uses_redis_time_without_override) {
+  check_request req = make_request(find_case("c02"), "time", 1);
+  std::vector<std::string> argv = {"EVAL", std::string(lua::token_bucket()), "1",
+                                   req.limits[0].key, "-1", "1", "1", "10000", "2", "1", "0"};
+  auto r = server_->command(argv);
+  ASSERT_EQ(r.type, redis_reply::kind::array);
+  const auto host_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+  EXPECT_NEAR(static_cast<double>(r.elements[1].integer), static_cast<double>(host_ms), 2'000.0);
+  EXPECT_EQ(r.elements[3].integer, 1);  // remaining
+}
+
+}  // namespace
+}  // namespace sluice
