@@ -1,0 +1,432 @@
+// The listener and client sessions of one worker.
+//
+// One coroutine per connection owns the connection's state (stream, read buffer); requests on
+// a connection are read, handled and answered strictly one after the other, so pipelined
+// requests are decided and answered in arrival order (RFC 9112 §9.3.2) — the read buffer keeps
+// the bytes of the next request while the current one is handled.
+//
+// Reading a request is split in two: the head first, checked here for what Beast lets through
+// (request smuggling defences, Host), then the body. Between the two, `Expect: 100-continue`
+// is answered with `100 Continue` at once (RFC 9110 §10.1.1): the simplest correct behaviour
+// for a proxy that buffers bodies. It means a client may send a body for a request that is
+// then rejected (429); the body is at most `body_limit` bytes and a head over the limit is
+// refused before the 100 is sent.
+//
+// What Beast 1.81's parser does on its own (basic_parser.ipp), and what this file adds:
+// - `Content-Length` after `Transfer-Encoding: chunked` -> bad_content_length; any
+//   `Transfer-Encoding` after `Content-Length` -> bad_transfer_encoding. But
+//   `Transfer-Encoding: gzip` (chunked not final) followed by `Content-Length` is accepted, and a
+//   request whose final coding is not chunked is read as having no body. Both are smuggling
+//   vectors (RFC 9112 §6.3), so any request with both fields, or with a final coding other than
+//   chunked, gets 400 here; a coding we would have to forward undecoded (`gzip, chunked`) gets
+//   501 (RFC 9112 §6.1).
+// - A bare LF or any other control byte in a field value -> bad_value; a CR not followed by LF
+//   -> bad_line_ending; obs-fold is replaced by a space (allowed by RFC 9112 §5.2).
+// - Host is not checked at all: a missing (HTTP/1.1), repeated or malformed Host is a 400 here
+//   (RFC 9112 §3.2).
+// - header_limit / body_limit errors, including a declared Content-Length over the body limit,
+//   which Beast reports while reading the head (so 413 is sent before any body byte is read).
+//
+// After a 400, 413, 431 or 501 the connection is closed: the request's framing can no longer be
+// trusted. Closing is "lingering" (as nginx's lingering_close): shut down our sending side, then
+// read and discard for a short while, so that the client receives the error response instead of
+// a reset caused by its own unread bytes.
+
+#include "sluice/http/server.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/rfc7230.hpp>
+#include <boost/beast/http/write.hpp>
+#include <spdlog/spdlog.h>
+
+#include <sys/socket.h>
+
+#include <array>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace sluice::http {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = asio::ip::tcp;
+using error_code = boost::system::error_code;
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+/// How long a closing connection keeps draining the client's unread bytes, and how many.
+constexpr std::chrono::milliseconds linger_time{1000};
+constexpr std::size_t linger_bytes = 64 * 1024;
+
+/// The status answering a failed read, or nullopt when the connection just ends (closed by the
+/// client, timed out, reset) and nothing is sent.
+std::optional<bhttp::status> status_for_read_error(const error_code& ec) {
+  if (ec == bhttp::error::header_limit) return bhttp::status::request_header_fields_too_large;
+  if (ec == bhttp::error::body_limit) return bhttp::status::payload_too_large;
+  if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message) {
+    return std::nullopt;
+  }
+  if (ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category()) {
+    return bhttp::status::bad_request;  // every other parse error of Beast's http category
+  }
+  return std::nullopt;  // timeout, reset, aborted: the peer is gone or silent
+}
+
+bool is_reg_name_char(unsigned char c) {
+  // unreserved / pct-encoded ('%') / sub-delims (RFC 3986 §3.2.2)
+  if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) return true;
+  return std::string_view("-._~%!$&'()*+,;=").find(static_cast<char>(c)) !=
+         std::string_view::npos;
+}
+
+bool is_port(std::string_view p) {
+  if (p.size() > 5) return false;
+  for (const char c : p) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+/// `Host = uri-host [ ":" port ]` (RFC 9112 §3.2, RFC 3986 §3.2.2). An empty value is valid
+/// (a target URI without authority).
+bool valid_host(std::string_view h) {
+  if (h.empty()) return true;
+  if (h.front() == '[') {
+    const auto close = h.find(']');
+    if (close == std::string_view::npos || close < 2) return false;
+    for (const char c : h.substr(1, close - 1)) {
+      const bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
+                      c == ':' || c == '.';
+      if (!ok) return false;
+    }
+    const std::string_view rest = h.substr(close + 1);
+    if (rest.empty()) return true;
+    return rest.front() == ':' && is_port(rest.substr(1));
+  }
+  std::string_view host = h;
+  if (const auto colon = h.rfind(':'); colon != std::string_view::npos) {
+    if (!is_port(h.substr(colon + 1))) return false;
+    host = h.substr(0, colon);
+  }
+  if (host.empty()) return false;
+  for (const char c : host) {
+    if (!is_reg_name_char(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+/// Checks a parsed request head for what Beast accepts but sluice must not: the status to
+/// answer, or nullopt when the head is acceptable.
+std::optional<bhttp::status> check_head(const bhttp::request_parser<bhttp::string_body>& parser) {
+  const auto& req = parser.get();
+  const bool has_te = req.count(bhttp::field::transfer_encoding) > 0;
+  if (has_te) {
+    if (req.count(bhttp::field::content_length) > 0) return bhttp::status::bad_request;
+    if (req.version() < 11) return bhttp::status::bad_request;  // RFC 9112 §6.1
+    if (!parser.chunked()) return bhttp::status::bad_request;   // RFC 9112 §6.3 rule 4
+    std::size_t codings = 0;
+    for (const auto& line : req) {
+      if (line.name() != bhttp::field::transfer_encoding) continue;
+      for (const auto coding : bhttp::token_list{line.value()}) {
+        (void)coding;
+        ++codings;
+      }
+    }
+    if (codings != 1) return bhttp::status::not_implemented;  // e.g. `gzip, chunked`
+  }
+
+  const auto hosts = req.count(bhttp::field::host);
+  if (hosts > 1 || (hosts == 0 && req.version() >= 11)) return bhttp::status::bad_request;
+  if (hosts == 1 && !valid_host(req[bhttp::field::host])) return bhttp::status::bad_request;
+  return std::nullopt;
+}
+
+bool has_token(const bhttp::fields& fields, bhttp::field f, std::string_view token) {
+  for (const auto& line : fields) {
+    if (line.name() != f) continue;
+    for (const auto t : bhttp::token_list{line.value()}) {
+      if (beast::iequals(t, token)) return true;
+    }
+  }
+  return false;
+}
+
+/// Sets the framing of a response for the client hop: RFC 9110 §6.4.1 (no content for 1xx,
+/// 204, 304, and for a response to HEAD), RFC 9110 §8.6 (no Content-Length on 1xx/204; a 304 or
+/// a HEAD response may carry the length the content would have). Otherwise Content-Length is
+/// the body size; Transfer-Encoding never reaches the client (string bodies have a length).
+/// Returns true when the response is sent without a body.
+bool frame_response(response& res, bool head_request) {
+  res.erase(bhttp::field::transfer_encoding);
+  const unsigned code = res.result_int();
+  if (code / 100 == 1 || code == 204) {
+    res.erase(bhttp::field::content_length);
+    res.body().clear();
+    return true;
+  }
+  if (code == 304 || head_request) {
+    if (!res.body().empty()) res.content_length(res.body().size());
+    res.body().clear();
+    return true;
+  }
+  res.content_length(res.body().size());
+  return false;
+}
+
+response error_response(bhttp::status status) {
+  response res{status, 11};
+  res.set(bhttp::field::server, "sluice");
+  res.set(bhttp::field::content_type, "application/problem+json");
+  res.body() = "{\"type\":\"about:blank\",\"title\":\"" + std::string(bhttp::obsolete_reason(status)) +
+               "\",\"status\":" + std::to_string(static_cast<unsigned>(status)) + "}";
+  res.content_length(res.body().size());
+  res.keep_alive(false);
+  return res;
+}
+
+}  // namespace
+
+namespace {
+
+/// The state of a listener and its sessions, shared by the accept loop and every session
+/// coroutine (they hold it by shared_ptr, so it outlives the server object if it must).
+struct listener_state {
+  listener_state(asio::io_context& io, std::shared_ptr<request_handler> h, session_limits l,
+                 unsigned w)
+      : ioc(io), acceptor(io), handler(std::move(h)), limits(l), worker(w) {}
+
+  asio::io_context& ioc;
+  tcp::acceptor acceptor;
+  std::shared_ptr<request_handler> handler;
+  session_limits limits;
+  unsigned worker;
+  tcp::endpoint local;
+  bool started = false;
+  bool stopping = false;  // touched on the io_context's thread only
+  std::uint64_t next_session = 0;
+  /// Open sessions, tracked weakly: the session coroutine owns its stream.
+  std::unordered_map<std::uint64_t, std::weak_ptr<beast::tcp_stream>> sessions;
+
+  void close_all() {
+    stopping = true;
+    error_code ec;
+    acceptor.close(ec);
+    for (auto& [id, weak] : sessions) {
+      if (auto s = weak.lock()) s->close();
+    }
+  }
+};
+
+using impl_ptr = std::shared_ptr<listener_state>;
+
+/// Shuts down our side, drains what the client still sends for a moment, then closes.
+asio::awaitable<void> lingering_close(std::shared_ptr<beast::tcp_stream> stream) {
+  error_code ec;
+  stream->socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) {
+    stream->close();
+    co_return;
+  }
+  std::array<char, 4096> scratch{};
+  std::size_t drained = 0;
+  stream->expires_after(linger_time);
+  while (drained < linger_bytes) {
+    auto [rec, n] = co_await stream->async_read_some(asio::buffer(scratch), use_tuple);
+    if (rec) break;
+    drained += n;
+  }
+  stream->close();
+}
+
+asio::awaitable<void> write_error(std::shared_ptr<beast::tcp_stream> stream,
+                                  std::chrono::milliseconds timeout, bhttp::status status) {
+  response res = error_response(status);
+  stream->expires_after(timeout);
+  auto [ec, n] = co_await bhttp::async_write(*stream, res, use_tuple);
+  (void)n;
+  if (!ec) co_await lingering_close(stream);
+}
+
+/// Serves one client connection until it closes, fails, or the server stops.
+asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<beast::tcp_stream> stream,
+                            request_context ctx) {
+  const session_limits limits = self->limits;
+  beast::flat_buffer buffer;
+  for (;;) {
+    bhttp::request_parser<bhttp::string_body> parser;
+    parser.header_limit(limits.header_limit);
+    parser.body_limit(limits.body_limit);
+
+    stream->expires_after(limits.read_timeout);
+    auto [hec, hn] = co_await bhttp::async_read_header(*stream, buffer, parser, use_tuple);
+    (void)hn;
+    if (hec) {
+      if (auto status = status_for_read_error(hec)) {
+        co_await write_error(stream, limits.write_timeout, *status);
+      }
+      co_return;
+    }
+    if (auto status = check_head(parser)) {
+      co_await write_error(stream, limits.write_timeout, *status);
+      co_return;
+    }
+
+    if (!parser.is_done()) {
+      const auto& head = parser.get();
+      if (head.version() >= 11 && beast::iequals(head[bhttp::field::expect], "100-continue")) {
+        bhttp::response<bhttp::empty_body> interim{bhttp::status::continue_, 11};
+        stream->expires_after(limits.write_timeout);
+        auto [wec, wn] = co_await bhttp::async_write(*stream, interim, use_tuple);
+        (void)wn;
+        if (wec) co_return;
+      }
+      stream->expires_after(limits.read_timeout);
+      auto [bec, bn] = co_await bhttp::async_read(*stream, buffer, parser, use_tuple);
+      (void)bn;
+      if (bec) {
+        if (auto status = status_for_read_error(bec)) {
+          co_await write_error(stream, limits.write_timeout, *status);
+        }
+        co_return;
+      }
+    }
+
+    request req = parser.release();
+    const bool client_keep_alive = req.keep_alive();  // RFC 9112 §9.3 (1.0 needs keep-alive)
+    const bool head_request = req.method() == bhttp::verb::head;
+    const unsigned version = req.version() == 10 ? 10 : 11;
+
+    response res;
+    bool handler_failed = false;
+    try {
+      res = co_await self->handler->handle(std::move(req), ctx);
+    } catch (const std::exception& e) {
+      spdlog::error("request handler threw: {}", e.what());
+      handler_failed = true;
+    }
+    if (handler_failed) {
+      co_await write_error(stream, limits.write_timeout, bhttp::status::internal_server_error);
+      co_return;
+    }
+
+    // A handler asks to close the client connection with `Connection: close`.
+    const bool keep = client_keep_alive && !self->stopping &&
+                      !has_token(res.base(), bhttp::field::connection, "close");
+    res.version(version);
+    frame_response(res, head_request);
+    res.keep_alive(keep);
+
+    stream->expires_after(limits.write_timeout);
+    auto [wec, wn] = co_await bhttp::async_write(*stream, res, use_tuple);
+    (void)wn;
+    if (wec) co_return;
+    if (!keep) {
+      co_await lingering_close(stream);
+      co_return;
+    }
+  }
+}
+
+/// Owns one connection: registers it with the server (so stop() can close it), serves it,
+/// unregisters it.
+asio::awaitable<void> run_session(impl_ptr self, tcp::socket socket, std::uint64_t id) {
+  auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
+  self->sessions.emplace(id, stream);
+  struct unregister {
+    impl_ptr& self;
+    std::uint64_t id;
+    ~unregister() { self->sessions.erase(id); }
+  } guard{self, id};
+
+  request_context ctx;
+  error_code ec;
+  ctx.peer = stream->socket().remote_endpoint(ec);
+  ctx.local = stream->socket().local_endpoint(ec);
+  ctx.worker = self->worker;
+  co_await serve(self, stream, ctx);
+}
+
+void log_exception(std::exception_ptr e) {
+  if (!e) return;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    spdlog::error("http session ended by an exception: {}", x.what());
+  } catch (...) {
+    spdlog::error("http session ended by an unknown exception");
+  }
+}
+
+asio::awaitable<void> accept_loop(impl_ptr self) {
+  for (;;) {
+    auto [ec, socket] = co_await self->acceptor.async_accept(use_tuple);
+    if (self->stopping || !self->acceptor.is_open()) co_return;
+    if (ec) {
+      // EMFILE, ENOBUFS...: back off a little instead of spinning.
+      spdlog::warn("accept failed: {}", ec.message());
+      asio::steady_timer pause(self->ioc);
+      pause.expires_after(std::chrono::milliseconds(50));
+      co_await pause.async_wait(use_tuple);
+      continue;
+    }
+    error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    const auto id = ++self->next_session;
+    asio::co_spawn(self->ioc, run_session(self, std::move(socket), id), log_exception);
+  }
+}
+
+}  // namespace
+
+struct server::impl : listener_state {
+  using listener_state::listener_state;
+};
+
+server::server(asio::io_context& ioc, tcp::endpoint endpoint,
+               std::shared_ptr<request_handler> handler, session_limits limits, unsigned worker)
+    : impl_(std::make_shared<impl>(ioc, std::move(handler), limits, worker)) {
+  auto& acc = impl_->acceptor;
+  acc.open(endpoint.protocol());
+  acc.set_option(tcp::acceptor::reuse_address(true));
+  // Several workers (one io_context each) bind the same port; the kernel spreads connections.
+  const int one = 1;
+  if (::setsockopt(acc.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+    throw boost::system::system_error(error_code(errno, boost::system::system_category()),
+                                      "setsockopt(SO_REUSEPORT)");
+  }
+  acc.bind(endpoint);
+  acc.listen(asio::socket_base::max_listen_connections);
+  impl_->local = acc.local_endpoint();
+}
+
+server::~server() { stop(); }
+
+tcp::endpoint server::local_endpoint() const { return impl_->local; }
+
+void server::start() {
+  if (impl_->started) return;
+  impl_->started = true;
+  asio::co_spawn(impl_->ioc, accept_loop(impl_), log_exception);
+}
+
+void server::stop() {
+  // Runs at once on the worker's thread, else is posted to it (sessions are touched there only).
+  asio::dispatch(impl_->ioc, [self = impl_] { self->close_all(); });
+}
+
+}  // namespace sluice::http
