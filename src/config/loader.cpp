@@ -1,1 +1,1176 @@
-// placeholder; replaced by the room's implementation
+// Loading a rules file: yaml-cpp builds the node tree, then one pass turns it into the rules
+// model while collecting every diagnostic (DESIGN.md, "The rules file").
+//
+// Why a hand-written schema walk rather than YAML::convert<>: the operator needs every mistake
+// at once, each with a line and a dotted path, and yaml-cpp's conversions throw at the first
+// one without a path. Why the cross-checks run after the walk: a route may name an upstream or
+// a plan declared further down, and a limit name may be reused anywhere in the file.
+//
+// Numbers end up in Lua scripts whose numbers are doubles (STYLE.md: integers cross that
+// boundary), so every count, burst and cost is checked against 2^53 here, once, and the data
+// path never has to interpret a zero, a negative or an inexact value (cases c05, c06).
+
+#include "sluice/config/loader.hpp"
+
+#include "config/text.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <map>
+#include <numeric>
+#include <set>
+#include <utility>
+
+namespace sluice::config {
+
+std::string diagnostic::to_string() const {
+  std::string out = file;
+  if (line > 0) out += ":" + std::to_string(line);
+  out += ": ";
+  if (!path.empty()) out += path + ": ";
+  out += message;
+  return out;
+}
+
+namespace {
+
+constexpr std::string_view two_53 = "2^53 = 9007199254740992";
+constexpr std::chrono::milliseconds max_period{std::chrono::hours{24 * 365}};
+
+std::string join(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+
+std::string at(const std::string& path, std::size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+/// 1-based line of `n`, or `fallback` when yaml-cpp has no position for it.
+int line_of(const YAML::Node& n, int fallback) {
+  const YAML::Mark m = n.Mark();
+  return m.is_null() ? fallback : m.line + 1;
+}
+
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Scalar: return "'" + n.Scalar() + "'";
+    default: return "nothing";
+  }
+}
+
+std::string list_of(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+std::string format_ms(std::chrono::milliseconds d) {
+  const auto ms = d.count();
+  if (ms % 86'400'000 == 0) return std::to_string(ms / 86'400'000) + "d";
+  if (ms % 3'600'000 == 0) return std::to_string(ms / 3'600'000) + "h";
+  if (ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+bool valid_limit_name(std::string_view s) {
+  return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+bool is_window(algorithm a) {
+  return a == algorithm::fixed_window || a == algorithm::sliding_window ||
+         a == algorithm::sliding_log;
+}
+
+const char* algorithm_name(algorithm a) {
+  switch (a) {
+    case algorithm::token_bucket: return "token_bucket";
+    case algorithm::fixed_window: return "fixed_window";
+    case algorithm::sliding_window: return "sliding_window";
+    case algorithm::sliding_log: return "sliding_log";
+    case algorithm::gcra: return "gcra";
+  }
+  return "?";
+}
+
+bool same_params(const limit_params& a, const limit_params& b) {
+  return a.rate.count == b.rate.count && a.rate.period == b.rate.period && a.burst == b.burst;
+}
+
+/// One `key: value` of a mapping, with the lines diagnostics point at.
+struct entry {
+  std::string key;
+  int key_line = 0;
+  YAML::Node value;
+  int line = 0;  ///< of the value (of the key when the value is empty)
+};
+
+struct map_view {
+  std::vector<entry> entries;  ///< first occurrence of each key, in file order
+  const entry* find(std::string_view key) const {
+    for (const auto& e : entries)
+      if (e.key == key) return &e;
+    return nullptr;
+  }
+};
+
+/// Rate and burst of a limit (or of one plan override) and where they were written.
+struct param_src {
+  limit_params value;
+  std::string rate_text;    ///< as written (or inherited), for messages
+  std::string rate_path;
+  int rate_line = 0;
+  std::string burst_path;   ///< the burst field, or the limit/override when burst is defaulted
+  int burst_line = 0;
+  bool usable = false;      ///< rate and burst parsed (the count may be 0, reported already)
+};
+
+struct limit_src {
+  limit value;
+  std::string path;
+  std::string name_path;
+  int name_line = 0;
+  bool usable = true;       ///< parsed well enough for the cross-checks
+  bool duplicate = false;   ///< repeated in its own list (reported once, not compared again)
+  std::optional<param_src> defaults;
+  std::vector<std::pair<std::string, param_src>> overrides;
+  struct plan_ref {
+    std::string plan, path;
+    int line;
+  };
+  std::vector<plan_ref> plan_refs;
+};
+
+struct route_src {
+  route value;
+  std::string path;
+  std::string name_path;
+  int name_line = 0;
+  bool cost_ok = true;
+  std::string upstream_path;
+  int upstream_line = 0;
+  std::vector<limit_src> limits;
+};
+
+struct plan_src {
+  std::string name;
+  std::string path;
+  std::vector<limit_src> limits;
+};
+
+class loader {
+ public:
+  explicit loader(std::string file) : file_(std::move(file)) {}
+
+  load_result run(const YAML::Node& root);
+
+  void error(int line, std::string path, std::string message) {
+    diags_.push_back({file_, line, std::move(path), std::move(message)});
+  }
+
+  load_result fail() {
+    std::stable_sort(diags_.begin(), diags_.end(),
+                     [](const diagnostic& a, const diagnostic& b) { return a.line < b.line; });
+    return {nullptr, std::move(diags_)};
+  }
+
+ private:
+  // --- node shapes -----------------------------------------------------------------------
+
+  /// The entries of mapping `n`; reports duplicate keys and, when `allowed` is given, keys
+  /// outside it (with a "did you mean"). nullopt when `n` is not a mapping.
+  std::optional<map_view> mapping(const YAML::Node& n, const std::string& path, int line,
+                                  const std::vector<std::string>* allowed) {
+    if (!n.IsMap()) {
+      error(line, path, "expected a mapping, got " + describe(n));
+      return std::nullopt;
+    }
+    map_view out;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const YAML::Node key = it->first;
+      const int key_line = line_of(key, line);
+      if (!key.IsScalar()) {
+        error(key_line, path, "expected a string key, got " + describe(key));
+        continue;
+      }
+      entry e{key.Scalar(), key_line, it->second, 0};
+      e.line = e.value.IsNull() ? key_line : line_of(e.value, key_line);
+      const std::string key_path = join(path, e.key);
+      // yaml-cpp keeps both pairs of a repeated key and `node[key]` returns the first:
+      // a silent override that an operator would never notice, so it is an error.
+      if (const entry* first = out.find(e.key)) {
+        error(key_line, key_path,
+              "duplicate key '" + e.key + "' (first at line " + std::to_string(first->key_line) +
+                  ")");
+        continue;
+      }
+      if (allowed && std::find(allowed->begin(), allowed->end(), e.key) == allowed->end()) {
+        if (auto s = text::suggest(e.key, *allowed))
+          error(key_line, key_path, "unknown key '" + e.key + "'; did you mean '" + *s + "'?");
+        else
+          error(key_line, key_path,
+                "unknown key '" + e.key + "'; expected one of " + list_of(*allowed));
+        continue;
+      }
+      out.entries.push_back(std::move(e));
+    }
+    return out;
+  }
+
+  std::optional<map_view> fields(const YAML::Node& n, const std::string& path, int line,
+                                 const std::vector<std::string>& allowed) {
+    return mapping(n, path, line, &allowed);
+  }
+
+  bool sequence(const YAML::Node& n, const std::string& path, int line) {
+    if (n.IsSequence()) return true;
+    error(line, path, "expected a list, got " + describe(n));
+    return false;
+  }
+
+  // --- scalars ---------------------------------------------------------------------------
+
+  std::optional<std::string> string(const YAML::Node& n, const std::string& path, int line) {
+    if (n.IsScalar()) return n.Scalar();
+    error(line, path, "expected a string, got " + describe(n));
+    return std::nullopt;
+  }
+
+  std::optional<std::string> non_empty(const entry& e, const std::string& path) {
+    auto s = string(e.value, path, e.line);
+    if (s && s->empty()) {
+      error(e.line, path, "must not be empty");
+      return std::nullopt;
+    }
+    return s;
+  }
+
+  /// A whole number in [min, max]; `max == max_exact_integer` explains the 2^53 bound.
+  std::optional<std::int64_t> integer(const entry& e, const std::string& path,
+                                      std::string_view field, std::int64_t min,
+                                      std::int64_t max) {
+    if (!e.value.IsScalar()) {
+      error(e.line, path, "expected an integer, got " + describe(e.value));
+      return std::nullopt;
+    }
+    const std::string& s = e.value.Scalar();
+    const auto r = text::parse_int(s);
+    const std::string f(field);
+    if (r.error == text::int_error::too_large ||
+        (r.error == text::int_error::none && r.value > max)) {
+      if (max == max_exact_integer)
+        error(e.line, path,
+              f + " " + s + " is above " + std::string(two_53) +
+                  ", the largest integer the store arithmetic represents exactly");
+      else
+        error(e.line, path, f + " must be at most " + std::to_string(max) + ", got " + s);
+      return std::nullopt;
+    }
+    if (r.error == text::int_error::not_a_number) {
+      if (text::looks_fractional(s))
+        error(e.line, path, f + " must be a whole number, got " + s);
+      else
+        error(e.line, path, "expected an integer, got '" + s + "'");
+      return std::nullopt;
+    }
+    if (r.value < min) {
+      if (min == 0)
+        error(e.line, path, f + " must not be negative, got " + s);
+      else
+        error(e.line, path, f + " must be at least " + std::to_string(min) + ", got " + s);
+      return std::nullopt;
+    }
+    return r.value;
+  }
+
+  /// A duration of at least 1 ms and at most `max`.
+  std::optional<std::chrono::milliseconds> duration(const entry& e, const std::string& path,
+                                                    std::string_view field,
+                                                    std::chrono::milliseconds max) {
+    auto s = string(e.value, path, e.line);
+    if (!s) return std::nullopt;
+    const auto r = text::parse_duration(*s);
+    switch (r.error) {
+      case text::duration_error::malformed:
+        error(e.line, path,
+              "invalid duration '" + *s +
+                  "': expected a whole number and a unit (ms, s, m, h, d), such as 250ms or 5s");
+        return std::nullopt;
+      case text::duration_error::zero:
+        error(e.line, path, std::string(field) + " " + *s + " is shorter than 1ms");
+        return std::nullopt;
+      case text::duration_error::too_large:
+        break;
+      case text::duration_error::none:
+        if (r.value <= max) return r.value;
+        break;
+    }
+    error(e.line, path,
+          std::string(field) + " " + *s + " is longer than the maximum of " + format_ms(max));
+    return std::nullopt;
+  }
+
+  /// One of `table`'s names; `what` names the kind of value in the message.
+  template <class E>
+  std::optional<E> choice(const YAML::Node& n, const std::string& path, int line,
+                          std::string_view what,
+                          std::initializer_list<std::pair<const char*, E>> table) {
+    auto s = string(n, path, line);
+    if (!s) return std::nullopt;
+    std::vector<std::string> names;
+    for (const auto& [name, value] : table) {
+      if (*s == name) return value;
+      names.emplace_back(name);
+    }
+    if (auto sug = text::suggest(*s, names))
+      error(line, path,
+            "unknown " + std::string(what) + " '" + *s + "'; did you mean '" + *sug + "'?");
+    else
+      error(line, path,
+            "unknown " + std::string(what) + " '" + *s + "'; expected one of " + list_of(names));
+    return std::nullopt;
+  }
+
+  std::optional<text::address> address(const entry& e, const std::string& path, bool allow_zero) {
+    if (e.value.IsSequence()) {
+      error(e.line, path,
+            "expected host:port, got a list (quote an IPv6 address: \"[::1]:8080\")");
+      return std::nullopt;
+    }
+    auto s = string(e.value, path, e.line);
+    if (!s) return std::nullopt;
+    std::string why;
+    auto a = text::parse_address(*s, allow_zero, why);
+    if (!a)
+      error(e.line, path,
+            "invalid address '" + *s + "': " + why +
+                " (expected host:port, such as 0.0.0.0:8080 or [::1]:8080)");
+    return a;
+  }
+
+  std::optional<std::string> header_name(const entry& e, const std::string& path) {
+    auto s = string(e.value, path, e.line);
+    if (!s) return std::nullopt;
+    if (!text::is_token(*s)) {
+      error(e.line, path, "invalid header name '" + *s + "': a header name is an HTTP token");
+      return std::nullopt;
+    }
+    return s;
+  }
+
+  /// A rate; a count of 0 is reported here and still returned so that the cost checks run.
+  std::optional<rate> rate_value(const entry& e, const std::string& path, std::string& text_out) {
+    auto s = string(e.value, path, e.line);
+    if (!s) return std::nullopt;
+    text_out = *s;
+    const auto r = text::parse_rate(*s);
+    switch (r.error) {
+      case text::rate_error::none:
+        break;
+      case text::rate_error::malformed:
+        error(e.line, path, "invalid rate '" + *s + "': expected N/DURATION, such as 100/1m or 10/1s");
+        return std::nullopt;
+      case text::rate_error::negative:
+        error(e.line, path, "negative rate " + *s + ": the count must be at least 1");
+        return std::nullopt;
+      case text::rate_error::fractional:
+        error(e.line, path, "rate " + *s + ": the count must be a whole number");
+        return std::nullopt;
+      case text::rate_error::too_large:
+        error(e.line, path,
+              "rate " + *s + ": the count is above " + std::string(two_53) +
+                  ", the largest integer the store arithmetic represents exactly");
+        return std::nullopt;
+      case text::rate_error::bad_period:
+        error(e.line, path,
+              "invalid rate '" + *s + "': '" + r.period_text +
+                  "' is not a duration (a whole number and a unit ms, s, m, h or d)");
+        return std::nullopt;
+      case text::rate_error::zero_period:
+        error(e.line, path, "rate " + *s + ": the period is shorter than 1ms");
+        return std::nullopt;
+      case text::rate_error::long_period:
+        error(e.line, path, "rate " + *s + ": the period is longer than " + format_ms(max_period));
+        return std::nullopt;
+    }
+    if (r.value.period > max_period) {
+      error(e.line, path, "rate " + *s + ": the period is longer than " + format_ms(max_period));
+      return std::nullopt;
+    }
+    if (r.value.count == 0)
+      error(e.line, path, "rate " + *s + " never refills: the count must be at least 1");
+    return r.value;
+  }
+
+  // --- limits ----------------------------------------------------------------------------
+
+  /// The token bucket counts in units of 1/(period_ms / gcd(count, period_ms)) token so that a
+  /// refill of `count` tokens per `period` ms is an integer number of units per ms; its
+  /// capacity burst × units_per_token must stay an exact double (c06, part C).
+  void check_capacity(const param_src& p, algorithm algo) {
+    if (!p.usable || p.value.rate.count <= 0 || is_window(algo)) return;
+    const std::int64_t period = p.value.rate.period.count();
+    const std::int64_t g = std::gcd(p.value.rate.count, period);
+    const std::int64_t units = period / g;
+    if (p.value.burst > max_exact_integer / units) {
+      error(p.burst_line, p.burst_path,
+            "burst " + std::to_string(p.value.burst) + " with rate " + p.rate_text +
+                " cannot be counted exactly: one token is " + std::to_string(units) +
+                " units (period_ms / gcd(count, period_ms) = " + std::to_string(period) + " / " +
+                std::to_string(g) + "), and burst × " + std::to_string(units) + " is above " +
+                std::string(two_53));
+    }
+  }
+
+  /// Burst of a limit or override. Defaults to the count of its own rate.
+  param_src params(const entry* rate_e, const entry* burst_e, const param_src* inherit,
+                   const std::string& path, int line, algorithm algo) {
+    param_src p;
+    p.burst_path = path;
+    p.burst_line = line;
+    std::optional<rate> r;
+    if (rate_e) {
+      p.rate_path = join(path, "rate");
+      p.rate_line = rate_e->line;
+      r = rate_value(*rate_e, p.rate_path, p.rate_text);
+    } else if (inherit) {
+      p.rate_path = inherit->rate_path;
+      p.rate_line = inherit->rate_line;
+      p.rate_text = inherit->rate_text;
+      if (inherit->usable) r = inherit->value.rate;
+    }
+    std::optional<std::int64_t> burst;
+    if (burst_e) {
+      p.burst_path = join(path, "burst");
+      p.burst_line = burst_e->line;
+      if (is_window(algo)) {
+        error(burst_e->line, p.burst_path,
+              std::string("burst applies only to token_bucket and gcra; a ") +
+                  algorithm_name(algo) + " limit admits the count of its rate per window");
+      }
+      burst = integer(*burst_e, p.burst_path, "burst", 0, max_exact_integer);
+    } else if (rate_e) {
+      if (r) burst = r->count;
+    } else if (inherit && inherit->usable) {
+      burst = inherit->value.burst;
+    }
+    if (r && burst) {
+      p.value.rate = *r;
+      p.value.burst = *burst;
+      p.usable = true;
+    }
+    return p;
+  }
+
+  std::optional<limit_src> parse_limit(const YAML::Node& n, const std::string& path, int line) {
+    static const std::vector<std::string> keys{"name", "by", "algorithm", "rate",
+                                               "burst", "plans", "mode"};
+    auto m = fields(n, path, line, keys);
+    if (!m) return std::nullopt;
+    limit_src l;
+    l.path = path;
+    l.value.line = line;
+    l.name_path = path;
+    l.name_line = line;
+
+    if (const entry* e = m->find("name")) {
+      l.name_path = join(path, "name");
+      l.name_line = e->line;
+      auto s = string(e->value, l.name_path, e->line);
+      if (s && !valid_limit_name(*s)) {
+        error(e->line, l.name_path, "limit name '" + *s + "' must match [A-Za-z0-9_-]{1,64}");
+        s.reset();
+      }
+      if (s) l.value.name = *s;
+      else l.usable = false;
+    } else {
+      error(line, path, "missing required key 'name'");
+      l.usable = false;
+    }
+
+    if (const entry* e = m->find("by")) {
+      const std::string p = join(path, "by");
+      auto s = string(e->value, p, e->line);
+      if (s && s->starts_with("header:")) {
+        const std::string name = s->substr(7);
+        if (name.empty()) {
+          error(e->line, p, "'header:' needs a header name, such as header:X-Tenant");
+          l.usable = false;
+        } else if (!text::is_token(name)) {
+          error(e->line, p, "invalid header name '" + name + "': a header name is an HTTP token");
+          l.usable = false;
+        } else {
+          l.value.by = identity_kind::header;
+          l.value.header_name = name;
+        }
+      } else if (s) {
+        auto k = choice<identity_kind>(e->value, p, e->line, "identity",
+                                       {{"api_key", identity_kind::api_key},
+                                        {"user", identity_kind::user},
+                                        {"ip", identity_kind::ip},
+                                        {"global", identity_kind::global},
+                                        {"header:NAME", identity_kind::header}});
+        if (k) l.value.by = *k;  // "header:NAME" itself lands in the branch above
+        else l.usable = false;
+      } else {
+        l.usable = false;
+      }
+    }
+
+    if (const entry* e = m->find("algorithm")) {
+      const std::string p = join(path, "algorithm");
+      auto a = choice<algorithm>(e->value, p, e->line, "algorithm",
+                                 {{"token_bucket", algorithm::token_bucket},
+                                  {"fixed_window", algorithm::fixed_window},
+                                  {"sliding_window", algorithm::sliding_window},
+                                  {"sliding_log", algorithm::sliding_log},
+                                  {"gcra", algorithm::gcra}});
+      if (a) {
+        l.value.algorithm = *a;
+        if (*a != algorithm::token_bucket)
+          error(e->line, p, std::string("algorithm ") + algorithm_name(*a) + " is not supported yet");
+      } else {
+        l.usable = false;
+      }
+    }
+
+    if (const entry* e = m->find("mode")) {
+      auto mode = choice<limit_mode>(e->value, join(path, "mode"), e->line, "mode",
+                                     {{"enforce", limit_mode::enforce},
+                                      {"shadow", limit_mode::shadow}});
+      if (mode) l.value.mode = *mode;
+      else l.usable = false;
+    }
+
+    const entry* rate_e = m->find("rate");
+    const entry* burst_e = m->find("burst");
+    const entry* plans_e = m->find("plans");
+    if (rate_e) {
+      l.defaults = params(rate_e, burst_e, nullptr, path, line, l.value.algorithm);
+      check_capacity(*l.defaults, l.value.algorithm);
+      if (!l.defaults->usable) l.usable = false;
+    } else if (!plans_e || burst_e) {
+      error(line, path, "missing required key 'rate'");
+      l.usable = false;
+    }
+
+    if (plans_e) {
+      const std::string plans_path = join(path, "plans");
+      if (auto pm = mapping(plans_e->value, plans_path, plans_e->line, nullptr)) {
+        static const std::vector<std::string> override_keys{"rate", "burst"};
+        for (const entry& pe : pm->entries) {
+          const std::string opath = join(plans_path, pe.key);
+          l.plan_refs.push_back({pe.key, opath, pe.key_line});
+          auto om = fields(pe.value, opath, pe.line, override_keys);
+          if (!om) {
+            l.usable = false;
+            continue;
+          }
+          const entry* orate = om->find("rate");
+          if (!orate && !l.defaults) {
+            error(pe.line, opath, "missing required key 'rate' (the limit has no default rate)");
+            l.usable = false;
+            continue;
+          }
+          param_src p = params(orate, om->find("burst"), l.defaults ? &*l.defaults : nullptr,
+                               opath, pe.line, l.value.algorithm);
+          check_capacity(p, l.value.algorithm);
+          if (!p.usable) l.usable = false;
+          l.overrides.emplace_back(pe.key, std::move(p));
+        }
+      } else {
+        l.usable = false;
+      }
+    }
+
+    if (l.defaults) l.value.params = l.defaults->value;
+    l.value.has_default_params = l.defaults.has_value();
+    for (const auto& [plan, p] : l.overrides) l.value.plan_overrides[plan] = p.value;
+    return l;
+  }
+
+  std::vector<limit_src> parse_limits(const entry& e, const std::string& path) {
+    std::vector<limit_src> out;
+    if (!sequence(e.value, path, e.line)) return out;
+    std::size_t i = 0;
+    for (const auto& item : e.value) {
+      const std::string p = at(path, i++);
+      if (auto l = parse_limit(item, p, line_of(item, e.line))) out.push_back(std::move(*l));
+    }
+    // Within one list a repeated name would check the same bucket twice per request.
+    std::map<std::string, int> seen;
+    for (auto& l : out) {
+      if (l.value.name.empty()) continue;
+      auto [it, fresh] = seen.emplace(l.value.name, l.name_line);
+      if (!fresh) {
+        error(l.name_line, l.name_path,
+              "duplicate limit name '" + l.value.name + "' in this list (first at line " +
+                  std::to_string(it->second) + ")");
+        l.duplicate = true;
+      }
+    }
+    return out;
+  }
+
+  /// A static cost above a bucket's capacity would be refused forever with a Retry-After that
+  /// lies (DESIGN.md, "Semantics"; case c04): it is a config error. `where` names the route
+  /// for plan limits, whose paths do not.
+  void check_cost(const limit_src& l, std::int64_t cost, const std::string& where) {
+    auto check = [&](const param_src& p) {
+      if (!p.usable) return;
+      if (is_window(l.value.algorithm)) {
+        if (p.value.rate.count > 0 && cost > p.value.rate.count)
+          error(p.rate_line, p.rate_path,
+                "cost " + std::to_string(cost) + " can never be admitted by rate " + p.rate_text +
+                    where);
+      } else if (cost > p.value.burst) {
+        error(p.burst_line, p.burst_path,
+              "cost " + std::to_string(cost) + " can never be admitted by burst " +
+                  std::to_string(p.value.burst) + where);
+      }
+    };
+    if (l.defaults) check(*l.defaults);
+    for (const auto& [plan, p] : l.overrides) check(p);
+  }
+
+  /// The first field in which two definitions of one limit name differ, if any.
+  static std::optional<std::string> difference(const limit& a, const limit& b) {
+    if (a.by != b.by || a.header_name != b.header_name) return "by";
+    if (a.algorithm != b.algorithm) return "algorithm";
+    if (a.has_default_params != b.has_default_params) return "rate";
+    if (a.has_default_params) {
+      if (a.params.rate.count != b.params.rate.count || a.params.rate.period != b.params.rate.period)
+        return "rate";
+      if (a.params.burst != b.params.burst) return "burst";
+    }
+    if (a.plan_overrides.size() != b.plan_overrides.size()) return "plans";
+    for (const auto& [plan, p] : a.plan_overrides) {
+      auto it = b.plan_overrides.find(plan);
+      if (it == b.plan_overrides.end() || !same_params(p, it->second)) return "plans";
+    }
+    if (a.mode != b.mode) return "mode";
+    return std::nullopt;
+  }
+
+  // --- sections --------------------------------------------------------------------------
+
+  void parse_store(const entry& e, rules& r) {
+    static const std::vector<std::string> keys{"type",    "address",      "nodes",
+                                               "timeout", "password_env", "local_share"};
+    auto m = fields(e.value, "store", e.line, keys);
+    if (!m) return;
+    if (const entry* t = m->find("type")) {
+      enum class kind { memory, redis, redis_cluster };
+      auto k = choice<kind>(t->value, "store.type", t->line, "store type",
+                            {{"memory", kind::memory},
+                             {"redis", kind::redis},
+                             {"redis-cluster", kind::redis_cluster}});
+      if (k == kind::memory) r.store.type = store_settings::kind::memory;
+      if (k == kind::redis) r.store.type = store_settings::kind::redis;
+      if (k == kind::redis_cluster)
+        error(t->line, "store.type", "store type redis-cluster is not supported yet");
+    }
+    if (const entry* a = m->find("address")) {
+      if (auto addr = address(*a, "store.address", false)) {
+        r.store.host = addr->host;
+        r.store.port = addr->port;
+      }
+    }
+    if (const entry* n = m->find("nodes")) {
+      if (sequence(n->value, "store.nodes", n->line)) {
+        std::size_t i = 0;
+        for (const auto& item : n->value) {
+          entry ie{"", n->line, item, line_of(item, n->line)};
+          address(ie, at("store.nodes", i++), false);
+        }
+      }
+    }
+    if (const entry* t = m->find("timeout")) {
+      if (auto d = duration(*t, "store.timeout", "timeout", std::chrono::seconds{60}))
+        r.store.timeout = *d;
+    }
+    if (const entry* p = m->find("password_env")) {
+      if (auto s = string(p->value, "store.password_env", p->line)) {
+        const bool ok = !s->empty() && !std::isdigit(static_cast<unsigned char>(s->front())) &&
+                        std::all_of(s->begin(), s->end(), [](char c) {
+                          return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                        });
+        if (ok) r.store.password_env = *s;
+        else
+          error(p->line, "store.password_env",
+                "invalid environment variable name '" + *s + "': expected [A-Za-z_][A-Za-z0-9_]*");
+      }
+    }
+    if (const entry* ls = m->find("local_share")) {
+      if (auto s = string(ls->value, "store.local_share", ls->line)) {
+        char* end = nullptr;
+        const double v = std::strtod(s->c_str(), &end);
+        if (s->empty() || end != s->c_str() + s->size())
+          error(ls->line, "store.local_share", "expected a number, got '" + *s + "'");
+        else if (!(v > 0.0 && v <= 1.0))
+          error(ls->line, "store.local_share", "local_share must be in (0, 1], got " + *s);
+        else
+          r.store.local_share = v;
+      }
+    }
+  }
+
+  void parse_headers(const entry& e, rules& r) {
+    if (!sequence(e.value, "headers", e.line)) return;
+    r.headers = header_sets{false, false};
+    std::size_t i = 0;
+    for (const auto& item : e.value) {
+      enum class set { x_ratelimit, ietf };
+      auto s = choice<set>(item, at("headers", i++), line_of(item, e.line), "header set",
+                           {{"x-ratelimit", set::x_ratelimit}, {"ietf", set::ietf}});
+      if (s == set::x_ratelimit) r.headers.x_ratelimit = true;
+      if (s == set::ietf) r.headers.ietf = true;
+    }
+  }
+
+  void parse_upstreams(const entry& e, rules& r) {
+    auto m = mapping(e.value, "upstreams", e.line, nullptr);
+    if (!m) return;
+    static const std::vector<std::string> keys{"url", "connect_timeout", "timeout"};
+    for (const entry& ue : m->entries) {
+      const std::string path = join("upstreams", ue.key);
+      upstream u;
+      u.name = ue.key;
+      // Registered even when broken so that routes naming it are not reported twice.
+      r.upstreams[u.name] = u;
+      auto um = fields(ue.value, path, ue.line, keys);
+      if (!um) continue;
+      if (const entry* url = um->find("url")) {
+        const std::string p = join(path, "url");
+        if (auto s = string(url->value, p, url->line)) {
+          std::string why;
+          u.url = *s;
+          if (!text::parse_http_url(*s, u, why))
+            error(url->line, p, "invalid url '" + *s + "': " + why);
+        }
+      } else {
+        error(ue.line, path, "missing required key 'url'");
+      }
+      if (const entry* t = um->find("connect_timeout")) {
+        if (auto d = duration(*t, join(path, "connect_timeout"), "connect_timeout",
+                              std::chrono::minutes{10}))
+          u.connect_timeout = *d;
+      }
+      if (const entry* t = um->find("timeout")) {
+        if (auto d = duration(*t, join(path, "timeout"), "timeout", std::chrono::hours{1}))
+          u.timeout = *d;
+      }
+      r.upstreams[u.name] = u;
+    }
+  }
+
+  void parse_identity(const entry& e, rules& r) {
+    static const std::vector<std::string> keys{"api_key", "user", "trusted_proxies",
+                                               "unknown_key"};
+    auto m = fields(e.value, "identity", e.line, keys);
+    if (!m) return;
+    if (const entry* a = m->find("api_key")) {
+      static const std::vector<std::string> ak{"header", "query"};
+      if (auto am = fields(a->value, "identity.api_key", a->line, ak)) {
+        // Naming any source replaces the default: `{query: key}` means the query only.
+        r.identity.api_key_header.clear();
+        if (const entry* h = am->find("header")) {
+          if (auto s = header_name(*h, "identity.api_key.header")) r.identity.api_key_header = *s;
+        }
+        if (const entry* q = am->find("query")) {
+          if (auto s = non_empty(*q, "identity.api_key.query")) r.identity.api_key_query = *s;
+        }
+        if (!am->find("header") && !am->find("query"))
+          error(a->line, "identity.api_key", "api_key needs a header or a query parameter");
+      }
+    }
+    if (const entry* u = m->find("user")) {
+      static const std::vector<std::string> uk{"header"};
+      if (auto um = fields(u->value, "identity.user", u->line, uk)) {
+        if (const entry* h = um->find("header")) {
+          if (auto s = header_name(*h, "identity.user.header")) r.identity.user_header = *s;
+        } else {
+          error(u->line, "identity.user", "missing required key 'header'");
+        }
+      }
+    }
+    if (const entry* t = m->find("trusted_proxies")) {
+      const std::string path = "identity.trusted_proxies";
+      if (sequence(t->value, path, t->line)) {
+        std::size_t i = 0;
+        for (const auto& item : t->value) {
+          const std::string p = at(path, i++);
+          const int line = line_of(item, t->line);
+          auto s = string(item, p, line);
+          if (!s) continue;
+          std::string why;
+          if (auto c = text::parse_cidr(*s, why)) r.identity.trusted_proxies.push_back(*c);
+          else error(line, p, "invalid CIDR '" + *s + "': " + why);
+        }
+      }
+    }
+    if (const entry* u = m->find("unknown_key")) {
+      auto k = choice<unknown_key_policy>(u->value, "identity.unknown_key", u->line,
+                                          "policy",
+                                          {{"anonymous", unknown_key_policy::anonymous},
+                                           {"reject", unknown_key_policy::reject}});
+      if (k) r.identity.unknown_key = *k;
+    }
+  }
+
+  void parse_plans(const entry& e) {
+    auto m = mapping(e.value, "plans", e.line, nullptr);
+    if (!m) return;
+    static const std::vector<std::string> keys{"limits"};
+    for (const entry& pe : m->entries) {
+      plan_src p;
+      p.name = pe.key;
+      p.path = join("plans", pe.key);
+      if (auto pm = fields(pe.value, p.path, pe.line, keys)) {
+        if (const entry* l = pm->find("limits")) p.limits = parse_limits(*l, join(p.path, "limits"));
+      }
+      plans_.push_back(std::move(p));
+    }
+  }
+
+  void parse_api_keys(const entry& e) {
+    auto m = mapping(e.value, "api_keys", e.line, nullptr);
+    if (!m) return;
+    for (const entry& ke : m->entries) {
+      const std::string path = join("api_keys", ke.key);
+      if (ke.key.empty()) {
+        error(ke.key_line, "api_keys", "an API key must not be empty");
+        continue;
+      }
+      if (auto s = string(ke.value, path, ke.line)) api_keys_.push_back({ke.key, *s, path, ke.line});
+    }
+  }
+
+  void parse_routes(const entry& e) {
+    if (!sequence(e.value, "routes", e.line)) return;
+    static const std::vector<std::string> keys{"name",     "match",           "upstream",
+                                               "cost",     "on_store_failure", "limits"};
+    static const std::vector<std::string> match_keys{"path_prefix", "methods"};
+    std::size_t i = 0;
+    for (const auto& item : e.value) {
+      route_src rs;
+      rs.path = at("routes", i++);
+      const int line = line_of(item, e.line);
+      rs.value.line = line;
+      auto m = fields(item, rs.path, line, keys);
+      if (!m) continue;
+
+      if (const entry* n = m->find("name")) {
+        rs.name_path = join(rs.path, "name");
+        rs.name_line = n->line;
+        if (auto s = non_empty(*n, rs.name_path)) rs.value.name = *s;
+      } else {
+        error(line, rs.path, "missing required key 'name'");
+      }
+
+      if (const entry* mt = m->find("match")) {
+        const std::string mpath = join(rs.path, "match");
+        if (auto mm = fields(mt->value, mpath, mt->line, match_keys)) {
+          rs.value.match.path_prefix = "/";
+          if (const entry* pp = mm->find("path_prefix")) {
+            const std::string p = join(mpath, "path_prefix");
+            if (auto s = string(pp->value, p, pp->line)) {
+              const bool bad_char = std::any_of(s->begin(), s->end(), [](char c) {
+                return static_cast<unsigned char>(c) <= ' ' || c == 0x7f || c == '?' || c == '#';
+              });
+              if (s->empty() || s->front() != '/')
+                error(pp->line, p, "path_prefix '" + *s + "' must start with '/'");
+              else if (bad_char)
+                error(pp->line, p,
+                      "path_prefix '" + *s +
+                          "' must not contain whitespace, control characters, '?' or '#'");
+              else
+                rs.value.match.path_prefix = *s;
+            }
+          }
+          if (const entry* ms = mm->find("methods")) {
+            const std::string p = join(mpath, "methods");
+            if (sequence(ms->value, p, ms->line)) {
+              std::size_t j = 0;
+              for (const auto& mi : ms->value) {
+                const std::string ip = at(p, j++);
+                const int mline = line_of(mi, ms->line);
+                auto s = string(mi, ip, mline);
+                if (!s) continue;
+                if (!text::is_token(*s)) {
+                  error(mline, ip, "invalid method '" + *s + "': a method is an HTTP token");
+                  continue;
+                }
+                std::string upper = *s;
+                std::transform(upper.begin(), upper.end(), upper.begin(), [](char c) {
+                  return static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+                });
+                auto& v = rs.value.match.methods;
+                if (std::find(v.begin(), v.end(), upper) == v.end()) v.push_back(upper);
+              }
+            }
+          }
+        }
+      } else {
+        error(line, rs.path, "missing required key 'match'");
+      }
+
+      if (const entry* u = m->find("upstream")) {
+        rs.upstream_path = join(rs.path, "upstream");
+        rs.upstream_line = u->line;
+        if (auto s = non_empty(*u, rs.upstream_path)) rs.value.upstream = *s;
+      } else {
+        error(line, rs.path, "missing required key 'upstream'");
+      }
+
+      if (const entry* c = m->find("cost")) {
+        if (auto v = integer(*c, join(rs.path, "cost"), "cost", 1, max_exact_integer))
+          rs.value.cost = *v;
+        else
+          rs.cost_ok = false;
+      }
+
+      if (const entry* f = m->find("on_store_failure")) {
+        auto p = choice<failure_policy>(f->value, join(rs.path, "on_store_failure"), f->line,
+                                        "failure policy",
+                                        {{"fail_open", failure_policy::fail_open},
+                                         {"fail_closed", failure_policy::fail_closed},
+                                         {"local", failure_policy::local}});
+        if (p) rs.value.on_store_failure = *p;
+      }
+
+      if (const entry* l = m->find("limits")) rs.limits = parse_limits(*l, join(rs.path, "limits"));
+      routes_.push_back(std::move(rs));
+    }
+  }
+
+  // --- cross-checks ----------------------------------------------------------------------
+
+  void cross_check(const rules& r) {
+    // Plan names: declared ones, plus the implicit `anonymous`.
+    std::vector<std::string> plan_names;
+    for (const auto& p : plans_) plan_names.push_back(p.name);
+    if (std::find(plan_names.begin(), plan_names.end(), "anonymous") == plan_names.end())
+      plan_names.emplace_back("anonymous");
+    auto unknown_plan = [&](const std::string& name, int line, const std::string& path) {
+      if (std::find(plan_names.begin(), plan_names.end(), name) != plan_names.end()) return;
+      if (auto s = text::suggest(name, plan_names))
+        error(line, path, "unknown plan '" + name + "'; did you mean '" + *s + "'?");
+      else
+        error(line, path, "unknown plan '" + name + "'; plans are " + list_of(plan_names));
+    };
+    for (const auto& k : api_keys_) unknown_plan(k.plan, k.line, k.path);
+
+    // Every limit, in file order, for the plan references and the one-name-one-bucket rule.
+    std::vector<const limit_src*> all;
+    for (const auto& p : plans_)
+      for (const auto& l : p.limits) all.push_back(&l);
+    for (const auto& rs : routes_)
+      for (const auto& l : rs.limits) all.push_back(&l);
+    std::stable_sort(all.begin(), all.end(), [](const limit_src* a, const limit_src* b) {
+      return a->value.line < b->value.line;
+    });
+    std::map<std::string, const limit_src*> first;
+    for (const limit_src* l : all) {
+      for (const auto& ref : l->plan_refs) unknown_plan(ref.plan, ref.line, ref.path);
+      if (!l->usable || l->duplicate) continue;
+      auto [it, fresh] = first.emplace(l->value.name, l);
+      if (fresh) continue;
+      if (auto field = difference(it->second->value, l->value)) {
+        error(l->value.line, l->path,
+              "limit '" + l->value.name + "' differs in " + *field + " from " + it->second->path +
+                  " (line " + std::to_string(it->second->value.line) +
+                  "); one name is one bucket, so every definition must be identical");
+      }
+    }
+
+    // Routes: names, upstreams, costs.
+    std::vector<std::string> upstream_names;
+    for (const auto& [name, u] : r.upstreams) upstream_names.push_back(name);
+    std::map<std::string, int> route_names;
+    for (const auto& rs : routes_) {
+      if (!rs.value.name.empty()) {
+        auto [it, fresh] = route_names.emplace(rs.value.name, rs.name_line);
+        if (!fresh)
+          error(rs.name_line, rs.name_path,
+                "duplicate route name '" + rs.value.name + "' (first at line " +
+                    std::to_string(it->second) + ")");
+      }
+      const std::string& up = rs.value.upstream;
+      if (!up.empty() && !r.upstreams.contains(up)) {
+        if (upstream_names.empty())
+          error(rs.upstream_line, rs.upstream_path,
+                "unknown upstream '" + up + "'; no upstreams are defined");
+        else if (auto s = text::suggest(up, upstream_names))
+          error(rs.upstream_line, rs.upstream_path,
+                "unknown upstream '" + up + "'; did you mean '" + *s + "'?");
+        else
+          error(rs.upstream_line, rs.upstream_path,
+                "unknown upstream '" + up + "'; upstreams are " + list_of(upstream_names));
+      }
+      if (!rs.cost_ok) continue;
+      for (const auto& l : rs.limits) check_cost(l, rs.value.cost, "");
+    }
+    // Plan limits follow the caller onto every route, so each route's cost must fit them too.
+    // With no routes, a request would still cost at least 1.
+    for (const auto& p : plans_) {
+      for (const auto& l : p.limits) {
+        if (routes_.empty()) check_cost(l, 1, "");
+        for (const auto& rs : routes_) {
+          if (rs.cost_ok)
+            check_cost(l, rs.value.cost,
+                       " on route '" + (rs.value.name.empty() ? rs.path : rs.value.name) + "'");
+        }
+      }
+    }
+  }
+
+  struct api_key_src {
+    std::string key, plan, path;
+    int line;
+  };
+
+  std::string file_;
+  std::vector<diagnostic> diags_;
+  std::vector<plan_src> plans_;
+  std::vector<route_src> routes_;
+  std::vector<api_key_src> api_keys_;
+};
+
+load_result loader::run(const YAML::Node& root) {
+  if (root.IsNull()) {
+    error(1, "", "the rules file is empty");
+    return fail();
+  }
+  if (!root.IsMap()) {
+    error(line_of(root, 1), "", "expected a mapping at the top level, got " + describe(root));
+    return fail();
+  }
+  static const std::vector<std::string> keys{
+      "listen",   "admin",     "workers", "store",    "headers", "retry_after_jitter",
+      "upstreams", "identity", "plans",   "api_keys", "routes"};
+  auto top = fields(root, "", 1, keys);
+  auto r = std::make_shared<rules>();
+  r->source = file_;
+
+  if (const entry* e = top->find("listen")) {
+    if (auto a = address(*e, "listen", true)) {
+      r->listen_host = a->host;
+      r->listen_port = a->port;
+    }
+  }
+  if (const entry* e = top->find("admin")) {
+    if (auto a = address(*e, "admin", true)) {
+      r->admin_host = a->host;
+      r->admin_port = a->port;
+    }
+  }
+  if (const entry* e = top->find("workers")) {
+    if (auto v = integer(*e, "workers", "workers", 0, 1024)) r->workers = static_cast<unsigned>(*v);
+  }
+  if (const entry* e = top->find("store")) parse_store(*e, *r);
+  if (const entry* e = top->find("headers")) parse_headers(*e, *r);
+  if (const entry* e = top->find("retry_after_jitter")) {
+    if (auto d = duration(*e, "retry_after_jitter", "retry_after_jitter", std::chrono::hours{1}))
+      r->retry_after_jitter = *d;
+  }
+  if (const entry* e = top->find("upstreams")) parse_upstreams(*e, *r);
+  if (const entry* e = top->find("identity")) parse_identity(*e, *r);
+  if (const entry* e = top->find("plans")) parse_plans(*e);
+  if (const entry* e = top->find("api_keys")) parse_api_keys(*e);
+  if (const entry* e = top->find("routes")) parse_routes(*e);
+
+  cross_check(*r);
+  if (!diags_.empty()) return fail();
+
+  for (auto& p : plans_) {
+    plan& out = r->plans[p.name];
+    out.name = p.name;
+    for (auto& l : p.limits) out.limits.push_back(std::move(l.value));
+  }
+  if (!r->plans.contains("anonymous")) r->plans["anonymous"].name = "anonymous";
+  for (auto& k : api_keys_) r->api_keys[k.key] = k.plan;
+  for (auto& rs : routes_) {
+    for (auto& l : rs.limits) rs.value.limits.push_back(std::move(l.value));
+    r->routes.push_back(std::move(rs.value));
+  }
+  return {std::move(r), {}};
+}
+
+}  // namespace
+
+load_result load_string(std::string_view text, std::string file) {
+  loader l(file);
+  try {
+    const std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
+    if (docs.size() > 1) {
+      l.error(line_of(docs[1], 0), "",
+              "expected one YAML document, found " + std::to_string(docs.size()));
+      return l.fail();
+    }
+    return l.run(docs.empty() ? YAML::Node() : docs.front());
+  } catch (const YAML::Exception& e) {
+    l.error(e.mark.is_null() ? 0 : e.mark.line + 1, "", "invalid YAML: " + e.msg);
+  } catch (const std::exception& e) {
+    l.error(0, "", std::string("internal error while loading: ") + e.what());
+  } catch (...) {
+    l.error(0, "", "internal error while loading");
+  }
+  return l.fail();
+}
+
+load_result load_file(const std::string& path) {
+  std::string content;
+  int err = 0;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    err = errno;
+  } else {
+    char buf[16384];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n > 0) {
+        content.append(buf, static_cast<std::size_t>(n));
+      } else if (n == 0) {
+        break;
+      } else if (errno != EINTR) {
+        err = errno;
+        break;
+      }
+    }
+    ::close(fd);
+  }
+  if (err != 0) {
+    load_result out;
+    out.diagnostics.push_back({path, 0, "", "cannot read file: " + std::string(std::strerror(err))});
+    return out;
+  }
+  return load_string(content, path);
+}
+
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {
+  const auto r = text::parse_duration(text);
+  if (r.error != text::duration_error::none) return std::nullopt;
+  return r.value;
+}
+
+std::optional<rate> parse_rate(std::string_view text) {
+  const auto r = text::parse_rate(text);
+  if (r.error != text::rate_error::none) return std::nullopt;
+  return r.value;
+}
+
+}  // namespace sluice::config

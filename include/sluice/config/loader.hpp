@@ -4,7 +4,9 @@
 
 #include "sluice/config/rules.hpp"
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,18 +33,22 @@ struct load_result {
 };
 
 /// Parses and validates the YAML text `text`; `file` names it in diagnostics.
-/// Never throws: YAML syntax errors become diagnostics too.
+/// Every problem is reported (not only the first), sorted by line; the snapshot is returned
+/// only when there is none. Never throws: YAML syntax errors become diagnostics too.
+/// Thread-safe (no shared state).
 load_result load_string(std::string_view text, std::string file);
 
-/// Reads and loads the rules file at `path`. An unreadable file is one diagnostic.
+/// Reads and loads the rules file at `path`. An unreadable file is one diagnostic with
+/// line 0, `path: cannot read file: <reason>`. Never throws.
 load_result load_file(const std::string& path);
 
-/// Parses a duration: `250ms`, `5s`, `1m`, `1h`, `1d` (a positive integer and a unit).
-/// Returns nullopt when malformed.
+/// Parses a duration: `250ms`, `5s`, `1m`, `1h`, `1d`, `30d` (a positive integer and a unit
+/// ms|s|m|h|d). Returns nullopt when malformed, zero, or above 2^53 ms.
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
 
 /// Parses a rate `N/DURATION` (`100/1m`, `10/1s`; `N/s` is read as `N/1s`).
-/// Returns nullopt when malformed; N may be 0 here (validation rejects it with a message).
+/// Returns nullopt when malformed, when N is negative, fractional or above 2^53, or when the
+/// period is not a duration; N may be 0 here (validation rejects it with a message).
 std::optional<rate> parse_rate(std::string_view text);
 
 }  // namespace sluice::config

@@ -56,12 +56,28 @@ struct limit {
   std::map<std::string, limit_params> plan_overrides;  ///< `plans:` overrides, by plan name
   limit_mode mode = limit_mode::enforce;
   int line = 0;                          ///< 1-based line in the rules file (diagnostics)
+  /// False when the limit has no top-level `rate:` and only `plans:` overrides (DESIGN.md's
+  /// `search_key`): it then applies only to callers whose plan has an override, and `params`
+  /// is meaningless (count 0).
+  bool has_default_params = true;
 
   /// The parameters that apply to a caller on plan `plan` (the override, or the defaults).
+  /// Check `applies_to(plan)` first when `has_default_params` may be false.
   const limit_params& params_for(const std::string& plan) const {
     auto it = plan_overrides.find(plan);
     return it == plan_overrides.end() ? params : it->second;
   }
+
+  /// The parameters for a caller on plan `plan`, or nullptr when this limit does not apply to
+  /// that plan (no override for it and no default rate).
+  const limit_params* find_params(const std::string& plan) const {
+    auto it = plan_overrides.find(plan);
+    if (it != plan_overrides.end()) return &it->second;
+    return has_default_params ? &params : nullptr;
+  }
+
+  /// Whether this limit applies to callers on plan `plan`.
+  bool applies_to(const std::string& plan) const { return find_params(plan) != nullptr; }
 };
 
 /// A plan: limits that follow a caller on every route.
@@ -143,6 +159,9 @@ struct rules {
   unsigned workers = 0;                  ///< 0 = one per core
   store_settings store;
   header_sets headers;
+  /// `retry_after_jitter:` up to this much random delay is added to Retry-After (never
+  /// subtracted, so it stays honest); 0 = none.
+  std::chrono::milliseconds retry_after_jitter{0};
   std::map<std::string, upstream> upstreams;
   identity_settings identity;
   std::map<std::string, plan> plans;
