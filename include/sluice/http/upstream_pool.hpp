@@ -9,6 +9,7 @@
 #include <boost/system/result.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 namespace sluice::http {
@@ -18,13 +19,28 @@ struct pool_stats {
   std::uint64_t connects = 0;   ///< TCP connections opened
   std::uint64_t reuses = 0;     ///< requests sent on an idle pooled connection
   std::uint64_t failures = 0;   ///< requests that ended in 502/504
+  std::uint64_t retries = 0;    ///< requests re-sent on a fresh connection after a stale one
 };
 
 /// A pool of idle keep-alive connections per upstream, owned by one worker (no locks).
+///
+/// Idle connections are kept per `host:port` in a stack (the most recently used first, as it
+/// is the least likely to have been closed by the upstream), at most `max_idle_per_upstream`
+/// of them (the oldest is closed first). An idle connection is dropped when the upstream's
+/// `Keep-Alive: timeout=N` (or 15 s without one) is nearly over, or when the upstream has
+/// closed it. A connection goes back to the pool only after a response that was read entirely
+/// and allows keep-alive. All operations run on the worker's executor; stats() may be read
+/// from any thread.
 class upstream_pool {
  public:
+  /// Responses with a body over this many bytes are refused (errc::upstream_protocol).
+  static constexpr std::uint64_t default_response_body_limit = 64ull * 1024 * 1024;
+
   explicit upstream_pool(boost::asio::any_io_executor ex, std::size_t max_idle_per_upstream = 64);
   ~upstream_pool();
+
+  /// Sets the largest upstream response body accepted, in bytes.
+  void set_response_body_limit(std::uint64_t bytes);
 
   /// Sends `req` (already prepared by headers::prepare_upstream_request) to `up` and reads
   /// its response. Reuses an idle connection when one is open; a reused connection that
@@ -35,7 +51,11 @@ class upstream_pool {
   boost::asio::awaitable<boost::system::result<response>> send(const config::upstream& up,
                                                                 request req);
 
+  /// The pool's counters (safe from any thread).
   pool_stats stats() const;
+
+  /// Idle connections currently pooled for every upstream (worker thread only).
+  std::size_t idle_count() const;
 
  private:
   struct impl;
