@@ -62,10 +62,14 @@ int line_of(const YAML::Node& n, int fallback) {
 
 std::string describe(const YAML::Node& n) {
   switch (n.Type()) {
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Scalar: return "'" + n.Scalar() + "'";
-    default: return "nothing";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return "'" + n.Scalar() + "'";
+    default:
+      return "nothing";
   }
 }
 
@@ -97,11 +101,16 @@ bool is_window(algorithm a) {
 
 const char* algorithm_name(algorithm a) {
   switch (a) {
-    case algorithm::token_bucket: return "token_bucket";
-    case algorithm::fixed_window: return "fixed_window";
-    case algorithm::sliding_window: return "sliding_window";
-    case algorithm::sliding_log: return "sliding_log";
-    case algorithm::gcra: return "gcra";
+    case algorithm::token_bucket:
+      return "token_bucket";
+    case algorithm::fixed_window:
+      return "fixed_window";
+    case algorithm::sliding_window:
+      return "sliding_window";
+    case algorithm::sliding_log:
+      return "sliding_log";
+    case algorithm::gcra:
+      return "gcra";
   }
   return "?";
 }
@@ -130,12 +139,12 @@ struct map_view {
 /// Rate and burst of a limit (or of one plan override) and where they were written.
 struct param_src {
   limit_params value;
-  std::string rate_text;    ///< as written (or inherited), for messages
+  std::string rate_text;  ///< as written (or inherited), for messages
   std::string rate_path;
   int rate_line = 0;
-  std::string burst_path;   ///< the burst field, or the limit/override when burst is defaulted
+  std::string burst_path;  ///< the burst field, or the limit/override when burst is defaulted
   int burst_line = 0;
-  bool usable = false;      ///< rate and burst parsed (the count may be 0, reported already)
+  bool usable = false;  ///< rate and burst parsed (the count may be 0, reported already)
 };
 
 struct limit_src {
@@ -143,8 +152,8 @@ struct limit_src {
   std::string path;
   std::string name_path;
   int name_line = 0;
-  bool usable = true;       ///< parsed well enough for the cross-checks
-  bool duplicate = false;   ///< repeated in its own list (reported once, not compared again)
+  bool usable = true;      ///< parsed well enough for the cross-checks
+  bool duplicate = false;  ///< repeated in its own list (reported once, not compared again)
   std::optional<param_src> defaults;
   std::vector<std::pair<std::string, param_src>> overrides;
   struct plan_ref {
@@ -192,8 +201,11 @@ class loader {
 
   /// The entries of mapping `n`; reports duplicate keys and, when `allowed` is given, keys
   /// outside it (with a "did you mean"). nullopt when `n` is not a mapping.
+  ///
+  /// `empty_ok`: an empty value (`plans:` with every entry commented out) is an empty mapping.
   std::optional<map_view> mapping(const YAML::Node& n, const std::string& path, int line,
-                                  const std::vector<std::string>* allowed) {
+                                  const std::vector<std::string>* allowed, bool empty_ok = false) {
+    if (empty_ok && n.IsNull()) return map_view{};
     if (!n.IsMap()) {
       error(line, path, "expected a mapping, got " + describe(n));
       return std::nullopt;
@@ -231,12 +243,15 @@ class loader {
   }
 
   std::optional<map_view> fields(const YAML::Node& n, const std::string& path, int line,
-                                 const std::vector<std::string>& allowed) {
-    return mapping(n, path, line, &allowed);
+                                 const std::vector<std::string>& allowed, bool empty_ok = false) {
+    return mapping(n, path, line, &allowed, empty_ok);
   }
 
-  bool sequence(const YAML::Node& n, const std::string& path, int line) {
+  /// True when `n` is a list to walk. `empty_ok`: an empty value is an empty list (false, no
+  /// diagnostic).
+  bool sequence(const YAML::Node& n, const std::string& path, int line, bool empty_ok = false) {
     if (n.IsSequence()) return true;
+    if (empty_ok && n.IsNull()) return false;
     error(line, path, "expected a list, got " + describe(n));
     return false;
   }
@@ -260,8 +275,7 @@ class loader {
 
   /// A whole number in [min, max]; `max == max_exact_integer` explains the 2^53 bound.
   std::optional<std::int64_t> integer(const entry& e, const std::string& path,
-                                      std::string_view field, std::int64_t min,
-                                      std::int64_t max) {
+                                      std::string_view field, std::int64_t min, std::int64_t max) {
     if (!e.value.IsScalar()) {
       error(e.line, path, "expected an integer, got " + describe(e.value));
       return std::nullopt;
@@ -346,8 +360,7 @@ class loader {
 
   std::optional<text::address> address(const entry& e, const std::string& path, bool allow_zero) {
     if (e.value.IsSequence()) {
-      error(e.line, path,
-            "expected host:port, got a list (quote an IPv6 address: \"[::1]:8080\")");
+      error(e.line, path, "expected host:port, got a list (quote an IPv6 address: \"[::1]:8080\")");
       return std::nullopt;
     }
     auto s = string(e.value, path, e.line);
@@ -381,7 +394,8 @@ class loader {
       case text::rate_error::none:
         break;
       case text::rate_error::malformed:
-        error(e.line, path, "invalid rate '" + *s + "': expected N/DURATION, such as 100/1m or 10/1s");
+        error(e.line, path,
+              "invalid rate '" + *s + "': expected N/DURATION, such as 100/1m or 10/1s");
         return std::nullopt;
       case text::rate_error::negative:
         error(e.line, path, "negative rate " + *s + ": the count must be at least 1");
@@ -476,7 +490,7 @@ class loader {
   }
 
   std::optional<limit_src> parse_limit(const YAML::Node& n, const std::string& path, int line) {
-    static const std::vector<std::string> keys{"name", "by", "algorithm", "rate",
+    static const std::vector<std::string> keys{"name",  "by",    "algorithm", "rate",
                                                "burst", "plans", "mode"};
     auto m = fields(n, path, line, keys);
     if (!m) return std::nullopt;
@@ -494,8 +508,10 @@ class loader {
         error(e->line, l.name_path, "limit name '" + *s + "' must match [A-Za-z0-9_-]{1,64}");
         s.reset();
       }
-      if (s) l.value.name = *s;
-      else l.usable = false;
+      if (s)
+        l.value.name = *s;
+      else
+        l.usable = false;
     } else {
       error(line, path, "missing required key 'name'");
       l.usable = false;
@@ -523,8 +539,10 @@ class loader {
                                         {"ip", identity_kind::ip},
                                         {"global", identity_kind::global},
                                         {"header:NAME", identity_kind::header}});
-        if (k) l.value.by = *k;  // "header:NAME" itself lands in the branch above
-        else l.usable = false;
+        if (k)
+          l.value.by = *k;  // "header:NAME" itself lands in the branch above
+        else
+          l.usable = false;
       } else {
         l.usable = false;
       }
@@ -541,18 +559,21 @@ class loader {
       if (a) {
         l.value.algorithm = *a;
         if (*a != algorithm::token_bucket)
-          error(e->line, p, std::string("algorithm ") + algorithm_name(*a) + " is not supported yet");
+          error(e->line, p,
+                std::string("algorithm ") + algorithm_name(*a) + " is not supported yet");
       } else {
         l.usable = false;
       }
     }
 
     if (const entry* e = m->find("mode")) {
-      auto mode = choice<limit_mode>(e->value, join(path, "mode"), e->line, "mode",
-                                     {{"enforce", limit_mode::enforce},
-                                      {"shadow", limit_mode::shadow}});
-      if (mode) l.value.mode = *mode;
-      else l.usable = false;
+      auto mode =
+          choice<limit_mode>(e->value, join(path, "mode"), e->line, "mode",
+                             {{"enforce", limit_mode::enforce}, {"shadow", limit_mode::shadow}});
+      if (mode)
+        l.value.mode = *mode;
+      else
+        l.usable = false;
     }
 
     const entry* rate_e = m->find("rate");
@@ -569,7 +590,7 @@ class loader {
 
     if (plans_e) {
       const std::string plans_path = join(path, "plans");
-      if (auto pm = mapping(plans_e->value, plans_path, plans_e->line, nullptr)) {
+      if (auto pm = mapping(plans_e->value, plans_path, plans_e->line, nullptr, true)) {
         static const std::vector<std::string> override_keys{"rate", "burst"};
         for (const entry& pe : pm->entries) {
           const std::string opath = join(plans_path, pe.key);
@@ -585,8 +606,8 @@ class loader {
             l.usable = false;
             continue;
           }
-          param_src p = params(orate, om->find("burst"), l.defaults ? &*l.defaults : nullptr,
-                               opath, pe.line, l.value.algorithm);
+          param_src p = params(orate, om->find("burst"), l.defaults ? &*l.defaults : nullptr, opath,
+                               pe.line, l.value.algorithm);
           check_capacity(p, l.value.algorithm);
           if (!p.usable) l.usable = false;
           l.overrides.emplace_back(pe.key, std::move(p));
@@ -604,7 +625,7 @@ class loader {
 
   std::vector<limit_src> parse_limits(const entry& e, const std::string& path) {
     std::vector<limit_src> out;
-    if (!sequence(e.value, path, e.line)) return out;
+    if (!sequence(e.value, path, e.line, true)) return out;
     std::size_t i = 0;
     for (const auto& item : e.value) {
       const std::string p = at(path, i++);
@@ -652,7 +673,8 @@ class loader {
     if (a.algorithm != b.algorithm) return "algorithm";
     if (a.has_default_params != b.has_default_params) return "rate";
     if (a.has_default_params) {
-      if (a.params.rate.count != b.params.rate.count || a.params.rate.period != b.params.rate.period)
+      if (a.params.rate.count != b.params.rate.count ||
+          a.params.rate.period != b.params.rate.period)
         return "rate";
       if (a.params.burst != b.params.burst) return "burst";
     }
@@ -670,7 +692,7 @@ class loader {
   void parse_store(const entry& e, rules& r) {
     static const std::vector<std::string> keys{"type",    "address",      "nodes",
                                                "timeout", "password_env", "local_share"};
-    auto m = fields(e.value, "store", e.line, keys);
+    auto m = fields(e.value, "store", e.line, keys, true);
     if (!m) return;
     if (const entry* t = m->find("type")) {
       enum class kind { memory, redis, redis_cluster };
@@ -690,7 +712,7 @@ class loader {
       }
     }
     if (const entry* n = m->find("nodes")) {
-      if (sequence(n->value, "store.nodes", n->line)) {
+      if (sequence(n->value, "store.nodes", n->line, true)) {
         std::size_t i = 0;
         for (const auto& item : n->value) {
           entry ie{"", n->line, item, line_of(item, n->line)};
@@ -708,7 +730,8 @@ class loader {
                         std::all_of(s->begin(), s->end(), [](char c) {
                           return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
                         });
-        if (ok) r.store.password_env = *s;
+        if (ok)
+          r.store.password_env = *s;
         else
           error(p->line, "store.password_env",
                 "invalid environment variable name '" + *s + "': expected [A-Za-z_][A-Za-z0-9_]*");
@@ -742,7 +765,7 @@ class loader {
   }
 
   void parse_upstreams(const entry& e, rules& r) {
-    auto m = mapping(e.value, "upstreams", e.line, nullptr);
+    auto m = mapping(e.value, "upstreams", e.line, nullptr, true);
     if (!m) return;
     static const std::vector<std::string> keys{"url", "connect_timeout", "timeout"};
     for (const entry& ue : m->entries) {
@@ -778,9 +801,8 @@ class loader {
   }
 
   void parse_identity(const entry& e, rules& r) {
-    static const std::vector<std::string> keys{"api_key", "user", "trusted_proxies",
-                                               "unknown_key"};
-    auto m = fields(e.value, "identity", e.line, keys);
+    static const std::vector<std::string> keys{"api_key", "user", "trusted_proxies", "unknown_key"};
+    auto m = fields(e.value, "identity", e.line, keys, true);
     if (!m) return;
     if (const entry* a = m->find("api_key")) {
       static const std::vector<std::string> ak{"header", "query"};
@@ -809,7 +831,7 @@ class loader {
     }
     if (const entry* t = m->find("trusted_proxies")) {
       const std::string path = "identity.trusted_proxies";
-      if (sequence(t->value, path, t->line)) {
+      if (sequence(t->value, path, t->line, true)) {
         std::size_t i = 0;
         for (const auto& item : t->value) {
           const std::string p = at(path, i++);
@@ -817,37 +839,39 @@ class loader {
           auto s = string(item, p, line);
           if (!s) continue;
           std::string why;
-          if (auto c = text::parse_cidr(*s, why)) r.identity.trusted_proxies.push_back(*c);
-          else error(line, p, "invalid CIDR '" + *s + "': " + why);
+          if (auto c = text::parse_cidr(*s, why))
+            r.identity.trusted_proxies.push_back(*c);
+          else
+            error(line, p, "invalid CIDR '" + *s + "': " + why);
         }
       }
     }
     if (const entry* u = m->find("unknown_key")) {
-      auto k = choice<unknown_key_policy>(u->value, "identity.unknown_key", u->line,
-                                          "policy",
-                                          {{"anonymous", unknown_key_policy::anonymous},
-                                           {"reject", unknown_key_policy::reject}});
+      auto k = choice<unknown_key_policy>(
+          u->value, "identity.unknown_key", u->line, "policy",
+          {{"anonymous", unknown_key_policy::anonymous}, {"reject", unknown_key_policy::reject}});
       if (k) r.identity.unknown_key = *k;
     }
   }
 
   void parse_plans(const entry& e) {
-    auto m = mapping(e.value, "plans", e.line, nullptr);
+    auto m = mapping(e.value, "plans", e.line, nullptr, true);
     if (!m) return;
     static const std::vector<std::string> keys{"limits"};
     for (const entry& pe : m->entries) {
       plan_src p;
       p.name = pe.key;
       p.path = join("plans", pe.key);
-      if (auto pm = fields(pe.value, p.path, pe.line, keys)) {
-        if (const entry* l = pm->find("limits")) p.limits = parse_limits(*l, join(p.path, "limits"));
+      if (auto pm = fields(pe.value, p.path, pe.line, keys, true)) {
+        if (const entry* l = pm->find("limits"))
+          p.limits = parse_limits(*l, join(p.path, "limits"));
       }
       plans_.push_back(std::move(p));
     }
   }
 
   void parse_api_keys(const entry& e) {
-    auto m = mapping(e.value, "api_keys", e.line, nullptr);
+    auto m = mapping(e.value, "api_keys", e.line, nullptr, true);
     if (!m) return;
     for (const entry& ke : m->entries) {
       const std::string path = join("api_keys", ke.key);
@@ -855,14 +879,15 @@ class loader {
         error(ke.key_line, "api_keys", "an API key must not be empty");
         continue;
       }
-      if (auto s = string(ke.value, path, ke.line)) api_keys_.push_back({ke.key, *s, path, ke.line});
+      if (auto s = string(ke.value, path, ke.line))
+        api_keys_.push_back({ke.key, *s, path, ke.line});
     }
   }
 
   void parse_routes(const entry& e) {
-    if (!sequence(e.value, "routes", e.line)) return;
-    static const std::vector<std::string> keys{"name",     "match",           "upstream",
-                                               "cost",     "on_store_failure", "limits"};
+    if (!sequence(e.value, "routes", e.line, true)) return;
+    static const std::vector<std::string> keys{
+        "name", "match", "upstream", "cost", "on_store_failure", "limits"};
     static const std::vector<std::string> match_keys{"path_prefix", "methods"};
     std::size_t i = 0;
     for (const auto& item : e.value) {
@@ -1060,7 +1085,7 @@ load_result loader::run(const YAML::Node& root) {
     return fail();
   }
   static const std::vector<std::string> keys{
-      "listen",   "admin",     "workers", "store",    "headers", "retry_after_jitter",
+      "listen",    "admin",    "workers", "store",    "headers", "retry_after_jitter",
       "upstreams", "identity", "plans",   "api_keys", "routes"};
   auto top = fields(root, "", 1, keys);
   auto r = std::make_shared<rules>();
@@ -1155,7 +1180,8 @@ load_result load_file(const std::string& path) {
   }
   if (err != 0) {
     load_result out;
-    out.diagnostics.push_back({path, 0, "", "cannot read file: " + std::string(std::strerror(err))});
+    out.diagnostics.push_back(
+        {path, 0, "", "cannot read file: " + std::string(std::strerror(err))});
     return out;
   }
   return load_string(content, path);

@@ -12,13 +12,17 @@
 namespace sluice::config::text {
 namespace {
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 bool all_digits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), is_digit);
 }
 
-char lower(char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); }
+char lower(char c) {
+  return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+}
 
 /// Host names and IPv4 literals: letters, digits, '-', '.', '_' (Docker service names).
 bool is_host_name(std::string_view s) {
@@ -151,12 +155,18 @@ duration_result parse_duration(std::string_view s) {
   const auto number = parse_int(s.substr(0, i));
   const auto unit = s.substr(i);
   std::int64_t scale = 0;
-  if (unit == "ms") scale = 1;
-  else if (unit == "s") scale = 1000;
-  else if (unit == "m") scale = 60'000;
-  else if (unit == "h") scale = 3'600'000;
-  else if (unit == "d") scale = 86'400'000;
-  else return {duration_error::malformed, {}};
+  if (unit == "ms")
+    scale = 1;
+  else if (unit == "s")
+    scale = 1000;
+  else if (unit == "m")
+    scale = 60'000;
+  else if (unit == "h")
+    scale = 3'600'000;
+  else if (unit == "d")
+    scale = 86'400'000;
+  else
+    return {duration_error::malformed, {}};
   if (number.error == int_error::too_large) return {duration_error::too_large, {}};
   if (number.value == 0) return {duration_error::zero, {}};
   if (number.value > max_exact_integer / scale) return {duration_error::too_large, {}};
@@ -175,9 +185,14 @@ rate_result parse_rate(std::string_view s) {
   out.period_text = std::string(period_text);
   const auto count = parse_int(count_text);
   switch (count.error) {
-    case int_error::none: break;
-    case int_error::negative: out.error = rate_error::negative; return out;
-    case int_error::too_large: out.error = rate_error::too_large; return out;
+    case int_error::none:
+      break;
+    case int_error::negative:
+      out.error = rate_error::negative;
+      return out;
+    case int_error::too_large:
+      out.error = rate_error::too_large;
+      return out;
     case int_error::fractional:
     case int_error::not_a_number:
       out.error = looks_fractional(count_text) ? rate_error::fractional : rate_error::malformed;
@@ -188,10 +203,17 @@ rate_result parse_rate(std::string_view s) {
   if (!period.empty() && !is_digit(period.front())) period.insert(0, "1");
   const auto d = parse_duration(period);
   switch (d.error) {
-    case duration_error::none: break;
-    case duration_error::malformed: out.error = rate_error::bad_period; return out;
-    case duration_error::zero: out.error = rate_error::zero_period; return out;
-    case duration_error::too_large: out.error = rate_error::long_period; return out;
+    case duration_error::none:
+      break;
+    case duration_error::malformed:
+      out.error = rate_error::bad_period;
+      return out;
+    case duration_error::zero:
+      out.error = rate_error::zero_period;
+      return out;
+    case duration_error::too_large:
+      out.error = rate_error::long_period;
+      return out;
   }
   out.value.count = count.value;
   out.value.period = d.value;
@@ -237,7 +259,8 @@ bool parse_http_url(std::string_view s, upstream& out, std::string& why) {
   std::optional<std::uint16_t> port;
   if (!split_host_port(authority, false, false, out.host, port, why)) return false;
   out.port = port.value_or(80);
-  std::string base = slash == std::string_view::npos ? std::string() : std::string(rest.substr(slash));
+  std::string base =
+      slash == std::string_view::npos ? std::string() : std::string(rest.substr(slash));
   while (!base.empty() && base.back() == '/') base.pop_back();
   out.base_path = std::move(base);
   return true;

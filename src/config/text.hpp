@@ -40,7 +40,14 @@ duration_result parse_duration(std::string_view s);
 
 /// Why a rate did not parse. `zero` still fills in the period (count 0).
 enum class rate_error {
-  none, malformed, negative, fractional, too_large, bad_period, zero_period, long_period
+  none,
+  malformed,
+  negative,
+  fractional,
+  too_large,
+  bad_period,
+  zero_period,
+  long_period
 };
 
 /// Parses `N/DURATION`, or `N/UNIT` meaning one unit (`10/s`).

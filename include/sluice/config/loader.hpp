@@ -17,8 +17,8 @@ namespace sluice::config {
 /// `rules.yaml:14: routes[0].limits[0].burst: cost 1 can never be admitted by burst 0`.
 struct diagnostic {
   std::string file;
-  int line = 0;          ///< 1-based; 0 when the problem has no position (file unreadable)
-  std::string path;      ///< dotted field path, `routes[0].limits[1].rate`
+  int line = 0;      ///< 1-based; 0 when the problem has no position (file unreadable)
+  std::string path;  ///< dotted field path, `routes[0].limits[1].rate`
   std::string message;
 
   /// `file:line: path: message` (the line is omitted when 0, the path when empty).
@@ -27,7 +27,7 @@ struct diagnostic {
 
 /// The outcome of loading: a validated snapshot, or every diagnostic found.
 struct load_result {
-  std::shared_ptr<const rules> value;    ///< null when `diagnostics` is non-empty
+  std::shared_ptr<const rules> value;  ///< null when `diagnostics` is non-empty
   std::vector<diagnostic> diagnostics;
   bool ok() const { return value != nullptr; }
 };

@@ -212,8 +212,9 @@ TEST(design_example, as_written_reports_only_the_unsupported_algorithm) {
 TEST(design_example, redis_cluster_is_parsed_and_reported_as_not_supported) {
   std::string s = design_example_supported();
   s.replace(s.find("type: redis "), 12, "type: redis-cluster");
-  EXPECT_EQ(diags(s), std::vector<std::string>{
-                          "rules.yaml:6: store.type: store type redis-cluster is not supported yet"});
+  EXPECT_EQ(diags(s),
+            std::vector<std::string>{
+                "rules.yaml:6: store.type: store type redis-cluster is not supported yet"});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -312,6 +313,43 @@ routes:
   EXPECT_EQ(rt.limits[2].params.rate.period, 250ms);
 }
 
+TEST(defaults, empty_sections_are_empty) {
+  auto r = load_ok(R"(store:
+identity:
+upstreams:
+plans:
+  free:
+api_keys:
+routes:
+)");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->store.type, store_settings::kind::memory);
+  EXPECT_TRUE(r->upstreams.empty());
+  EXPECT_EQ(r->plans.size(), 2u);
+  EXPECT_TRUE(r->plans.at("free").limits.empty());
+  EXPECT_TRUE(r->routes.empty());
+}
+
+TEST(defaults, overrides_may_name_the_implicit_anonymous_plan_and_limits_may_be_shared) {
+  auto r = load_ok(R"(upstreams: {api: {url: http://127.0.0.1:8081}}
+plans: {free: {limits: [{name: shared, by: ip, rate: 5/1s, burst: 10}]}}
+routes:
+  - name: r
+    match: {path_prefix: /}
+    upstream: api
+    limits:
+      - {name: shared, by: ip, rate: 5/1s, burst: 10}
+      - {name: k, rate: 100/1m, plans: {anonymous: {rate: 10/1m, burst: 1}, free: {burst: 150}}}
+)");
+  ASSERT_TRUE(r);
+  const limit& k = r->routes.at(0).limits.at(1);
+  EXPECT_EQ(k.params_for("anonymous").rate.count, 10);
+  EXPECT_EQ(k.params_for("anonymous").burst, 1);
+  EXPECT_EQ(k.params_for("free").rate.count, 100);  // inherited
+  EXPECT_EQ(k.params_for("free").burst, 150);
+  EXPECT_EQ(k.params_for("pro").burst, 100);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The cases: c04 (cost above the tokens), c05 (zero limits), c06 part C (exact arithmetic).
 
@@ -356,13 +394,15 @@ TEST(c04, cost_above_burst_is_refused_naming_route_and_limit) {
 }
 
 TEST(c04, cost_zero_is_refused) {
-  EXPECT_EQ(diags(with_bulk_cost("0")),
-            std::vector<std::string>{"rules.yaml:10: routes[0].cost: cost must be at least 1, got 0"});
+  EXPECT_EQ(
+      diags(with_bulk_cost("0")),
+      std::vector<std::string>{"rules.yaml:10: routes[0].cost: cost must be at least 1, got 0"});
 }
 
 TEST(c04, negative_cost_is_refused) {
-  EXPECT_EQ(diags(with_bulk_cost("-4")),
-            std::vector<std::string>{"rules.yaml:10: routes[0].cost: cost must be at least 1, got -4"});
+  EXPECT_EQ(
+      diags(with_bulk_cost("-4")),
+      std::vector<std::string>{"rules.yaml:10: routes[0].cost: cost must be at least 1, got -4"});
 }
 
 constexpr std::string_view c05_v1 = R"(store: {type: redis}
@@ -398,8 +438,9 @@ TEST(c05, v1_loads) {
 }
 
 TEST(c05, v2_zero_plan_override_is_refused) {
-  const std::string v2 = c05_with("plans: {pro: {rate: 5/1m, burst: 5}}",
-                                  "plans: {pro: {rate: 5/1m, burst: 5}, free: {rate: 0/1m, burst: 0}}");
+  const std::string v2 =
+      c05_with("plans: {pro: {rate: 5/1m, burst: 5}}",
+               "plans: {pro: {rate: 5/1m, burst: 5}, free: {rate: 0/1m, burst: 0}}");
   EXPECT_EQ(diags(v2),
             (std::vector<std::string>{
                 "rules.yaml:15: routes[0].limits[0].plans.free.rate: rate 0/1m never refills: the "
@@ -442,14 +483,15 @@ TEST(c05, negative_burst_is_refused) {
 }
 
 TEST(c05, fixed_window_with_zero_rate_is_refused) {
-  EXPECT_EQ(diags(c05_with("rate: 2/1m\n        burst: 2\n        plans: {pro: {rate: 5/1m, burst: 5}}",
-                           "algorithm: fixed_window\n        rate: 0/1m")),
-            (std::vector<std::string>{
-                "rules.yaml:13: routes[0].limits[0].algorithm: algorithm fixed_window is not "
-                "supported yet",
-                "rules.yaml:14: routes[0].limits[0].rate: rate 0/1m never refills: the count must "
-                "be at least 1",
-            }));
+  EXPECT_EQ(
+      diags(c05_with("rate: 2/1m\n        burst: 2\n        plans: {pro: {rate: 5/1m, burst: 5}}",
+                     "algorithm: fixed_window\n        rate: 0/1m")),
+      (std::vector<std::string>{
+          "rules.yaml:13: routes[0].limits[0].algorithm: algorithm fixed_window is not "
+          "supported yet",
+          "rules.yaml:14: routes[0].limits[0].rate: rate 0/1m never refills: the count must "
+          "be at least 1",
+      }));
 }
 
 constexpr std::string_view c06 = R"(store: {type: redis}
@@ -505,11 +547,15 @@ struct mistake {
   std::vector<std::string> expected;
 };
 
-void PrintTo(const mistake& m, std::ostream* os) { *os << m.name; }
+void PrintTo(const mistake& m, std::ostream* os) {
+  *os << m.name;
+}
 
 class mistakes : public ::testing::TestWithParam<mistake> {};
 
-TEST_P(mistakes, are_reported_exactly) { EXPECT_EQ(diags(GetParam().yaml), GetParam().expected); }
+TEST_P(mistakes, are_reported_exactly) {
+  EXPECT_EQ(diags(GetParam().yaml), GetParam().expected);
+}
 
 // Most rows share this shape: line 1 the upstream, line 2 `routes:`, the route from line 3.
 #define UP "upstreams: {api: {url: http://127.0.0.1:8081}}\n"
@@ -589,19 +635,23 @@ const mistake mistake_table[] = {
       "line 7)"}},
     {"limit_name_reused_with_another_burst",
      UP "routes:\n"
-        "  - {name: r1, match: {path_prefix: /a}, upstream: api, limits: [{name: a, rate: 1/1s, burst: 10}]}\n"
-        "  - {name: r2, match: {path_prefix: /b}, upstream: api, limits: [{name: a, rate: 1/1s, burst: 20}]}\n",
+        "  - {name: r1, match: {path_prefix: /a}, upstream: api, limits: [{name: a, rate: 1/1s, "
+        "burst: 10}]}\n"
+        "  - {name: r2, match: {path_prefix: /b}, upstream: api, limits: [{name: a, rate: 1/1s, "
+        "burst: 20}]}\n",
      {"rules.yaml:4: routes[1].limits[0]: limit 'a' differs in burst from routes[0].limits[0] "
       "(line 3); one name is one bucket, so every definition must be identical"}},
     {"limit_name_reused_by_a_plan_with_another_identity",
-     UP "plans: {free: {limits: [{name: a, by: ip, rate: 1/1s}]}}\n"
-        "routes:\n"
-        "  - {name: r1, match: {path_prefix: /a}, upstream: api, limits: [{name: a, rate: 1/1s}]}\n",
+     UP
+     "plans: {free: {limits: [{name: a, by: ip, rate: 1/1s}]}}\n"
+     "routes:\n"
+     "  - {name: r1, match: {path_prefix: /a}, upstream: api, limits: [{name: a, rate: 1/1s}]}\n",
      {"rules.yaml:4: routes[0].limits[0]: limit 'a' differs in by from plans.free.limits[0] "
       "(line 2); one name is one bucket, so every definition must be identical"}},
     {"limit_name_not_a_key",
      UP "routes:\n"
-        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: \"a:b\", rate: 1/1s}]}\n",
+        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: \"a:b\", rate: "
+        "1/1s}]}\n",
      {"rules.yaml:3: routes[0].limits[0].name: limit name 'a:b' must match [A-Za-z0-9_-]{1,64}"}},
     {"limit_without_name",
      UP "routes:\n"
@@ -647,21 +697,25 @@ const mistake mistake_table[] = {
       "'bulk'"}},
     {"fractional_burst",
      UP "routes:\n"
-        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, burst: 2.5}]}\n",
+        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, "
+        "burst: 2.5}]}\n",
      {"rules.yaml:3: routes[0].limits[0].burst: burst must be a whole number, got 2.5"}},
     {"burst_above_two_to_the_53",
      UP "routes:\n"
-        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1ms, burst: 9007199254740993}]}\n",
+        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1ms, "
+        "burst: 9007199254740993}]}\n",
      {"rules.yaml:3: routes[0].limits[0].burst: burst 9007199254740993 is above 2^53 = "
       "9007199254740992, the largest integer the store arithmetic represents exactly"}},
     {"rate_count_above_two_to_the_53",
      UP "routes:\n"
-        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 9007199254740993/1s}]}\n",
+        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: "
+        "9007199254740993/1s}]}\n",
      {"rules.yaml:3: routes[0].limits[0].rate: rate 9007199254740993/1s: the count is above 2^53 "
       "= 9007199254740992, the largest integer the store arithmetic represents exactly"}},
     {"fractional_rate",
-     UP "routes:\n"
-        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 0.5/1s}]}\n",
+     UP
+     "routes:\n"
+     "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 0.5/1s}]}\n",
      {"rules.yaml:3: routes[0].limits[0].rate: rate 0.5/1s: the count must be a whole number"}},
     {"rate_without_a_period",
      UP "routes:\n"
@@ -674,12 +728,14 @@ const mistake mistake_table[] = {
      {"rules.yaml:3: routes[0].limits[0].rate: invalid rate '10/1w': '1w' is not a duration (a "
       "whole number and a unit ms, s, m, h or d)"}},
     {"rate_period_below_a_millisecond",
-     UP "routes:\n"
-        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 10/0ms}]}\n",
+     UP
+     "routes:\n"
+     "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 10/0ms}]}\n",
      {"rules.yaml:3: routes[0].limits[0].rate: rate 10/0ms: the period is shorter than 1ms"}},
     {"rate_period_absurdly_long",
      UP "routes:\n"
-        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/100000d}]}\n",
+        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: "
+        "1/100000d}]}\n",
      {"rules.yaml:3: routes[0].limits[0].rate: rate 1/100000d: the period is longer than 365d"}},
     {"limit_without_rate",
      UP "routes:\n"
@@ -688,30 +744,36 @@ const mistake mistake_table[] = {
     {"override_without_rate_when_the_limit_has_none",
      UP "plans: {gold: {limits: []}}\n"
         "routes:\n"
-        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, plans: {gold: {burst: 5}}}]}\n",
+        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, plans: {gold: "
+        "{burst: 5}}}]}\n",
      {"rules.yaml:4: routes[0].limits[0].plans.gold: missing required key 'rate' (the limit has "
       "no default rate)"}},
     {"unknown_algorithm",
      UP "routes:\n"
-        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, algorithm: token-bucket}]}\n",
+        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, "
+        "algorithm: token-bucket}]}\n",
      {"rules.yaml:3: routes[0].limits[0].algorithm: unknown algorithm 'token-bucket'; did you "
       "mean 'token_bucket'?"}},
     {"algorithm_not_supported_yet",
      UP "routes:\n"
-        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, algorithm: gcra}]}\n",
+        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, "
+        "algorithm: gcra}]}\n",
      {"rules.yaml:3: routes[0].limits[0].algorithm: algorithm gcra is not supported yet"}},
     {"unknown_identity_kind",
      UP "routes:\n"
-        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, by: usr}]}\n",
+        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, by: "
+        "usr}]}\n",
      {"rules.yaml:3: routes[0].limits[0].by: unknown identity 'usr'; did you mean 'user'?"}},
     {"header_identity_without_a_name",
      UP "routes:\n"
-        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, by: \"header:\"}]}\n",
+        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, by: "
+        "\"header:\"}]}\n",
      {"rules.yaml:3: routes[0].limits[0].by: 'header:' needs a header name, such as "
       "header:X-Tenant"}},
     {"unknown_mode",
      UP "routes:\n"
-        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, mode: dry_run}]}\n",
+        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, "
+        "mode: dry_run}]}\n",
      {"rules.yaml:3: routes[0].limits[0].mode: unknown mode 'dry_run'; expected one of enforce, "
       "shadow"}},
     {"unknown_upstream",
@@ -730,7 +792,8 @@ const mistake mistake_table[] = {
     {"unknown_plan_in_a_limit_override",
      UP "plans: {free: {limits: []}}\n"
         "routes:\n"
-        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, plans: {fre: {rate: 2/1s}}}]}\n",
+        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, "
+        "plans: {fre: {rate: 2/1s}}}]}\n",
      {"rules.yaml:4: routes[0].limits[0].plans.fre: unknown plan 'fre'; did you mean 'free'?"}},
     {"path_prefix_not_absolute",
      UP "routes:\n"
@@ -810,8 +873,48 @@ const mistake mistake_table[] = {
         "  - {name: r, match: {path_prefix: /}\n",
      {"rules.yaml:4: invalid YAML: end of map flow not found"}},
     {"empty_file", "", {"rules.yaml:1: the rules file is empty"}},
-    {"top_level_not_a_mapping", "- a\n- b\n", {"rules.yaml:1: expected a mapping at the top level, got a list"}},
+    {"top_level_not_a_mapping",
+     "- a\n- b\n",
+     {"rules.yaml:1: expected a mapping at the top level, got a list"}},
     {"two_documents", UP "---\n" UP, {"rules.yaml:3: expected one YAML document, found 2"}},
+    {"burst_on_a_window_algorithm",
+     UP "routes:\n"
+        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, algorithm: "
+        "fixed_window, rate: 5/1m, burst: 5}]}\n",
+     {"rules.yaml:3: routes[0].limits[0].algorithm: algorithm fixed_window is not supported yet",
+      "rules.yaml:3: routes[0].limits[0].burst: burst applies only to token_bucket and gcra; a "
+      "fixed_window limit admits the count of its rate per window"}},
+    {"plan_limit_checked_against_every_route",
+     UP "plans: {free: {limits: [{name: a, rate: 10/1m, burst: 2}]}}\n"
+        "routes:\n"
+        "  - {name: r1, match: {path_prefix: /a}, upstream: api, cost: 3}\n"
+        "  - {name: r2, match: {path_prefix: /b}, upstream: api, cost: 2}\n"
+        "  - {name: r3, match: {path_prefix: /c}, upstream: api, cost: 4}\n",
+     {"rules.yaml:2: plans.free.limits[0].burst: cost 3 can never be admitted by burst 2 on route "
+      "'r1'",
+      "rules.yaml:2: plans.free.limits[0].burst: cost 4 can never be admitted by burst 2 on route "
+      "'r3'"}},
+    {"plan_limit_with_zero_burst_and_no_routes",
+     UP "plans: {free: {limits: [{name: a, rate: 10/1m, burst: 0}]}}\n",
+     {"rules.yaml:2: plans.free.limits[0].burst: cost 1 can never be admitted by burst 0"}},
+    {"route_without_match_and_name",
+     UP "routes:\n"
+        "  - {upstream: api}\n",
+     {"rules.yaml:3: routes[0]: missing required key 'name'",
+      "rules.yaml:3: routes[0]: missing required key 'match'"}},
+    {"api_key_without_a_source",
+     UP "identity: {api_key: {}}\n",
+     {"rules.yaml:2: identity.api_key: api_key needs a header or a query parameter"}},
+    {"user_without_header",
+     UP "identity: {user: {}}\n",
+     {"rules.yaml:2: identity.user: missing required key 'header'"}},
+    {"bad_password_env",
+     UP "store: {type: redis, password_env: \"REDIS PASSWORD\"}\n",
+     {"rules.yaml:2: store.password_env: invalid environment variable name 'REDIS PASSWORD': "
+      "expected [A-Za-z_][A-Za-z0-9_]*"}},
+    {"unquoted_ipv6_listen_is_a_yaml_error",
+     UP "listen: [::1]:8080\n",
+     {"rules.yaml:2: invalid YAML: end of map not found"}},
     {"every_mistake_is_reported_not_only_the_first",
      UP "workers: many\n"
         "routes:\n"
