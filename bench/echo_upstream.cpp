@@ -154,8 +154,8 @@ int main(int argc, char** argv) {
       ep = acceptors.back()->local_endpoint();  // port 0: the others share the port chosen
       asio::co_spawn(*contexts.back(), accept_loop(acceptors.back()), asio::detached);
     }
-    std::cout << "sluice-echo-upstream listening on " << ep << " with " << threads
-              << " threads" << std::endl;
+    std::cout << "sluice-echo-upstream listening on " << ep << " with " << threads << " threads"
+              << std::endl;
 
     asio::signal_set signals(*contexts.front(), SIGINT, SIGTERM);
     signals.async_wait([&contexts](const boost::system::error_code&, int) {

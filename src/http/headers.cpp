@@ -68,12 +68,15 @@ void strip_hop_by_hop(bhttp::fields& fields) {
       named.emplace_back(token);
     }
   }
-  static constexpr std::array fixed{
-      bhttp::field::connection,         bhttp::field::keep_alive,
-      bhttp::field::te,                 bhttp::field::trailer,
-      bhttp::field::transfer_encoding,  bhttp::field::upgrade,
-      bhttp::field::proxy_connection,   bhttp::field::proxy_authenticate,
-      bhttp::field::proxy_authorization};
+  static constexpr std::array fixed{bhttp::field::connection,
+                                    bhttp::field::keep_alive,
+                                    bhttp::field::te,
+                                    bhttp::field::trailer,
+                                    bhttp::field::transfer_encoding,
+                                    bhttp::field::upgrade,
+                                    bhttp::field::proxy_connection,
+                                    bhttp::field::proxy_authenticate,
+                                    bhttp::field::proxy_authorization};
   for (const auto f : fixed) fields.erase(f);
   for (const auto& name : named) {
     // Host identifies the target on the next hop and cannot be hop-by-hop; a Connection line

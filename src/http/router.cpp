@@ -25,8 +25,8 @@ namespace sluice::http {
 namespace {
 
 bool is_unreserved(unsigned char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-         c == '-' || c == '.' || c == '_' || c == '~';
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_' || c == '~';
 }
 
 int hex_value(char c) {
@@ -166,8 +166,8 @@ const config::route* router::match(std::string_view method, std::string_view pat
     // Plain string prefix, as Envoy's `prefix` match: "/v1/items" also matches "/v1/itemsX".
     if (!path.starts_with(r.match.path_prefix)) continue;
     if (r.match.methods.empty()) return &r;
-    const bool allowed = std::any_of(
-        r.match.methods.begin(), r.match.methods.end(), [method](const std::string& m) {
+    const bool allowed =
+        std::any_of(r.match.methods.begin(), r.match.methods.end(), [method](const std::string& m) {
           return m == method || (method == "HEAD" && m == "GET");  // RFC 9110 §9.3.2
         });
     if (allowed) return &r;

@@ -34,9 +34,10 @@
 
 #include "sluice/http/server.hpp"
 
+#include <spdlog/spdlog.h>
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/dispatch.hpp>
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -48,7 +49,6 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/beast/http/write.hpp>
-#include <spdlog/spdlog.h>
 
 #include <sys/socket.h>
 
@@ -90,8 +90,7 @@ std::optional<bhttp::status> status_for_read_error(const error_code& ec) {
 bool is_reg_name_char(unsigned char c) {
   // unreserved / pct-encoded ('%') / sub-delims (RFC 3986 §3.2.2)
   if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) return true;
-  return std::string_view("-._~%!$&'()*+,;=").find(static_cast<char>(c)) !=
-         std::string_view::npos;
+  return std::string_view("-._~%!$&'()*+,;=").find(static_cast<char>(c)) != std::string_view::npos;
 }
 
 bool is_port(std::string_view p) {
@@ -192,7 +191,8 @@ response error_response(bhttp::status status) {
   response res{status, 11};
   res.set(bhttp::field::server, "sluice");
   res.set(bhttp::field::content_type, "application/problem+json");
-  res.body() = "{\"type\":\"about:blank\",\"title\":\"" + std::string(bhttp::obsolete_reason(status)) +
+  res.body() = "{\"type\":\"about:blank\",\"title\":\"" +
+               std::string(bhttp::obsolete_reason(status)) +
                "\",\"status\":" + std::to_string(static_cast<unsigned>(status)) + "}";
   res.content_length(res.body().size());
   res.keep_alive(false);
@@ -414,9 +414,13 @@ server::server(asio::io_context& ioc, tcp::endpoint endpoint,
   impl_->local = acc.local_endpoint();
 }
 
-server::~server() { stop(); }
+server::~server() {
+  stop();
+}
 
-tcp::endpoint server::local_endpoint() const { return impl_->local; }
+tcp::endpoint server::local_endpoint() const {
+  return impl_->local;
+}
 
 void server::start() {
   if (impl_->started) return;

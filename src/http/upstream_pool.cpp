@@ -308,10 +308,12 @@ upstream_pool::upstream_pool(asio::any_io_executor ex, std::size_t max_idle_per_
 
 upstream_pool::~upstream_pool() = default;
 
-void upstream_pool::set_response_body_limit(std::uint64_t bytes) { impl_->body_limit = bytes; }
+void upstream_pool::set_response_body_limit(std::uint64_t bytes) {
+  impl_->body_limit = bytes;
+}
 
 asio::awaitable<boost::system::result<response>> upstream_pool::send(const config::upstream& up,
-                                                                      request req) {
+                                                                     request req) {
   endpoint_spec spec{up.host, up.port, up.connect_timeout, up.timeout};
   return exchange(impl_, std::move(spec), std::move(req));
 }

@@ -96,8 +96,8 @@ void http_connection::send_raw(std::string_view bytes) {
 }
 
 void http_connection::send(const bhttp::request<bhttp::string_body>& req) {
-  auto ec = impl_->run(
-      [&](auto handler) { bhttp::async_write(impl_->socket, req, handler); }, "write");
+  auto ec =
+      impl_->run([&](auto handler) { bhttp::async_write(impl_->socket, req, handler); }, "write");
   if (ec) throw std::runtime_error("http_client: write: " + ec.message());
 }
 
@@ -126,8 +126,8 @@ client_response http_connection::request(std::string_view method, std::string_vi
   bool has_length = false;
   for (const auto& [n, v] : headers) {
     has_host = has_host || beast::iequals(n, "host");
-    has_length = has_length || beast::iequals(n, "content-length") ||
-                 beast::iequals(n, "transfer-encoding");
+    has_length =
+        has_length || beast::iequals(n, "content-length") || beast::iequals(n, "transfer-encoding");
     raw.append(n).append(": ").append(v).append("\r\n");
   }
   if (!has_host) raw.append("Host: 127.0.0.1\r\n");

@@ -44,11 +44,21 @@ std::string json_escape(std::string_view s) {
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -224,11 +234,17 @@ upstream_server::upstream_server() : impl_(std::make_shared<impl>()) {
   impl_->thread = std::thread([self = impl_] { self->ioc.run(); });
 }
 
-upstream_server::~upstream_server() { stop(); }
+upstream_server::~upstream_server() {
+  stop();
+}
 
-std::uint16_t upstream_server::port() const { return impl_->port; }
+std::uint16_t upstream_server::port() const {
+  return impl_->port;
+}
 
-std::string upstream_server::url() const { return "http://127.0.0.1:" + std::to_string(port()); }
+std::string upstream_server::url() const {
+  return "http://127.0.0.1:" + std::to_string(port());
+}
 
 void upstream_server::set_response(canned_response response) {
   std::lock_guard lock(impl_->mutex);

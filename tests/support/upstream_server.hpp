@@ -44,8 +44,8 @@ struct canned_response {
   /// The body; when unset, a JSON echo of the request:
   /// {"method":"GET","target":"/x","headers":[["Name","value"],...],"body":"..."}.
   std::optional<std::string> body;
-  std::chrono::milliseconds delay{0};  ///< wait this long before answering
-  bool close_without_response = false; ///< read the request, then close the connection
+  std::chrono::milliseconds delay{0};   ///< wait this long before answering
+  bool close_without_response = false;  ///< read the request, then close the connection
 };
 
 /// The upstream server. Thread-safe: the test thread reads what the server thread records.

@@ -14,9 +14,9 @@ namespace sluice::http {
 
 /// Limits applied to every client connection (RFC 9112; RFC 6585 §5 for 431).
 struct session_limits {
-  std::uint32_t header_limit = 8 * 1024;       ///< request head bytes; over: 431
-  std::uint64_t body_limit = 1024 * 1024;      ///< request body bytes; over: 413
-  std::chrono::milliseconds read_timeout{30000};   ///< per request head+body; idle keep-alive too
+  std::uint32_t header_limit = 8 * 1024;          ///< request head bytes; over: 431
+  std::uint64_t body_limit = 1024 * 1024;         ///< request body bytes; over: 413
+  std::chrono::milliseconds read_timeout{30000};  ///< per request head+body; idle keep-alive too
   std::chrono::milliseconds write_timeout{30000};
 };
 
@@ -28,19 +28,34 @@ struct session_limits {
 /// time in arrival order; a request that cannot be parsed, or that carries both
 /// Content-Length and Transfer-Encoding (RFC 9112 §6.3), gets 400 and the connection is
 /// closed; an oversized head gets 431, an oversized body 413.
+///
+/// Also answered by the session itself, closing the connection: 400 for a Transfer-Encoding
+/// whose final coding is not chunked or on an HTTP/1.0 request, a bare CR or LF (or any other
+/// control byte) in a field value, a missing (HTTP/1.1), repeated or malformed Host; 501 for a
+/// transfer coding other than plain `chunked`. An HTTP/1.0 request without
+/// `Connection: keep-alive` closes after its response. `Expect: 100-continue` (HTTP/1.1) is
+/// answered with `100 Continue` as soon as the head is accepted, before the body is read.
+/// The session frames every response itself: Content-Length = body size; no body and no
+/// Content-Length for 1xx/204; no body for 304 and HEAD (a Content-Length the handler set is
+/// kept, else the length of the body it produced).
+///
+/// Threading: construct, start() and local_endpoint() from any thread; stop() from any thread
+/// (it runs on the io_context). Sessions run on the io_context given.
 class server {
  public:
   server(boost::asio::io_context& ioc, boost::asio::ip::tcp::endpoint endpoint,
          std::shared_ptr<request_handler> handler, session_limits limits, unsigned worker);
   ~server();
 
-  /// The bound endpoint (with the real port when 0 was asked). Throws on bind failure.
+  /// The bound endpoint (with the real port when 0 was asked). The constructor binds and
+  /// listens (SO_REUSEPORT + SO_REUSEADDR), and throws boost::system::system_error on failure.
   boost::asio::ip::tcp::endpoint local_endpoint() const;
 
   /// Starts accepting (spawns the accept loop on the io_context).
   void start();
 
-  /// Closes the acceptor and every open session.
+  /// Closes the acceptor and every open session. Runs at once when called on the
+  /// io_context's thread, else is posted to it (and takes effect only while it runs).
   void stop();
 
  private:

@@ -28,7 +28,8 @@ struct request_context {
 class request_handler {
  public:
   virtual ~request_handler() = default;
-  /// Returns the response to send. The session sets keep-alive and framing on it.
+  /// Returns the response to send. The session sets keep-alive and framing on it; a
+  /// response carrying a `Connection: close` line closes the client connection once written.
   virtual boost::asio::awaitable<response> handle(request req, request_context ctx) = 0;
 };
 

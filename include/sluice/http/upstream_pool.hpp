@@ -16,10 +16,10 @@ namespace sluice::http {
 
 /// Counters of a pool (for metrics and tests).
 struct pool_stats {
-  std::uint64_t connects = 0;   ///< TCP connections opened
-  std::uint64_t reuses = 0;     ///< requests sent on an idle pooled connection
-  std::uint64_t failures = 0;   ///< requests that ended in 502/504
-  std::uint64_t retries = 0;    ///< requests re-sent on a fresh connection after a stale one
+  std::uint64_t connects = 0;  ///< TCP connections opened
+  std::uint64_t reuses = 0;    ///< requests sent on an idle pooled connection
+  std::uint64_t failures = 0;  ///< requests that ended in 502/504
+  std::uint64_t retries = 0;   ///< requests re-sent on a fresh connection after a stale one
 };
 
 /// A pool of idle keep-alive connections per upstream, owned by one worker (no locks).
@@ -49,7 +49,7 @@ class upstream_pool {
   /// Errors: errc::upstream_unreachable (connect failed: 502), errc::upstream_timeout (504),
   /// errc::upstream_protocol (malformed response: 502).
   boost::asio::awaitable<boost::system::result<response>> send(const config::upstream& up,
-                                                                request req);
+                                                               request req);
 
   /// The pool's counters (safe from any thread).
   pool_stats stats() const;

@@ -62,9 +62,9 @@ TEST(Headers, ConnectionCannotRemoveHost) {
 TEST(Headers, UpstreamRequestC17) {
   request req = c17_request();
   prepare_upstream_request(req, "/base/v1/items", "192.0.2.7");
-  for (const char* name : {"Connection", "Keep-Alive", "TE", "Upgrade", "Proxy-Connection",
-                           "Proxy-Authorization", "X-Debug-Token", "Transfer-Encoding",
-                           "Content-Length"}) {
+  for (const char* name :
+       {"Connection", "Keep-Alive", "TE", "Upgrade", "Proxy-Connection", "Proxy-Authorization",
+        "X-Debug-Token", "Transfer-Encoding", "Content-Length"}) {
     EXPECT_EQ(req.count(name), 0u) << name;
   }
   EXPECT_EQ(req.target(), "/base/v1/items");
@@ -151,9 +151,9 @@ response upstream_response() {
 TEST(Headers, ClientResponseLimitedRoute) {
   response res = upstream_response();
   prepare_client_response(res, true);
-  for (const char* name : {"Connection", "Keep-Alive", "X-Upstream-Hop", "X-RateLimit-Remaining",
-                           "X-RateLimit-Limit", "X-RateLimit-Reset", "RateLimit",
-                           "RateLimit-Policy"}) {
+  for (const char* name :
+       {"Connection", "Keep-Alive", "X-Upstream-Hop", "X-RateLimit-Remaining", "X-RateLimit-Limit",
+        "X-RateLimit-Reset", "RateLimit", "RateLimit-Policy"}) {
     EXPECT_EQ(res.count(name), 0u) << name;
   }
   EXPECT_EQ(res[bhttp::field::retry_after], "5");

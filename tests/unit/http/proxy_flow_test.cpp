@@ -11,8 +11,8 @@
 #include "support/http_client.hpp"
 #include "support/upstream_server.hpp"
 
-#include <boost/asio/executor_work_guard.hpp>
 #include <gtest/gtest.h>
+#include <boost/asio/executor_work_guard.hpp>
 
 #include <thread>
 
@@ -63,9 +63,9 @@ class ProxyFlowTest : public ::testing::Test {
     up.host = "127.0.0.1";
     up.port = upstream.port();
     handler = std::make_shared<forwarding_handler>(ioc.get_executor(), up, true);
-    srv = std::make_unique<server>(
-        ioc, asio::ip::tcp::endpoint{asio::ip::make_address("127.0.0.1"), 0}, handler,
-        session_limits{}, 0);
+    srv = std::make_unique<server>(ioc,
+                                   asio::ip::tcp::endpoint{asio::ip::make_address("127.0.0.1"), 0},
+                                   handler, session_limits{}, 0);
     port = srv->local_endpoint().port();
     srv->start();
     thread = std::thread([this] { ioc.run(); });
@@ -88,8 +88,8 @@ class ProxyFlowTest : public ::testing::Test {
 
 TEST_F(ProxyFlowTest, HopByHopHeadersStopAtTheProxyBothWays) {
   test::canned_response canned;
-  canned.headers = {{"Connection", "close"}, {"Keep-Alive", "timeout=1"},
-                    {"X-RateLimit-Remaining", "7"}};
+  canned.headers = {
+      {"Connection", "close"}, {"Keep-Alive", "timeout=1"}, {"X-RateLimit-Remaining", "7"}};
   upstream.set_response(canned);
 
   http_connection c(port);
@@ -118,9 +118,9 @@ TEST_F(ProxyFlowTest, HopByHopHeadersStopAtTheProxyBothWays) {
 
   const auto at_upstream = upstream.requests().at(0);
   EXPECT_EQ(at_upstream.target, "/v1/items");
-  for (const char* name : {"Connection", "Keep-Alive", "TE", "Proxy-Authorization",
-                           "Proxy-Connection", "Upgrade", "X-Debug-Token",
-                           "X-HTTP-Method-Override", "Transfer-Encoding", "Content-Length"}) {
+  for (const char* name :
+       {"Connection", "Keep-Alive", "TE", "Proxy-Authorization", "Proxy-Connection", "Upgrade",
+        "X-Debug-Token", "X-HTTP-Method-Override", "Transfer-Encoding", "Content-Length"}) {
     EXPECT_FALSE(at_upstream.has(name)) << name;
   }
   EXPECT_EQ(at_upstream.header("X-API-Key"), "key-a");

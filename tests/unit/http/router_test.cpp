@@ -59,12 +59,28 @@ TEST(Canonicalize, Table) {
 
 TEST(Canonicalize, Errors) {
   const char* bad[] = {
-      "",            "*",          "api.example.test:443", "v1/items",
-      "/a%2Fb",      "/a%2fb",     "/a%00b",               "/..",
-      "/../etc",     "/a/../..",   "/a/../../b",           "/%2E%2E/x",
-      "/a%",         "/a%4",       "/a%G1",                "/a#frag",
-      "/a\x01",      "/a b",       "http:///x",            "http://user@host/x",
-      "ftp://h/x",   "/a?b c",
+      "",
+      "*",
+      "api.example.test:443",
+      "v1/items",
+      "/a%2Fb",
+      "/a%2fb",
+      "/a%00b",
+      "/..",
+      "/../etc",
+      "/a/../..",
+      "/a/../../b",
+      "/%2E%2E/x",
+      "/a%",
+      "/a%4",
+      "/a%G1",
+      "/a#frag",
+      "/a\x01",
+      "/a b",
+      "http:///x",
+      "http://user@host/x",
+      "ftp://h/x",
+      "/a?b c",
   };
   for (const char* t : bad) {
     auto r = canonicalize(t);

@@ -4,8 +4,8 @@
 
 #include "support/http_client.hpp"
 
-#include <boost/asio/executor_work_guard.hpp>
 #include <gtest/gtest.h>
+#include <boost/asio/executor_work_guard.hpp>
 
 #include <atomic>
 #include <string>
@@ -26,8 +26,11 @@ class echo_handler final : public request_handler {
     calls.fetch_add(1);
     last_peer_port = ctx.peer.port();
     response res{bhttp::status::ok, req.version()};
-    if (req.target() == "/empty") res.result(bhttp::status::no_content);
-    else res.body() = std::string(req.method_string()) + " " + std::string(req.target()) + " " + req.body();
+    if (req.target() == "/empty")
+      res.result(bhttp::status::no_content);
+    else
+      res.body() =
+          std::string(req.method_string()) + " " + std::string(req.target()) + " " + req.body();
     if (req.target() == "/close") res.set(bhttp::field::connection, "close");
     res.set("Transfer-Encoding", "chunked");  // the session must reframe
     co_return res;
@@ -180,8 +183,7 @@ TEST_F(ServerTest, MalformedRequestsGet4xxAndClose) {
       {"TE not chunked", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nabc", 400},
       {"TE gzip, chunked",
        "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501},
-      {"TE in HTTP/1.0",
-       "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+      {"TE in HTTP/1.0", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
       {"two content lengths",
        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400},
       {"bad content length", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3x\r\n\r\nabc", 400},
@@ -213,8 +215,8 @@ TEST_F(ServerTest, MalformedRequestsGet4xxAndClose) {
 }
 
 TEST_F(ServerTest, ValidHostsAccepted) {
-  for (const char* host : {"example.test", "example.test:8080", "127.0.0.1:1", "[::1]",
-                           "[::1]:80", "xn--caf-dma.test", ""}) {
+  for (const char* host : {"example.test", "example.test:8080", "127.0.0.1:1", "[::1]", "[::1]:80",
+                           "xn--caf-dma.test", ""}) {
     SCOPED_TRACE(host);
     http_connection c(port);
     auto r = c.request("GET", "/", {{"Host", host}});
@@ -227,8 +229,8 @@ TEST_F(ServerTest, StopClosesIdleSessions) {
   EXPECT_EQ(c.request("GET", "/a").status, 200u);
   srv->stop();
   EXPECT_TRUE(c.closed_by_peer());
-  EXPECT_THROW(http_connection late(port, std::chrono::milliseconds(500)); late.request("GET", "/"),
-               std::runtime_error);
+  EXPECT_THROW(http_connection late(port, std::chrono::milliseconds(500));
+               late.request("GET", "/"), std::runtime_error);
 }
 
 TEST(ServerReusePort, TwoWorkersShareAPort) {

@@ -6,10 +6,10 @@
 #include "sluice/http/headers.hpp"
 #include "support/upstream_server.hpp"
 
+#include <gtest/gtest.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
-#include <gtest/gtest.h>
 
 #include <thread>
 
