@@ -7,7 +7,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,8 +18,6 @@
 #include <filesystem>
 #include <stdexcept>
 #include <thread>
-
-extern char** environ;
 
 namespace sluice::test {
 namespace {
@@ -75,6 +74,9 @@ redis_reply copy(const redisReply* r) {
 
 redis_server::redis_server(std::vector<std::string> extra_args)
     : extra_args_(std::move(extra_args)) {
+  for (std::size_t i = 0; i + 1 < extra_args_.size(); ++i) {
+    if (extra_args_[i] == "--requirepass") password_ = extra_args_[i + 1];
+  }
   std::string tmpl = (std::filesystem::temp_directory_path() / "sluice-redis-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("redis_server: mkdtemp failed");
   dir_ = tmpl;
@@ -104,9 +106,22 @@ void redis_server::spawn() {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (::posix_spawnp(&pid, "redis-server", nullptr, nullptr, argv.data(), environ) != 0) {
-    throw std::runtime_error("redis_server: cannot spawn redis-server");
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("redis_server: fork failed");
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec. Die with the test process (a crashed
+    // test must not leave servers behind), and keep the test's stdout/stderr to itself.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    int null_fd = ::open("/dev/null", O_RDWR);
+    if (null_fd >= 0) {
+      ::dup2(null_fd, 0);
+      ::dup2(null_fd, 1);
+      ::dup2(null_fd, 2);
+    }
+    ::execvp("redis-server", argv.data());
+    ::_exit(127);
   }
   pid_ = pid;
   paused_ = false;
@@ -135,6 +150,10 @@ redis_reply redis_server::command(const std::vector<std::string>& argv) const {
     return out;
   }
   redisSetTimeout(c, tv);
+  if (!password_.empty()) {
+    auto* a = static_cast<redisReply*>(redisCommand(c, "AUTH %s", password_.c_str()));
+    if (a) freeReplyObject(a);
+  }
   std::vector<const char*> ptrs;
   std::vector<std::size_t> lens;
   for (const auto& a : argv) {

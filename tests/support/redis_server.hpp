@@ -42,8 +42,9 @@ class redis_server {
   /// Its process id, or -1 while killed.
   pid_t pid() const { return pid_; }
 
-  /// Runs one command synchronously on a fresh connection (1 s timeout); I/O failures come
-  /// back as kind::io_error with the message in `str`.
+  /// Runs one command synchronously on a fresh connection (1 s timeout; AUTH first when the
+  /// server was started with --requirepass); I/O failures come back as kind::io_error with the
+  /// message in `str`.
   redis_reply command(const std::vector<std::string>& argv) const;
 
   /// SIGKILLs the server and reaps it (the port stops answering at once).
@@ -61,6 +62,7 @@ class redis_server {
 
   std::vector<std::string> extra_args_;
   std::string dir_;
+  std::string password_;  // from --requirepass, used by command()
   std::uint16_t port_ = 0;
   pid_t pid_ = -1;
   bool paused_ = false;

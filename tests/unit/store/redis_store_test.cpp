@@ -1,0 +1,421 @@
+// sluice-test-support: redis_server
+#include "sluice/store/redis_store.hpp"
+
+#include "sluice/errc.hpp"
+#include "support/redis_server.hpp"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+// The Redis store against a real redis-server: decisions, pipelined concurrency (c08), script
+// reload after SCRIPT FLUSH (c10 part 1), outages (kill / restart, c11), stalls (SIGSTOP: the
+// deadline, the late reply dropped, no replay — c10 part 2) and a port nobody listens on.
+
+namespace sluice {
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+using result_type = boost::system::result<limiter::check_outcome>;
+
+limiter::check_request request(const std::string& key, std::int64_t n, std::int64_t period_ms,
+                               std::int64_t burst, std::int64_t now_ms = -1) {
+  config::limit_params p;
+  p.rate.count = n;
+  p.rate.period = std::chrono::milliseconds(period_ms);
+  p.burst = burst;
+  limiter::limit_check lc;
+  lc.key = key;
+  lc.bucket = limiter::bucket_params::from(p);
+  limiter::check_request req;
+  req.limits.push_back(lc);
+  req.now_ms_override = now_ms;
+  return req;
+}
+
+// Runs `ioc` until `done()` or `limit` has passed (the store keeps timers, so run() never
+// returns on its own).
+template <class Pred>
+bool run_until(asio::io_context& ioc, Pred done, std::chrono::milliseconds limit) {
+  const auto deadline = clock_type::now() + limit;
+  while (!done() && clock_type::now() < deadline) {
+    if (ioc.stopped()) ioc.restart();
+    ioc.run_one_for(5ms);
+  }
+  return done();
+}
+
+void run_for(asio::io_context& ioc, std::chrono::milliseconds d) {
+  run_until(ioc, [] { return false; }, d);
+}
+
+// One check, timed.
+struct timed_result {
+  std::optional<result_type> result;
+  std::chrono::milliseconds took{0};
+};
+
+timed_result check_once(asio::io_context& ioc, store::redis_store& s, limiter::check_request req,
+                        std::chrono::milliseconds limit = 5000ms) {
+  timed_result out;
+  const auto start = clock_type::now();
+  asio::co_spawn(ioc, s.check(std::move(req)), [&](std::exception_ptr e, result_type r) {
+    if (!e) out.result.emplace(std::move(r));
+    out.took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - start);
+  });
+  run_until(ioc, [&] { return out.result.has_value(); }, limit);
+  return out;
+}
+
+bool wait_connected(asio::io_context& ioc, store::redis_store& s,
+                    std::chrono::milliseconds limit = 3000ms) {
+  return run_until(ioc, [&] { return s.stats().connected; }, limit);
+}
+
+store::redis_settings settings_for(const test::redis_server& server,
+                                   std::chrono::milliseconds timeout = 200ms) {
+  store::redis_settings s;
+  s.port = server.port();
+  s.command_timeout = timeout;
+  s.connect_timeout = 250ms;
+  return s;
+}
+
+TEST(redis_store, decides_a_check) {
+  test::redis_server server;
+  asio::io_context ioc;
+  store::redis_store s(ioc.get_executor(), settings_for(server));
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  EXPECT_EQ(s.stats().script_loads, 1u);
+
+  auto r = check_once(ioc, s, request("{k}:basic", 1, 10'000, 2));
+  ASSERT_TRUE(r.result && r.result->has_value()) << r.result->error().message();
+  const auto& out = **r.result;
+  EXPECT_TRUE(out.allowed);
+  ASSERT_EQ(out.limits.size(), 1u);
+  EXPECT_EQ(out.limits[0].limit, 2);
+  EXPECT_EQ(out.limits[0].remaining, 1);
+  EXPECT_EQ(out.limits[0].reset_ms, 10'000);
+  EXPECT_EQ(s.stats().checks, 1u);
+  // Redis TIME decided it: the stored stamp is the server's clock, within a second of ours.
+  auto state = server.command({"GET", "{k}:basic"});
+  ASSERT_EQ(state.type, test::redis_reply::kind::string);
+  EXPECT_EQ(state.str.substr(0, state.str.find(' ')), "10000");
+  auto pttl = server.command({"PTTL", "{k}:basic"});
+  EXPECT_GT(pttl.integer, 9'000);
+  EXPECT_LE(pttl.integer, 10'000);
+  s.stop();
+}
+
+TEST(redis_store, an_error_reply_is_a_store_error) {
+  test::redis_server server;
+  asio::io_context ioc;
+  store::redis_store s(ioc.get_executor(), settings_for(server));
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  server.command({"SET", "{k}:wrongtype", "x"});
+  server.command({"DEL", "{k}:wrongtype"});
+  server.command({"LPUSH", "{k}:wrongtype", "x"});  // GET on a list: WRONGTYPE inside the script
+  auto r = check_once(ioc, s, request("{k}:wrongtype", 1, 1000, 1));
+  ASSERT_TRUE(r.result);
+  ASSERT_FALSE(r.result->has_value());
+  EXPECT_EQ(r.result->error(), make_error_code(errc::store_error));
+  EXPECT_EQ(s.stats().errors, 1u);
+}
+
+// c08: 100 checks issued at once on one connection against burst 5 → exactly 5 admitted, with
+// Remaining 4, 3, 2, 1, 0 each once.
+TEST(redis_store, concurrent_checks_admit_exactly_the_burst) {
+  test::redis_server server;
+  asio::io_context ioc;
+  store::redis_store s(ioc.get_executor(), settings_for(server, 2000ms));
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  std::vector<std::optional<result_type>> results(100);
+  for (auto& slot : results) {
+    asio::co_spawn(ioc, s.check(request("{c08}:items_key", 5, 60'000, 5)),
+                   [&slot](std::exception_ptr, result_type r) { slot.emplace(std::move(r)); });
+  }
+  ASSERT_TRUE(run_until(
+      ioc,
+      [&] {
+        for (auto& r : results) {
+          if (!r) return false;
+        }
+        return true;
+      },
+      5000ms));
+  int allowed = 0;
+  std::vector<int> remaining_seen(5, 0);
+  for (auto& r : results) {
+    ASSERT_TRUE(r->has_value()) << r->error().message();
+    const auto& o = **r;
+    if (o.allowed) {
+      ++allowed;
+      ASSERT_GE(o.limits[0].remaining, 0);
+      ASSERT_LT(o.limits[0].remaining, 5);
+      ++remaining_seen[static_cast<std::size_t>(o.limits[0].remaining)];
+    } else {
+      EXPECT_EQ(o.limits[0].remaining, 0);
+      EXPECT_GT(o.limits[0].retry_after_ms, 11'000);  // Retry-After 12 s
+      EXPECT_LE(o.limits[0].retry_after_ms, 12'000);
+    }
+  }
+  EXPECT_EQ(allowed, 5);
+  EXPECT_EQ(remaining_seen, std::vector<int>(5, 1));
+  EXPECT_EQ(s.stats().checks, 100u);
+}
+
+// c10 part 1: after SCRIPT FLUSH the next check meets NOSCRIPT, reloads once and is decided
+// from the store's state.
+TEST(redis_store, script_flush_reloads_and_decides) {
+  test::redis_server server;
+  asio::io_context ioc;
+  store::redis_store s(ioc.get_executor(), settings_for(server));
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  const std::int64_t t0 = 1'700'000'000'000;
+  auto first = check_once(ioc, s, request("{c10}:a", 3, 60'000, 3, t0));
+  ASSERT_TRUE(first.result && first.result->has_value());
+  EXPECT_EQ((*first.result)->limits[0].remaining, 2);
+  const auto loads = s.stats().script_loads;
+
+  ASSERT_EQ(server.command({"SCRIPT", "FLUSH"}).str, "OK");
+  auto second = check_once(ioc, s, request("{c10}:a", 3, 60'000, 3, t0 + 1'000));
+  ASSERT_TRUE(second.result && second.result->has_value()) << second.result->error().message();
+  EXPECT_TRUE((*second.result)->allowed);
+  EXPECT_EQ((*second.result)->limits[0].remaining, 1);  // 2.05 → 1.05
+  EXPECT_EQ(s.stats().script_loads, loads + 1);
+  auto third = check_once(ioc, s, request("{c10}:a", 3, 60'000, 3, t0 + 1'100));
+  EXPECT_EQ((*third.result)->limits[0].remaining, 0);
+  auto fourth = check_once(ioc, s, request("{c10}:a", 3, 60'000, 3, t0 + 1'200));
+  EXPECT_FALSE((*fourth.result)->allowed);
+  EXPECT_EQ((*fourth.result)->limits[0].retry_after_ms, 18'800);  // Retry-After 19
+  EXPECT_EQ(s.stats().script_loads, loads + 1);
+}
+
+// Many checks in flight meet NOSCRIPT together: one reload is enough for all of them.
+TEST(redis_store, script_flush_with_many_in_flight) {
+  test::redis_server server;
+  asio::io_context ioc;
+  store::redis_store s(ioc.get_executor(), settings_for(server, 2000ms));
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  ASSERT_EQ(server.command({"SCRIPT", "FLUSH"}).str, "OK");
+  std::vector<std::optional<result_type>> results(20);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    asio::co_spawn(ioc, s.check(request("{flush}:k" + std::to_string(i), 1, 1000, 1)),
+                   [&results, i](std::exception_ptr, result_type r) { results[i].emplace(r); });
+  }
+  ASSERT_TRUE(run_until(
+      ioc,
+      [&] {
+        for (auto& r : results) {
+          if (!r) return false;
+        }
+        return true;
+      },
+      5000ms));
+  for (auto& r : results) {
+    ASSERT_TRUE(r->has_value()) << r->error().message();
+    EXPECT_TRUE((**r).allowed);
+  }
+  EXPECT_EQ(s.stats().script_loads, 2u);
+}
+
+// c11: a killed server makes checks fail at once (no wait for a deadline), and the store comes
+// back by itself after a restart.
+TEST(redis_store, killed_server_fails_fast_then_recovers) {
+  test::redis_server server;
+  asio::io_context ioc;
+  store::redis_store s(ioc.get_executor(), settings_for(server, 500ms));
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  ASSERT_TRUE(check_once(ioc, s, request("{kill}:k", 10, 1000, 10)).result->has_value());
+
+  server.kill();
+  std::vector<timed_result> during;
+  for (int i = 0; i < 10; ++i) {
+    during.push_back(check_once(ioc, s, request("{kill}:k", 10, 1000, 10)));
+    run_for(ioc, 20ms);
+  }
+  for (const auto& r : during) {
+    ASSERT_TRUE(r.result) << "a check hung";
+    EXPECT_FALSE(r.result->has_value());
+    const auto ec = r.result->error();
+    EXPECT_TRUE(ec == make_error_code(errc::store_unavailable) ||
+                ec == make_error_code(errc::store_error))
+        << ec.message();
+    EXPECT_LT(r.took, 500ms) << "must not wait for the deadline";
+  }
+  EXPECT_FALSE(s.stats().connected);
+  EXPECT_GE(s.stats().unavailable, 9u);
+
+  run_for(ioc, 300ms);
+  server.restart();
+  const auto restarted = clock_type::now();
+  ASSERT_TRUE(wait_connected(ioc, s, 3000ms));
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - restarted);
+  RecordProperty("reconnect_ms", static_cast<int>(took.count()));
+  std::printf("reconnected %lld ms after the restart\n", static_cast<long long>(took.count()));
+  EXPECT_LT(took, 1200ms);
+  auto after = check_once(ioc, s, request("{kill}:k", 10, 1000, 10));
+  ASSERT_TRUE(after.result && after.result->has_value()) << after.result->error().message();
+  EXPECT_TRUE((*after.result)->allowed);
+  EXPECT_EQ(s.stats().reconnects, 1u);
+  EXPECT_EQ(s.stats().script_loads, 2u);  // loaded again on the new connection
+}
+
+// c10 part 2 / c11: a stalled server costs the deadline and no more; the late reply is dropped
+// (never handed to a later check) and the script is not replayed: it ran exactly once.
+TEST(redis_store, stalled_server_times_out_without_replay) {
+  test::redis_server server;
+  asio::io_context ioc;
+  const auto timeout = 50ms;
+  store::redis_store s(ioc.get_executor(), settings_for(server, timeout));
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  const std::int64_t t0 = 1'700'000'000'000;
+
+  server.pause();
+  std::vector<std::optional<result_type>> results(5);
+  std::vector<std::chrono::milliseconds> took(5);
+  const auto start = clock_type::now();
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    asio::co_spawn(ioc, s.check(request("{c10}:b", 3, 60'000, 3, t0)),
+                   [&, i](std::exception_ptr, result_type r) {
+                     results[i].emplace(std::move(r));
+                     took[i] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         clock_type::now() - start);
+                   });
+  }
+  ASSERT_TRUE(run_until(
+      ioc,
+      [&] {
+        for (auto& r : results) {
+          if (!r) return false;
+        }
+        return true;
+      },
+      2000ms));
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    ASSERT_FALSE(results[i]->has_value());
+    EXPECT_EQ(results[i]->error(), make_error_code(errc::store_timeout));
+    EXPECT_GE(took[i], timeout);
+    EXPECT_LT(took[i], timeout + 30ms) << "timeouts must not stack";
+    std::printf("check %zu timed out after %lld ms\n", i, static_cast<long long>(took[i].count()));
+  }
+  EXPECT_EQ(s.stats().timeouts, 5u);
+
+  server.resume();
+  ASSERT_TRUE(run_until(ioc, [&] { return s.stats().late_replies == 5; }, 2000ms));
+  // Five scripts ran once each (3 → 0 tokens, the last two refused) — none was replayed:
+  // at t0 + 0.5 s the bucket holds 500 units (0.025 token) and refuses.
+  auto next = check_once(ioc, s, request("{c10}:b", 3, 60'000, 3, t0 + 500));
+  ASSERT_TRUE(next.result && next.result->has_value()) << next.result->error().message();
+  EXPECT_FALSE((*next.result)->allowed);
+  EXPECT_EQ((*next.result)->limits[0].remaining, 0);
+  EXPECT_EQ(server.command({"GET", "{c10}:b"}).str, "500 " + std::to_string(t0 + 500));
+  EXPECT_EQ(s.stats().checks, 1u);
+}
+
+// One stalled check, then the c10 part 2 sequence on a fresh key: 3 → 2 by the timed-out run,
+// 2.025 → 1.025 at t = 0.5 s: Remaining 1 (0 would mean a replay, 2 a misrouted reply).
+TEST(redis_store, c10_timed_out_check_ran_once) {
+  test::redis_server server;
+  asio::io_context ioc;
+  store::redis_store s(ioc.get_executor(), settings_for(server, 50ms));
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  const std::int64_t t0 = 1'700'000'000'000;
+  server.pause();
+  auto first = check_once(ioc, s, request("{c10}:key-b", 3, 60'000, 3, t0));
+  ASSERT_TRUE(first.result);
+  EXPECT_EQ(first.result->error(), make_error_code(errc::store_timeout));
+  server.resume();
+  ASSERT_TRUE(run_until(ioc, [&] { return s.stats().late_replies == 1; }, 2000ms));
+  auto second = check_once(ioc, s, request("{c10}:key-b", 3, 60'000, 3, t0 + 500));
+  ASSERT_TRUE(second.result && second.result->has_value());
+  EXPECT_TRUE((*second.result)->allowed);
+  EXPECT_EQ((*second.result)->limits[0].remaining, 1);
+}
+
+TEST(redis_store, nothing_listening_is_unavailable_at_once) {
+  std::uint16_t port = 0;
+  {
+    test::redis_server server;  // a port that was free, now free again
+    port = server.port();
+  }
+  asio::io_context ioc;
+  store::redis_settings settings;
+  settings.port = port;
+  settings.command_timeout = 50ms;
+  store::redis_store s(ioc.get_executor(), settings);
+  s.start();
+  run_for(ioc, 100ms);
+  EXPECT_FALSE(s.stats().connected);
+  for (int i = 0; i < 3; ++i) {
+    auto r = check_once(ioc, s, request("{none}:k", 1, 1000, 1));
+    ASSERT_TRUE(r.result);
+    EXPECT_EQ(r.result->error(), make_error_code(errc::store_unavailable));
+    EXPECT_LT(r.took, 10ms);
+  }
+  EXPECT_EQ(s.stats().unavailable, 3u);
+}
+
+TEST(redis_store, check_before_start_is_unavailable) {
+  asio::io_context ioc;
+  store::redis_store s(ioc.get_executor(), store::redis_settings{});
+  auto r = check_once(ioc, s, request("{x}:k", 1, 1000, 1));
+  ASSERT_TRUE(r.result);
+  EXPECT_EQ(r.result->error(), make_error_code(errc::store_unavailable));
+}
+
+TEST(redis_store, auth_with_a_password) {
+  test::redis_server server({"--requirepass", "s3cret"});
+  asio::io_context ioc;
+  auto settings = settings_for(server);
+  settings.password = "s3cret";
+  store::redis_store s(ioc.get_executor(), settings);
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  auto r = check_once(ioc, s, request("{auth}:k", 1, 1000, 1));
+  ASSERT_TRUE(r.result && r.result->has_value());
+
+  store::redis_store wrong(ioc.get_executor(), settings_for(server));  // no password
+  wrong.start();
+  run_for(ioc, 200ms);
+  EXPECT_FALSE(wrong.stats().connected);
+}
+
+TEST(redis_store, stop_fails_checks_in_flight) {
+  test::redis_server server;
+  asio::io_context ioc;
+  store::redis_store s(ioc.get_executor(), settings_for(server, 1000ms));
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  server.pause();
+  std::optional<result_type> result;
+  asio::co_spawn(ioc, s.check(request("{stop}:k", 1, 1000, 1)),
+                 [&](std::exception_ptr, result_type r) { result.emplace(std::move(r)); });
+  run_for(ioc, 20ms);
+  s.stop();
+  ASSERT_TRUE(run_until(ioc, [&] { return result.has_value(); }, 500ms));
+  EXPECT_FALSE(result->has_value());
+  server.resume();
+}
+
+}  // namespace
+}  // namespace sluice
