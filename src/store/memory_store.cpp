@@ -7,8 +7,10 @@
 //
 // Expiry mirrors Redis PEXPIRE: a bucket carries `expires_at` = stamp + time to full; an expired
 // entry reads as missing (= full, which is exactly its refilled level then). Entries are
-// dropped lazily when touched, and each shard is swept once every max(1024, size) operations on
-// it, so the sweep costs O(1) amortised per operation and idle buckets cannot pile up.
+// dropped lazily when touched, and every `sweep_interval` checks one shard, in rotation, is
+// swept whole (outside the check's own locks): every idle bucket is gone within
+// shard_count * sweep_interval checks of its expiry, at an amortised cost of
+// size / (shard_count * sweep_interval) entry visits per check.
 #include "sluice/store/memory_store.hpp"
 
 #include "sluice/limiter/token_bucket.hpp"
@@ -25,7 +27,7 @@ namespace sluice::store {
 namespace {
 
 constexpr std::size_t shard_count = 64;
-constexpr std::size_t min_sweep_interval = 1024;
+constexpr std::uint64_t sweep_interval = 1024;
 
 struct entry {
   limiter::bucket_state state;
@@ -35,12 +37,9 @@ struct entry {
 struct shard {
   mutable std::mutex mutex;
   std::unordered_map<std::string, entry> buckets;
-  std::size_t ops_since_sweep = 0;
 
-  // Caller holds `mutex`.
-  void maybe_sweep(std::int64_t now_ms) {
-    if (++ops_since_sweep < std::max(min_sweep_interval, buckets.size())) return;
-    ops_since_sweep = 0;
+  void sweep(std::int64_t now_ms) {
+    std::lock_guard lock(mutex);
     std::erase_if(buckets, [now_ms](const auto& kv) { return kv.second.expires_at_ms <= now_ms; });
   }
 };
@@ -122,8 +121,9 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
     }
     out.limits.push_back(limiter::describe(after, l.bucket, l.cost, admits[i]));
   }
-  for (std::size_t s : order) impl_->shards[s].maybe_sweep(now);
-  impl_->checks.fetch_add(1, std::memory_order_relaxed);
+  locks.clear();
+  const std::uint64_t count = impl_->checks.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (count % sweep_interval == 0) impl_->shards[(count / sweep_interval) % shard_count].sweep(now);
   return out;
 }
 
@@ -145,6 +145,15 @@ std::size_t memory_store::size() const {
   for (const auto& sh : impl_->shards) {
     std::lock_guard lock(sh.mutex);
     for (const auto& [key, e] : sh.buckets) total += e.expires_at_ms > now ? 1 : 0;
+  }
+  return total;
+}
+
+std::size_t memory_store::stored_entries() const {
+  std::size_t total = 0;
+  for (const auto& sh : impl_->shards) {
+    std::lock_guard lock(sh.mutex);
+    total += sh.buckets.size();
   }
   return total;
 }

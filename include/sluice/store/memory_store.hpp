@@ -40,6 +40,9 @@ class memory_store final : public counter_store {
   /// Number of live (unexpired) buckets; for tests and metrics.
   std::size_t size() const;
 
+  /// Entries held in memory, expired or not (tests of the idle sweep).
+  std::size_t stored_entries() const;
+
   /// Raw state of a bucket key for tests: {level units, stamp ms}, or nullopt when absent
   /// or expired.
   std::optional<std::pair<std::int64_t, std::int64_t>> peek(const std::string& key) const;
