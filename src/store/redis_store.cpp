@@ -138,6 +138,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   bool ever_connected = false;
   std::uint64_t next_id = first_check_id;
   std::uint64_t loads_sent = 0;  // SCRIPT LOADs queued, ever (orders NOSCRIPT retries)
+  std::uint64_t generation = 0;  // connection attempts, ever (matches a connect timer to one)
   std::unordered_map<std::uint64_t, pending> inflight;
   store_stats counters;
   std::mt19937_64 rng;
@@ -165,6 +166,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       return;
     }
     ac = c;
+    const std::uint64_t gen = ++generation;
     state = conn_state::connecting;
     redisAsyncSetConnectCallback(c, &impl::on_connect);
     redisAsyncSetDisconnectCallback(c, &impl::on_disconnect);
@@ -178,9 +180,10 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     }
     send_script_load(tag_initial_load);
     connect_timer.expires_after(settings.connect_timeout);
-    connect_timer.async_wait([w = weak_from_this(), c](error_code ec) {
+    connect_timer.async_wait([w = weak_from_this(), gen](error_code ec) {
       if (ec) return;
-      if (auto self = w.lock(); self && self->ac == c && self->state == conn_state::connecting) {
+      if (auto self = w.lock();
+          self && self->generation == gen && self->state == conn_state::connecting) {
         spdlog::warn("redis {}:{}: connect timed out after {} ms", self->settings.host,
                      self->settings.port, self->settings.connect_timeout.count());
         self->drop_connection();
@@ -243,26 +246,32 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
 
   static impl* owner(const redisAsyncContext* c) { return static_cast<impl*>(c->data); }
 
-  static void on_connect(const redisAsyncContext* c, int status) {
-    impl* self = owner(c);
-    if (self == nullptr || self->ac != c) return;
-    if (status != REDIS_OK) {
+  static void on_connect(const redisAsyncContext* c, int status) noexcept {
+    try {
+      impl* self = owner(c);
+      if (self == nullptr || self->ac != c || status == REDIS_OK) return;
       // hiredis frees the context right after this callback.
       spdlog::debug("redis {}:{}: connect failed: {}", self->settings.host, self->settings.port,
                     c->errstr ? c->errstr : "");
       self->lost();
       self->schedule_reconnect();
+    } catch (...) {
+      // No exception crosses a hiredis callback.
     }
   }
 
-  static void on_disconnect(const redisAsyncContext* c, int /*status*/) {
-    impl* self = owner(c);
-    if (self == nullptr || self->ac != c) return;  // a connection we dropped ourselves
-    spdlog::warn("redis {}:{}: connection lost: {}", self->settings.host, self->settings.port,
-                 c->errstr ? c->errstr : "closed");
-    self->lost();
-    self->backoff = backoff_first;
-    self->schedule_reconnect();
+  static void on_disconnect(const redisAsyncContext* c, int /*status*/) noexcept {
+    try {
+      impl* self = owner(c);
+      if (self == nullptr || self->ac != c) return;  // a connection we dropped ourselves
+      spdlog::warn("redis {}:{}: connection lost: {}", self->settings.host, self->settings.port,
+                   c->errstr ? c->errstr : "closed");
+      self->lost();
+      self->backoff = backoff_first;
+      self->schedule_reconnect();
+    } catch (...) {
+      // No exception crosses a hiredis callback.
+    }
   }
 
   static void on_setup_reply(redisAsyncContext* c, void* r, void* privdata) noexcept {

@@ -26,10 +26,24 @@ struct redis_settings {
 /// after each connect and called with EVALSHA; a NOSCRIPT reply triggers one SCRIPT LOAD and
 /// one retry. A check that times out or whose connection drops is never replayed (the
 /// script may have run). Each command has its own deadline timer; a late reply is dropped.
-/// Concurrent checks are pipelined on the one connection. Reconnects with jittered backoff.
+/// Concurrent checks are pipelined on the one connection. Reconnects with jittered backoff
+/// (50 ms doubling to 1 s) after a failed attempt or a lost connection.
+///
+/// check() errors: store_unavailable at once while not connected (before start(), while
+/// (re)connecting, after stop()); store_timeout when `command_timeout` passes (the late reply
+/// is dropped and counted in store_stats::late_replies); store_error for an error reply
+/// (READONLY, OOM, BUSY, WRONGTYPE, a second NOSCRIPT...) or a connection lost mid-check;
+/// store_protocol for a reply of the wrong shape.
+///
+/// Thread-safety: none; every member (check, start, stop, stats, the destructor) is called on
+/// `ex`'s thread, and the store is destroyed before its io_context.
 class redis_store final : public counter_store {
  public:
+  /// `ex`: the worker's executor, on which hiredis is driven and checks complete. Does not
+  /// connect: call start(). `settings.host` should be an address (hiredis resolves names with
+  /// a blocking call).
   redis_store(boost::asio::any_io_executor ex, redis_settings settings);
+  /// Stops (see stop()).
   ~redis_store() override;
 
   boost::asio::awaitable<boost::system::result<limiter::check_outcome>> check(
