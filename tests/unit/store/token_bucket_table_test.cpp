@@ -13,9 +13,11 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -352,6 +354,109 @@ TEST_F(token_bucket_table, stored_state_matches) {
         } else {
           EXPECT_EQ(r.str, std::to_string(m->first) + " " + std::to_string(m->second))
               << c.name << " step " << s;
+        }
+      }
+    }
+  }
+}
+
+// Randomised differential run: random rates (up to 2^53 capacity, periods up to 30 days),
+// costs, shadow flags and time steps (including steps back) — the memory store and the script
+// must agree on every outcome and every stored state; and every outcome keeps its promises:
+// waiting retry_after_ms admits the cost, waiting 1 ms less does not; next_ms brings one more
+// whole token; reset_ms refills to full.
+TEST_F(token_bucket_table, random_sequences_agree_and_keep_promises) {
+  std::mt19937_64 rng(20261130);
+  auto pick = [&rng](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
+  for (int round = 0; round < 40; ++round) {
+    table_case c;
+    c.name = "random" + std::to_string(round);
+    const auto n_limits = pick(1, 3);
+    for (std::int64_t i = 0; i < n_limits; ++i) {
+      limit_spec l{"l" + std::to_string(i), 0, 0, 0, i > 0 && pick(0, 3) == 0};
+      const std::int64_t periods[] = {1, 7, 1'000, 60'000, 3'600'000, 86'400'000, 2'592'000'000};
+      l.period_ms = periods[pick(0, 6)];
+      l.n = pick(0, 1) ? pick(1, 10) : pick(1, 1'000'000);
+      l.burst = pick(0, 1) ? pick(1, 10) : pick(1, 100'000);
+      // Keep the capacity within 2^53 (config validation does the same).
+      while (l.params().capacity() > config::max_exact_integer || l.params().capacity() < 0) {
+        l.burst = std::max<std::int64_t>(1, l.burst / 16);
+      }
+      c.limits.push_back(l);
+    }
+    std::int64_t min_burst = c.limits[0].burst;
+    for (const auto& l : c.limits) min_burst = std::min(min_burst, l.burst);
+
+    std::int64_t now = epoch_ms;
+    store::memory_store mem([&now] { return now; });
+    for (int s = 0; s < 25; ++s) {
+      const int kind = static_cast<int>(pick(0, 9));
+      now += kind == 0 ? -pick(0, 5'000) : kind < 4 ? 0 : pick(0, kind < 8 ? 50 : 5'000'000);
+      const std::int64_t cost = pick(1, min_burst);
+      const auto req = make_request(c, "rnd", cost);
+      // Start the script from the memory store's state (Redis expires keys in real time, the
+      // simulated clock here runs faster): copy it over without a TTL, then decide on both.
+      for (const auto& lc : req.limits) {
+        if (auto st = mem.peek(lc.key)) {
+          server_->command({"SET", lc.key,
+                            std::to_string(st->first) + " " + std::to_string(st->second)});
+        } else {
+          server_->command({"DEL", lc.key});
+        }
+      }
+      const auto m = mem.decide(req);
+      std::string error;
+      const auto l = run_lua(*server_, req, now, &error);
+      ASSERT_TRUE(l) << error;
+      SCOPED_TRACE(c.name + " step " + std::to_string(s));
+      ASSERT_EQ(m.allowed, l->allowed);
+      for (std::size_t i = 0; i < req.limits.size(); ++i) {
+        const auto& a = m.limits[i];
+        const auto& b = l->limits[i];
+        ASSERT_EQ(a.admits, b.admits);
+        ASSERT_EQ(a.remaining, b.remaining);
+        ASSERT_EQ(a.reset_ms, b.reset_ms);
+        ASSERT_EQ(a.retry_after_ms, b.retry_after_ms);
+        ASSERT_EQ(a.next_ms, b.next_ms);
+        auto state = mem.peek(req.limits[i].key);
+        auto stored = server_->command({"GET", req.limits[i].key});
+        if (state) {
+          const auto ttl =
+              limiter::ttl_ms(state->first, req.limits[i].bucket);  // what the script armed
+          if (stored.type == redis_reply::kind::nil) {
+            EXPECT_LE(ttl, 100) << "only a key with a tiny TTL may be gone already";
+          } else {
+            ASSERT_EQ(stored.str,
+                      std::to_string(state->first) + " " + std::to_string(state->second));
+            const auto pttl = server_->command({"PTTL", req.limits[i].key}).integer;
+            EXPECT_LE(pttl, ttl);
+            EXPECT_GE(pttl, std::max<std::int64_t>(0, ttl - 1'000));
+          }
+          // Promises, from the stored state with no further traffic.
+          const limiter::bucket_state st{state->first, state->second};
+          const auto& p = req.limits[i].bucket;
+          const std::int64_t need = cost * p.units_per_token;
+          EXPECT_EQ(limiter::refilled_level(&st, p, now + a.reset_ms), p.capacity());
+          if (a.reset_ms > 0) {
+            EXPECT_LT(limiter::refilled_level(&st, p, now + a.reset_ms - 1), p.capacity());
+          }
+          if (a.next_ms > 0) {
+            EXPECT_GE(limiter::refilled_level(&st, p, now + a.next_ms) / p.units_per_token,
+                      a.remaining + 1);
+            EXPECT_EQ(limiter::refilled_level(&st, p, now + a.next_ms - 1) / p.units_per_token,
+                      a.remaining);
+          }
+          if (!a.admits) {
+            EXPECT_GE(limiter::refilled_level(&st, p, now + a.retry_after_ms), need);
+            EXPECT_LT(limiter::refilled_level(&st, p, now + a.retry_after_ms - 1), need);
+          }
+          EXPECT_GE(a.remaining, 0);
+          EXPECT_LE(a.remaining, p.burst);
+        } else {
+          ASSERT_EQ(stored.type, redis_reply::kind::nil);
+          EXPECT_EQ(a.remaining, c.limits[i].burst);  // full
         }
       }
     }
