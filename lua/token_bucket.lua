@@ -51,7 +51,14 @@ for i = 1, n do
   burst[i] = tonumber(ARGV[a + 3])
   cost[i] = tonumber(ARGV[a + 4])
   shadow[i] = ARGV[a + 5] == '1'
+  if not (refill[i] and upt[i] and burst[i] and cost[i]) or refill[i] < 1 or upt[i] < 1
+      or burst[i] < 1 or cost[i] < 1 then
+    return redis.error_reply('ERR sluice token_bucket: bad limit ' .. i)
+  end
   cap[i] = burst[i] * upt[i]
+  if cap[i] > 9007199254740992 then  -- 2^53: beyond it doubles are no longer exact
+    return redis.error_reply('ERR sluice token_bucket: capacity above 2^53 for limit ' .. i)
+  end
 
   local lvl = cap[i]  -- a missing bucket is full
   local raw = redis.call('GET', KEYS[i])

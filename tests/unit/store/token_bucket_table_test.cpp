@@ -572,6 +572,14 @@ TEST_F(token_bucket_table, full_bucket_key_is_deleted) {
 TEST_F(token_bucket_table, script_rejects_bad_arguments) {
   auto r = server_->command({"EVAL", std::string(lua::token_bucket()), "1", "k", "-1", "2"});
   EXPECT_EQ(r.type, redis_reply::kind::error);
+  // A zero refill, and a capacity above 2^53 (2 * 2^52 + 2^52 units), are refused unwritten.
+  auto zero = server_->command({"EVAL", std::string(lua::token_bucket()), "1", "{bad}:k", "-1",
+                                "1", "0", "1", "1", "1", "0"});
+  EXPECT_EQ(zero.type, redis_reply::kind::error);
+  auto huge = server_->command({"EVAL", std::string(lua::token_bucket()), "1", "{bad}:k", "-1",
+                                "1", "1", "4503599627370496", "3", "1", "0"});
+  EXPECT_EQ(huge.type, redis_reply::kind::error) << huge.str;
+  EXPECT_EQ(server_->command({"EXISTS", "{bad}:k"}).integer, 0);
 }
 
 TEST_F(token_bucket_table, script_uses_redis_time_without_override) {
