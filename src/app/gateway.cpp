@@ -7,6 +7,8 @@
 
 #include "sluice/app/gateway.hpp"
 
+#include "sluice/errc.hpp"
+
 #include "sluice/http/headers.hpp"
 #include "sluice/http/router.hpp"
 #include "sluice/http/server.hpp"
@@ -26,6 +28,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <future>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -132,9 +135,24 @@ class gateway_handler final : public http::request_handler {
     // Plan limits first, then route limits, each in declaration order.
     std::vector<const config::limit*> limits;
     if (auto plan = rules.plans.find(who.plan); plan != rules.plans.end()) {
-      for (const auto& l : plan->second.limits) limits.push_back(&l);
+      for (const auto& l : plan->second.limits) {
+        if (l.applies_to(who.plan)) limits.push_back(&l);
+      }
     }
-    for (const auto& l : route->limits) limits.push_back(&l);
+    // A limit written only as per-plan overrides does not apply to other plans.
+    for (const auto& l : route->limits) {
+      if (l.applies_to(who.plan)) limits.push_back(&l);
+    }
+    // One bucket per limit name (case c15): a limit named by the plan and the route is
+    // charged once, at its first position.
+    for (std::size_t i = 1; i < limits.size(); ++i) {
+      for (std::size_t j = 0; j < i; ++j) {
+        if (limits[j]->name == limits[i]->name) {
+          limits.erase(limits.begin() + static_cast<std::ptrdiff_t>(i--));
+          break;
+        }
+      }
+    }
 
     limiter::check_request check;
     std::vector<limiter::applied_limit> applied;
@@ -147,7 +165,7 @@ class gateway_handler final : public http::request_handler {
         co_return problem(version, bhttp::status::bad_request, "Bad Request",
                           "an identity header was sent twice with different values");
       }
-      const auto bucket = limiter::bucket_params::from(l->params_for(who.plan));
+      const auto bucket = limiter::bucket_params::from(*l->find_params(who.plan));
       const bool shadow = l->mode == config::limit_mode::shadow;
       check.limits.push_back({limiter::bucket_key(l->name, id->first, id->second), l->algorithm,
                               bucket, route->cost, shadow});
@@ -182,7 +200,7 @@ class gateway_handler final : public http::request_handler {
           shared_.count.local.fetch_add(1, std::memory_order_relaxed);
           log_store_failure(decided.error(), route->name, "local");
           for (std::size_t i = 0; i < check.limits.size(); ++i) {
-            check.limits[i].bucket = scaled(limits[i]->params_for(who.plan),
+            check.limits[i].bucket = scaled(*limits[i]->find_params(who.plan),
                                             rules.store.local_share, route->cost);
             applied[i].bucket = check.limits[i].bucket;
           }
@@ -223,7 +241,7 @@ class gateway_handler final : public http::request_handler {
     auto sent = co_await pool_.send(up, std::move(req));
     if (!sent) {
       shared_.count.upstream_errors.fetch_add(1, std::memory_order_relaxed);
-      const bool timeout = sent.error() == errc::upstream_timeout;
+      const bool timeout = sent.error() == sluice::errc::upstream_timeout;
       auto res = problem(version,
                          timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway,
                          timeout ? "Gateway Timeout" : "Bad Gateway",
@@ -332,6 +350,23 @@ void gateway::start() {
     w->server->start();
     w->thread = std::thread([ioc = &w->ioc] { ioc->run(); });
   }
+  wait_for_store(std::chrono::seconds(2));
+}
+
+bool gateway::wait_for_store(std::chrono::milliseconds limit) {
+  // A store belongs to its worker's thread: read its state there.
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (auto& w : impl_->workers) {
+    while (true) {
+      std::promise<bool> connected;
+      auto answer = connected.get_future();
+      asio::post(w->ioc, [&connected, st = w->store.get()] { connected.set_value(st->stats().connected); });
+      if (answer.get()) break;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  return true;
 }
 
 void gateway::stop() {

@@ -10,6 +10,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,6 +49,11 @@ class gateway {
 
   /// Starts the workers' threads and the store connections.
   void start();
+
+  /// Waits until every worker's store connection is ready (always true for the memory
+  /// store), at most `limit`. start() calls it with 2 s: until then checks get the routes'
+  /// failure policy. Returns whether every store is ready.
+  bool wait_for_store(std::chrono::milliseconds limit);
 
   /// Stops accepting, closes connections and joins the threads. Idempotent.
   void stop();
