@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
             gw.reload(r.value);
             spdlog::info("reloaded {} (generation {})", file, gw.stats().generation);
           } else {
+            gw.note_reload_failure();
             spdlog::error("reload of {} refused ({} error(s)); keeping the running config: {}",
                           file, r.diagnostics.size(), r.diagnostics.front().to_string());
           }

@@ -52,7 +52,8 @@ struct snapshot {
 
 struct counters {
   std::atomic<std::uint64_t> requests{0}, allowed{0}, rejected{0}, unlimited{0}, fail_open{0},
-      fail_closed{0}, local{0}, bad_requests{0}, upstream_errors{0}, reloads{0};
+      fail_closed{0}, local{0}, bad_requests{0}, upstream_errors{0}, reloads{0},
+      reload_failures{0};
 };
 
 /// State shared by every worker: the current snapshot, counters, the local fallback store.
@@ -398,6 +399,8 @@ void gateway::reload(std::shared_ptr<const config::rules> rules) {
   impl_->shared.count.reloads.fetch_add(1);
 }
 
+void gateway::note_reload_failure() { impl_->shared.count.reload_failures.fetch_add(1); }
+
 gateway_stats gateway::stats() const {
   gateway_stats s;
   const auto& c = impl_->shared.count;
@@ -411,6 +414,7 @@ gateway_stats gateway::stats() const {
   s.bad_requests = c.bad_requests.load();
   s.upstream_errors = c.upstream_errors.load();
   s.reloads = c.reloads.load();
+  s.reload_failures = c.reload_failures.load();
   s.generation = impl_->generation.load();
   bool first = true;
   for (const auto& w : impl_->workers) {

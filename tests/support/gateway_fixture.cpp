@@ -44,6 +44,7 @@ std::string gateway_fixture::reload(const std::string& yaml) {
   if (!r.ok()) {
     std::string all;
     for (const auto& d : r.diagnostics) all += d.to_string() + "\n";
+    gateway_->note_reload_failure();
     return all;
   }
   gateway_->reload(r.value);

@@ -29,6 +29,7 @@ struct gateway_stats {
   std::uint64_t bad_requests = 0;   ///< 400/401/404 answered by the gateway
   std::uint64_t upstream_errors = 0;///< 502/504
   std::uint64_t reloads = 0;        ///< snapshots swapped in after start
+  std::uint64_t reload_failures = 0;///< reloads refused (invalid file); the config stayed
   std::uint64_t generation = 0;     ///< current config generation (starts at 1)
   store::store_stats store;         ///< summed over workers
 };
@@ -66,6 +67,10 @@ class gateway {
   /// limit name and caller, never by generation). Listen, workers and store settings are
   /// read at start-up only. Thread-safe.
   void reload(std::shared_ptr<const config::rules> rules);
+
+  /// Counts a refused reload (the caller found the new file invalid and kept this config).
+  /// Thread-safe.
+  void note_reload_failure();
 
   /// A snapshot of the counters. Thread-safe.
   gateway_stats stats() const;
