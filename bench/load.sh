@@ -2,7 +2,10 @@
 # First load run: wrk on loopback, side by side in one run:
 #   direct   wrk -> echo upstream
 #   nginx    wrk -> nginx (plain proxy_pass, no limiting) -> echo upstream
-#   gateway  wrk -> sluice (Redis store, 10,000 distinct API keys, limits never reached) -> upstream
+#   gateway  wrk -> sluice (Redis store, 10,000 distinct API keys, two limits each: a plan limit
+#            and a route limit, bursts of 1,000,000 that are never reached) -> upstream
+# SLUICE_BENCH_WORKERS sets the gateway's workers (default 1: on 2 cores wrk, redis and the
+# upstream need the rest).
 # Prints requests/s, p99 latency, non-2xx and socket errors for each, and the ratios.
 # Usage: bench/load.sh [seconds=10] [connections=50]
 set -euo pipefail
@@ -31,18 +34,18 @@ redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT" 
 
 {
   echo "listen: 127.0.0.1:$GP"
-  echo "workers: 1"
+  echo "workers: ${SLUICE_BENCH_WORKERS:-1}"
   echo "store: {type: redis, address: 127.0.0.1:$RP, timeout: 50ms}"
   echo "upstreams: {api: {url: \"http://127.0.0.1:$UP\"}}"
   echo "identity: {api_key: {header: X-API-Key}, unknown_key: reject}"
-  echo "plans: {bench: {limits: [{name: bench_plan, rate: 1000000/1s, burst: 1000000}]}}"
+  echo "plans: {bench: {limits: [{name: bench_plan, rate: 1/1h, burst: 1000000}]}}"
   echo "api_keys:"
   for i in $(seq "$KEYS"); do echo "  bench-key-$i: bench"; done
   echo "routes:"
   echo "  - name: items"
   echo "    match: {path_prefix: /v1/items}"
   echo "    upstream: api"
-  echo "    limits: [{name: bench_items, by: api_key, rate: 1000000/1s, burst: 1000000}]"
+  echo "    limits: [{name: bench_items, by: api_key, rate: 1/1h, burst: 1000000}]"
 } > "$OUT/rules.yaml"
 
 cat > "$OUT/nginx.conf" <<NGINX
