@@ -296,8 +296,20 @@ struct gateway::impl {
   std::vector<std::unique_ptr<worker>> workers;
   std::shared_ptr<store::memory_store> memory;  // store.type: memory, shared by workers
   std::atomic<std::uint64_t> generation{1};
-  bool started = false;
-  bool stopped = false;
+  std::atomic<bool> started{false};
+  std::atomic<bool> stopped{false};
+
+  /// A worker's store counters, read on the worker's own thread while it runs (a Redis
+  /// store belongs to its io_context), directly otherwise.
+  store::store_stats store_stats_of(worker& w) {
+    if (!started || stopped || memory) return w.store->stats();
+    auto shared = std::make_shared<std::promise<store::store_stats>>();
+    auto answer = shared->get_future();
+    asio::post(w.ioc, [shared, st = w.store.get()] { shared->set_value(st->stats()); });
+    // A worker stopping meanwhile never runs the read: give up rather than hang.
+    if (answer.wait_for(std::chrono::seconds(1)) != std::future_status::ready) return {};
+    return answer.get();
+  }
 };
 
 gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options options)
@@ -359,10 +371,7 @@ bool gateway::wait_for_store(std::chrono::milliseconds limit) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   for (auto& w : impl_->workers) {
     while (true) {
-      std::promise<bool> connected;
-      auto answer = connected.get_future();
-      asio::post(w->ioc, [&connected, st = w->store.get()] { connected.set_value(st->stats().connected); });
-      if (answer.get()) break;
+      if (impl_->store_stats_of(*w).connected) break;
       if (std::chrono::steady_clock::now() >= deadline) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
@@ -420,7 +429,7 @@ gateway_stats gateway::stats() const {
   for (const auto& w : impl_->workers) {
     if (impl_->memory && !first) break;  // one shared memory store: count it once
     first = false;
-    auto st = w->store->stats();
+    auto st = impl_->store_stats_of(*w);
     s.store.checks += st.checks;
     s.store.timeouts += st.timeouts;
     s.store.errors += st.errors;
