@@ -1,13 +1,15 @@
-# sluice_embed_lua(OUTPUT file.cpp SCRIPTS a.lua b.lua ...)
+# sluice_embed_lua(OUTPUT file.cpp [SCRIPTS a.lua ...] [BUNDLE name PARTS p1.lua p2.lua ...])
 # Generates a C++ source defining sluice::lua::<stem>() -> std::string_view for each script,
-# so the scripts ship inside the binary and are loaded with SCRIPT LOAD at run time.
+# and sluice::lua::<name>() for the bundle (its PARTS concatenated in order, one script), so
+# the scripts ship inside the binary and are loaded with SCRIPT LOAD at run time.
 function(sluice_embed_lua)
-  cmake_parse_arguments(ARG "" "OUTPUT" "SCRIPTS" ${ARGN})
+  cmake_parse_arguments(ARG "" "OUTPUT;BUNDLE" "SCRIPTS;PARTS" ${ARGN})
   add_custom_command(
     OUTPUT ${ARG_OUTPUT}
     COMMAND ${CMAKE_COMMAND} -DOUTPUT=${ARG_OUTPUT} "-DSCRIPTS=${ARG_SCRIPTS}"
+            "-DBUNDLE=${ARG_BUNDLE}" "-DPARTS=${ARG_PARTS}"
             -P ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/embed_lua.cmake
-    DEPENDS ${ARG_SCRIPTS} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/embed_lua.cmake
+    DEPENDS ${ARG_SCRIPTS} ${ARG_PARTS} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/embed_lua.cmake
     COMMENT "Embedding Lua scripts"
     VERBATIM)
 endfunction()

@@ -17,6 +17,8 @@ bucket_params bucket_params::from(const config::limit_params& p) {
   out.refill_per_ms = n / g;
   out.units_per_token = period / g;
   out.burst = p.burst > 0 ? p.burst : n;  // burst defaults to N of the rate (DESIGN.md)
+  out.window_ms = period;
+  out.window_limit = n;
   return out;
 }
 

@@ -26,6 +26,35 @@ std::optional<std::size_t> most_constraining(const std::vector<applied_limit>& l
   return best;
 }
 
+std::int64_t policy_window_seconds(const applied_limit& limit) {
+  switch (limit.algorithm) {
+    case config::algorithm::fixed_window:
+    case config::algorithm::sliding_window:
+    case config::algorithm::sliding_log:
+      // The window itself (draft-ietf-httpapi-ratelimit-headers-11 `w`), whole seconds,
+      // rounded up and at least 1.
+      return std::max<std::int64_t>(1, ceil_seconds(limit.bucket.window_ms));
+    default:
+      return policy_window_seconds(limit.bucket);
+  }
+}
+
+std::int64_t jittered_retry_after(std::int64_t honest_seconds, std::chrono::milliseconds jitter,
+                                  std::uint64_t random) {
+  const std::int64_t span = jitter.count() / 1000;  // whole seconds of jitter at most
+  if (span <= 0) return honest_seconds;
+  return honest_seconds + static_cast<std::int64_t>(random % static_cast<std::uint64_t>(span + 1));
+}
+
+std::vector<std::string> shadow_violations(const std::vector<applied_limit>& limits,
+                                           const check_outcome& outcome) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < limits.size() && i < outcome.limits.size(); ++i) {
+    if (limits[i].shadow && !outcome.limits[i].admits) out.push_back(limits[i].name);
+  }
+  return out;
+}
+
 std::int64_t policy_window_seconds(const bucket_params& bucket) {
   // burst tokens at refill_per_ms / units_per_token tokens per ms:
   // burst * units_per_token / refill_per_ms ms. Rounded up to whole seconds.
@@ -53,7 +82,7 @@ std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits
       const auto& o = outcome.limits[i];
       if (!policy.empty()) policy += ", ";
       policy += '"' + limits[i].name + "\";q=" + std::to_string(o.limit) +
-                ";w=" + std::to_string(policy_window_seconds(limits[i].bucket));
+                ";w=" + std::to_string(policy_window_seconds(limits[i]));
       if (!state.empty()) state += ", ";
       state += '"' + limits[i].name + "\";r=" + std::to_string(std::max<std::int64_t>(0, o.remaining));
       if (o.remaining < o.limit) state += ";t=" + std::to_string(std::max<std::int64_t>(1, ceil_seconds(o.next_ms)));

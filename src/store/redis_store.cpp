@@ -1,7 +1,7 @@
 // The Redis counter store: hiredis 0.14 async on the worker's executor (STYLE.md, "hiredis 0.14
 // inside Asio"; REFERENCES.md, Redis and hiredis).
 //
-// One connection, pipelined: every check is one EVALSHA of lua/token_bucket.lua. A check is
+// One connection, pipelined: every check is one EVALSHA of the check script (lua/). A check is
 // identified by a command id carried in hiredis' privdata (never a pointer to a coroutine frame
 // or handler that may be gone) and owns one deadline timer. Whichever comes first — the reply,
 // the deadline, or the connection's end (a NULL reply) — completes the check and erases its id;
@@ -193,7 +193,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   }
 
   void send_script_load(std::uintptr_t tag) {
-    const auto script = lua::token_bucket();
+    const auto script = lua::check();
     const char* argv[] = {"SCRIPT", "LOAD", script.data()};
     const std::size_t lens[] = {6, 4, script.size()};
     if (redisAsyncCommandArgv(ac, &impl::on_setup_reply, reinterpret_cast<void*>(tag), 3, argv,
@@ -326,16 +326,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     p.argv.push_back(sha);
     p.argv.push_back(std::to_string(n));
     for (const auto& l : req.limits) p.argv.push_back(l.key);
-    p.argv.push_back(std::to_string(req.now_ms_override));
-    p.argv.push_back(std::to_string(n));
-    for (const auto& l : req.limits) {
-      p.argv.push_back(std::to_string(l.bucket.refill_per_ms));
-      p.argv.push_back(std::to_string(l.bucket.units_per_token));
-      p.argv.push_back(std::to_string(l.bucket.burst));
-      p.argv.push_back(std::to_string(l.cost));
-      p.argv.push_back(l.shadow ? "1" : "0");
-      p.bursts.push_back(l.bucket.burst);
-    }
+    lua::append_check_args(req, p.argv);  // the script's ARGV (lua_scripts.hpp)
+    for (const auto& l : req.limits) p.bursts.push_back(l.bucket.quota(l.algorithm));
     p.handler = std::move(handler);
     p.deadline = std::make_unique<asio::steady_timer>(ex, settings.command_timeout);
     p.deadline->async_wait([w = weak_from_this(), id](error_code ec) {

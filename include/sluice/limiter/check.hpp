@@ -25,12 +25,25 @@ struct bucket_params {
   std::int64_t units_per_token = 1;  ///< units in one token
   std::int64_t burst = 1;            ///< capacity in tokens
 
+  /// Window algorithms (fixed_window, sliding_window, sliding_log): the rate N/P read as
+  /// "at most `window_limit` = N units per window of `window_ms` = P milliseconds".
+  std::int64_t window_ms = 1;
+  std::int64_t window_limit = 1;
+
   /// Capacity in units (burst * units_per_token).
   std::int64_t capacity() const { return burst * units_per_token; }
 
+  /// The Limit a caller is told (DESIGN.md, "Headers and bodies"): the burst for the token
+  /// bucket (and GCRA), the window's limit for the window algorithms.
+  std::int64_t quota(config::algorithm a) const {
+    return a == config::algorithm::token_bucket || a == config::algorithm::gcra ? burst
+                                                                                : window_limit;
+  }
+
   /// Reduces a rate and burst to integer bucket parameters: refill_per_ms = N/g,
-  /// units_per_token = P/g with g = gcd(N, P); burst defaults to N when 0. Expects validated
-  /// parameters (count, period >= 1; capacity <= 2^53); never throws.
+  /// units_per_token = P/g with g = gcd(N, P); burst defaults to N when 0; window_ms = P,
+  /// window_limit = N. Expects validated parameters (count, period >= 1; capacity <= 2^53);
+  /// never throws.
   static bucket_params from(const config::limit_params& p);
 };
 
@@ -39,18 +52,18 @@ struct limit_check {
   std::string key;                   ///< store key (see keys.hpp), bounded, injection-proof
   config::algorithm algorithm = config::algorithm::token_bucket;
   bucket_params bucket;
-  std::int64_t cost = 1;             ///< tokens this request spends, 1 .. burst
+  std::int64_t cost = 1;             ///< units this request spends, 1 .. Limit
   bool shadow = false;               ///< evaluated on its own; never refuses the request
 };
 
 /// The outcome of one limit in a decided check. All times are milliseconds of store time.
 struct limit_outcome {
   bool admits = false;               ///< this limit alone would admit the request's cost
-  std::int64_t limit = 0;            ///< the most a caller can spend at once (burst)
-  std::int64_t remaining = 0;        ///< whole tokens left after the decision (never < 0)
-  std::int64_t reset_ms = 0;         ///< until the bucket is full again
+  std::int64_t limit = 0;            ///< the most a caller can spend at once (burst; window limit)
+  std::int64_t remaining = 0;        ///< whole units left after the decision (never < 0)
+  std::int64_t reset_ms = 0;         ///< until Remaining would equal Limit again (bucket full)
   std::int64_t retry_after_ms = 0;   ///< until `cost` would be admitted (0 when admits)
-  std::int64_t next_ms = 0;          ///< until at least one more whole token (0 when full)
+  std::int64_t next_ms = 0;          ///< until Remaining grows by one (0 when at Limit)
 };
 
 /// The outcome of a whole check: `limits` is parallel to the request's `limit_check`s.

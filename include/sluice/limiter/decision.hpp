@@ -8,6 +8,7 @@
 #include "sluice/config/rules.hpp"
 #include "sluice/limiter/check.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -39,6 +40,21 @@ std::optional<std::size_t> most_constraining(const std::vector<applied_limit>& l
 /// The `w` of a token bucket's RateLimit-Policy: burst ÷ refill per second, rounded up, so
 /// the advertised average rate is never above the real one. At least 1.
 std::int64_t policy_window_seconds(const bucket_params& bucket);
+
+/// The `w` of a limit's RateLimit-Policy in seconds: the window for the window algorithms
+/// (fixed, sliding counter, log), rounded up; the token bucket's as above. At least 1.
+std::int64_t policy_window_seconds(const applied_limit& limit);
+
+/// Retry-After with `retry_after_jitter`: `honest_seconds` plus a whole number of seconds
+/// drawn from [0, floor(jitter / 1 s)] by `random` (any uniform 64-bit value), so a crowd of
+/// refused clients does not return in the same second; never less than the honest value.
+std::int64_t jittered_retry_after(std::int64_t honest_seconds, std::chrono::milliseconds jitter,
+                                  std::uint64_t random);
+
+/// Names of the shadow limits that would have refused this request (each evaluated alone),
+/// in declaration order: what `shadow_header` lists to the upstream.
+std::vector<std::string> shadow_violations(const std::vector<applied_limit>& limits,
+                                           const check_outcome& outcome);
 
 /// Rate-limit header fields for a decided check, in the sets chosen by `sets`:
 /// X-RateLimit-Limit/Remaining/Reset from the most constraining enforced limit;

@@ -17,7 +17,7 @@ namespace sluice::store {
 
 /// In-process counter store. Buckets live in sharded hash maps, each shard behind its own
 /// mutex; a check locks the shards of its keys in a fixed order, so a multi-limit check is
-/// atomic and deadlock-free. Idle buckets expire like Redis keys (time to full).
+/// atomic and deadlock-free. Idle state expires like the script's Redis keys (at its Reset).
 ///
 /// Its clock is the host's real-time clock in ms since the Unix epoch (same epoch as Redis
 /// `TIME`); time going backwards counts as no elapsed time.
@@ -46,6 +46,12 @@ class memory_store final : public counter_store {
   /// Raw state of a bucket key for tests: {level units, stamp ms}, or nullopt when absent
   /// or expired.
   std::optional<std::pair<std::int64_t, std::int64_t>> peek(const std::string& key) const;
+
+  /// Raw state of any key for tests, in the script's stored format (lua_scripts.hpp): token
+  /// bucket "<level> <stamp>", fixed window "<index>:<count>", sliding window
+  /// "<index>:<current>:<previous>", sliding log the stamps joined by ','. nullopt when absent
+  /// or expired.
+  std::optional<std::string> peek_state(const std::string& key) const;
 
  private:
   struct impl;

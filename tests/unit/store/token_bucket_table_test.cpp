@@ -191,18 +191,12 @@ check_request make_request(const table_case& c, const std::string& prefix, std::
 // The script, run directly with EVAL on the fixture's server (a synchronous connection).
 std::optional<check_outcome> run_lua(test::redis_server& server, const check_request& req,
                                      std::int64_t now_ms, std::string* error) {
-  std::vector<std::string> argv = {"EVAL", std::string(lua::token_bucket()),
+  std::vector<std::string> argv = {"EVAL", std::string(lua::check()),
                                    std::to_string(req.limits.size())};
   for (const auto& l : req.limits) argv.push_back(l.key);
-  argv.push_back(std::to_string(now_ms));
-  argv.push_back(std::to_string(req.limits.size()));
-  for (const auto& l : req.limits) {
-    argv.push_back(std::to_string(l.bucket.refill_per_ms));
-    argv.push_back(std::to_string(l.bucket.units_per_token));
-    argv.push_back(std::to_string(l.bucket.burst));
-    argv.push_back(std::to_string(l.cost));
-    argv.push_back(l.shadow ? "1" : "0");
-  }
+  check_request timed = req;
+  timed.now_ms_override = now_ms;
+  lua::append_check_args(timed, argv);
   redis_reply r = server.command(argv);
   if (r.type != redis_reply::kind::array || r.elements.size() != 2 + 5 * req.limits.size()) {
     *error = "unexpected reply: " + r.str;
@@ -571,22 +565,22 @@ TEST_F(token_bucket_table, full_bucket_key_is_deleted) {
 }
 
 TEST_F(token_bucket_table, script_rejects_bad_arguments) {
-  auto r = server_->command({"EVAL", std::string(lua::token_bucket()), "1", "k", "-1", "2"});
+  auto r = server_->command({"EVAL", std::string(lua::check()), "1", "k", "-1", "2"});
   EXPECT_EQ(r.type, redis_reply::kind::error);
   // A zero refill, and a capacity above 2^53 (2 * 2^52 + 2^52 units), are refused unwritten.
-  auto zero = server_->command({"EVAL", std::string(lua::token_bucket()), "1", "{bad}:k", "-1",
-                                "1", "0", "1", "1", "1", "0"});
+  auto zero = server_->command({"EVAL", std::string(lua::check()), "1", "{bad}:k", "-1",
+                                "1", "0", "0", "1", "1", "1", "0"});
   EXPECT_EQ(zero.type, redis_reply::kind::error);
-  auto huge = server_->command({"EVAL", std::string(lua::token_bucket()), "1", "{bad}:k", "-1",
-                                "1", "1", "4503599627370496", "3", "1", "0"});
+  auto huge = server_->command({"EVAL", std::string(lua::check()), "1", "{bad}:k", "-1",
+                                "1", "0", "1", "4503599627370496", "3", "1", "0"});
   EXPECT_EQ(huge.type, redis_reply::kind::error) << huge.str;
   EXPECT_EQ(server_->command({"EXISTS", "{bad}:k"}).integer, 0);
 }
 
 TEST_F(token_bucket_table, script_uses_redis_time_without_override) {
   check_request req = make_request(find_case("c02"), "time", 1);
-  std::vector<std::string> argv = {"EVAL", std::string(lua::token_bucket()), "1",
-                                   req.limits[0].key, "-1", "1", "1", "10000", "2", "1", "0"};
+  std::vector<std::string> argv = {"EVAL", std::string(lua::check()), "1",
+                                   req.limits[0].key, "-1", "1", "0", "1", "10000", "2", "1", "0"};
   auto r = server_->command(argv);
   ASSERT_EQ(r.type, redis_reply::kind::array);
   const auto host_ms = std::chrono::duration_cast<std::chrono::milliseconds>(

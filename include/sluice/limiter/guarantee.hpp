@@ -1,0 +1,24 @@
+#pragma once
+/// @file
+/// The guarantee a limit's settings give (DESIGN.md: "Every limit states what it guarantees"),
+/// computed from the config alone, for `sluice --check-config` and the admin config endpoint.
+/// Each text names the worst case the accuracy harness (bench/accuracy.sh) measures, so that
+/// no limit promises more than it keeps.
+
+#include "sluice/config/rules.hpp"
+
+#include <string>
+
+namespace sluice::limiter {
+
+/// The guarantee of one algorithm with one set of parameters, in one line, e.g.
+/// "exact: at most 5 + 5/1m × w units in any interval w (token bucket, burst 5)".
+/// Bounds hold across any number of gateway instances sharing one store (the exact mode);
+/// a route's `local` failure policy states its own share separately.
+std::string guarantee(config::algorithm a, const config::limit_params& p);
+
+/// The guarantee of a limit: its default parameters, then each plan override
+/// ("; plan pro: ..."), prefixed "shadow (never refuses): " for `mode: shadow`.
+std::string guarantee(const config::limit& l);
+
+}  // namespace sluice::limiter

@@ -1,0 +1,53 @@
+-- sluice check script, part 1: shared helpers. The parts lua/common.lua, lua/token_bucket.lua,
+-- lua/window.lua, lua/fixed_window.lua, lua/sliding_window.lua, lua/sliding_log.lua and
+-- lua/check.lua are concatenated, in that order, into the one script the stores run
+-- (cmake/SluiceEmbedLua.cmake; contract in include/sluice/store/lua_scripts.hpp).
+--
+-- Lua 5.1 numbers are doubles: every value in these scripts is an integer <= 2^53 (bounds
+-- checked at config load and again in each algorithm's `validate`), so +, -, * of the values
+-- used are exact, and division goes through ceil_div / floor_div, which are exact. Only
+-- integers and strings cross the Lua -> Redis boundary (Redis truncates Lua floats, and
+-- formats number arguments with %.14g, so numbers are passed to redis.call as '%.0f' strings).
+
+local TWO_53 = 9007199254740992
+
+-- ceil(a / b) for integers a >= 0, b > 0, exact for a, b <= 2^53: fmod is exact in IEEE
+-- arithmetic, a - r is a representable multiple of b, so (a - r) / b is an exact quotient.
+local function ceil_div(a, b)
+  local r = math.fmod(a, b)
+  local q = (a - r) / b
+  if r > 0 then q = q + 1 end
+  return q
+end
+
+-- floor(a / b) for integers a >= 0, b > 0 (exact, as above).
+local function floor_div(a, b)
+  return (a - math.fmod(a, b)) / b
+end
+
+local function int(x)
+  return string.format('%.0f', x)
+end
+
+-- GET that reads a key of another type (left by a limit whose algorithm changed) as missing.
+local function get_string(key)
+  local raw = redis.pcall('GET', key)
+  if type(raw) ~= 'string' then return nil end
+  return raw
+end
+
+-- Stores `value` with expiry `ttl` ms (at least 1), or deletes the key when ttl <= 0: every
+-- call re-arms the expiry (refusals too), which also repairs a key left without one (c07).
+local function put(key, value, ttl)
+  if ttl <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, value, 'PX', int(ttl))
+  end
+end
+
+-- Algorithms by id (the first per-limit argument): each has
+--   validate(a, b, c, cost) -> nil or an error text (checked before anything is read)
+--   read(key, a, b, c, cost, now) -> state, admits   (reads only)
+--   write(key, state, debit) -> remaining, reset_ms, retry_after_ms, next_ms
+local algorithms = {}

@@ -1,0 +1,106 @@
+-- sluice check script, part: shared arithmetic of the window algorithms (fixed window and
+-- sliding window counter). Mirrors src/limiter/window.cpp operation for operation.
+--   a = window_ms (P), b = window limit (N), c = 0
+-- Windows are aligned to multiples of P on the store's clock: window k = [k*P, (k+1)*P).
+-- Counts are clamped to [0, N] on read; the sliding counter's products are at most N*P,
+-- which validation keeps <= 2^53.
+
+local function window_validate(w, lim, unused, cost, sliding)
+  if w < 1 or lim < 1 or cost < 1 then return 'bad window' end
+  if lim > TWO_53 or w > TWO_53 then return 'window parameter above 2^53' end
+  if sliding and lim * w > TWO_53 then return 'window limit * window ms above 2^53' end
+  return nil
+end
+
+-- Counters {index, current, previous} brought to `now` (see current_counts in window.hpp);
+-- returns them and the effective time max(now, stored window start).
+local function window_counts(stored_index, stored_cur, stored_prev, w, lim, now, sliding)
+  local c = {index = floor_div(now, w), current = 0, previous = 0}
+  local now_eff = now
+  if stored_index == nil then return c, now_eff end
+  if stored_index > c.index then  -- the clock stepped back: no time elapses
+    c.index = stored_index
+    now_eff = stored_index * w
+  end
+  local function clamp(v)
+    if v > lim then return lim end
+    if v < 0 then return 0 end
+    return v
+  end
+  if stored_index == c.index then
+    c.current = clamp(stored_cur)
+    if sliding then c.previous = clamp(stored_prev) end
+  elseif sliding and stored_index == c.index - 1 then
+    c.previous = clamp(stored_cur)
+  end
+  return c, now_eff
+end
+
+-- Milliseconds from `now` until `need` units fit (0 when they fit now); see window_wait.
+local function window_wait(c, w, lim, now, need, sliding)
+  local elapsed = now - c.index * w
+  local to_end = w - elapsed
+  local room = lim - c.current - need
+  if not sliding then
+    if room >= 0 then return 0 end
+    return to_end
+  end
+  if room >= 0 and c.previous * to_end <= room * w then return 0 end
+  if room >= 0 and c.previous > 0 then
+    local q = floor_div(room * w, c.previous)
+    if q >= 1 then return (w - q) - elapsed end
+  end
+  local e = 0
+  if c.current > 0 then
+    e = w - floor_div((lim - need) * w, c.current)
+    if e < 0 then e = 0 end
+  end
+  return to_end + e
+end
+
+local function window_read(key, w, lim, cost, now, sliding)
+  local raw = get_string(key)
+  local si, sc, sp
+  if raw then
+    if sliding then
+      si, sc, sp = string.match(raw, '^(%d+):(%d+):(%d+)$')
+    else
+      si, sc = string.match(raw, '^(%d+):(%d+)$')
+      sp = '0'
+    end
+    if si then
+      si = tonumber(si)
+      sc = tonumber(sc)
+      sp = tonumber(sp)
+    end
+  end
+  local c, now_eff = window_counts(si, sc, sp, w, lim, now, sliding)
+  local st = {w = w, lim = lim, cost = cost, now = now_eff, before = c, sliding = sliding}
+  return st, window_wait(c, w, lim, now_eff, cost, sliding) == 0
+end
+
+local function window_write(key, st, debit)
+  local w, lim, now, sliding = st.w, st.lim, st.now, st.sliding
+  local b = st.before
+  local a = {index = b.index, current = b.current, previous = b.previous}
+  if debit then a.current = a.current + st.cost end
+
+  local remaining
+  if sliding then
+    local spare = (lim - a.current) * w - a.previous * (w - (now - a.index * w))
+    if spare <= 0 then remaining = 0 else remaining = floor_div(spare, w) end
+  else
+    remaining = lim - a.current
+    if remaining < 0 then remaining = 0 end
+  end
+  local reset = window_wait(a, w, lim, now, lim, sliding)
+  local retry = window_wait(b, w, lim, now, st.cost, sliding)
+  local nxt = 0
+  if remaining < lim then nxt = window_wait(a, w, lim, now, remaining + 1, sliding) end
+
+  -- The state matters exactly until Reset: then both counts read as 0.
+  local value = int(a.index) .. ':' .. int(a.current)
+  if sliding then value = value .. ':' .. int(a.previous) end
+  put(key, value, reset)
+  return remaining, reset, retry, nxt
+end
