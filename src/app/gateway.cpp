@@ -13,7 +13,10 @@
 #include "sluice/http/router.hpp"
 #include "sluice/http/server.hpp"
 #include "sluice/http/upstream_pool.hpp"
+#include "sluice/config/key_file.hpp"
 #include "sluice/identity/identity.hpp"
+#include "sluice/identity/plan_cache.hpp"
+#include "sluice/store/redis_directory.hpp"
 #include "sluice/limiter/decision.hpp"
 #include "sluice/limiter/keys.hpp"
 #include "sluice/observability/log.hpp"
@@ -28,7 +31,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -96,8 +101,9 @@ limiter::bucket_params scaled(const config::limit_params& p, double share, std::
 class gateway_handler final : public http::request_handler {
  public:
   gateway_handler(shared_state& shared, std::shared_ptr<store::counter_store> store,
-                  asio::any_io_executor ex)
-      : shared_(shared), store_(std::move(store)), pool_(ex) {}
+                  asio::any_io_executor ex,
+                  std::shared_ptr<store::redis_directory> directory = nullptr)
+      : shared_(shared), store_(std::move(store)), pool_(ex), directory_(std::move(directory)) {}
 
   asio::awaitable<response> handle(request req, http::request_context ctx) override {
     shared_.count.requests.fetch_add(1, std::memory_order_relaxed);
@@ -112,7 +118,7 @@ class gateway_handler final : public http::request_handler {
       co_return problem(version, bhttp::status::bad_request, "Bad Request",
                         "the request target cannot be made canonical");
     }
-    const config::route* route = snap->router.match(req.method_string(), target->path);
+    const config::route* route = snap->router.match(req.method_string(), req[bhttp::field::host], target->path);
     if (route == nullptr) {
       shared_.count.bad_requests.fetch_add(1, std::memory_order_relaxed);
       co_return problem(version, bhttp::status::not_found, "Not Found", "no route matches");
@@ -120,7 +126,18 @@ class gateway_handler final : public http::request_handler {
 
     const auto peer = ctx.peer.address();
     const auto client = identity::client_address(peer, req, rules.identity.trusted_proxies);
-    auto identified = identity::identify(rules, req, target->query, client);
+    // API key → plan: inline map, key file, then the store-backed directory (cached).
+    auto presented = identity::presented_key(rules, req, target->query);
+    if (std::holds_alternative<identity::caller_error>(presented)) {
+      shared_.count.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      co_return problem(version, bhttp::status::bad_request, "Bad Request",
+                        "an identity header was sent twice with different values");
+    }
+    std::string key = std::move(std::get<std::string>(presented));
+    auto plan = identity::static_plan(rules, key);
+    if (!plan && !key.empty() && rules.identity.directory.enabled)
+      plan = co_await directory_plan(rules.identity.directory, key);
+    auto identified = identity::make_caller(rules, std::move(key), std::move(plan), client);
     if (auto* err = std::get_if<identity::caller_error>(&identified)) {
       shared_.count.bad_requests.fetch_add(1, std::memory_order_relaxed);
       if (*err == identity::caller_error::unknown_key) {
@@ -229,6 +246,46 @@ class gateway_handler final : public http::request_handler {
   }
 
  private:
+  /// The plan of `key` in the store-backed directory: from this worker's cache when fresh
+  /// (no round trip), else one HGET on this worker's directory connection, cached for
+  /// `cache_ttl` (found) or `negative_ttl` (absent). A store failure leaves the key
+  /// unresolved for this request only (nothing cached), so it is treated as unknown.
+  asio::awaitable<std::optional<std::string>> directory_plan(config::directory_settings d,
+                                                             std::string key) {
+    // Keys longer than this are never looked up: real keys are short, and a bound keeps the
+    // cache's memory bounded by cache_size × this.
+    constexpr std::size_t max_directory_key = 256;
+    if (key.size() > max_directory_key) co_return std::nullopt;
+    if (!cache_ || cache_hash_ != d.hash || cache_->capacity() != d.cache_size) {
+      if (cache_) cache_->reset(d.cache_size);
+      else cache_ = std::make_unique<identity::plan_cache>(d.cache_size);
+      cache_hash_ = d.hash;
+    }
+    std::string plan;
+    switch (cache_->get(key, identity::plan_cache::clock::now(), plan)) {
+      case identity::cache_state::found:
+        co_return plan;
+      case identity::cache_state::not_found:
+        co_return std::nullopt;
+      case identity::cache_state::miss:
+        break;
+    }
+    if (!directory_) co_return std::nullopt;
+    auto found = co_await directory_->hget(d.hash, key);
+    if (!found) {
+      std::uint64_t suppressed = 0;
+      if (shared_.store_failure_log.admit(suppressed))
+        spdlog::warn("plan directory lookup failed ({}); the key is treated as unknown ({} similar "
+                     "lines suppressed)", found.error().message(), suppressed);
+      co_return std::nullopt;
+    }
+    // The hash may have changed while we waited: the cache was reset for the new one.
+    if (cache_hash_ == d.hash)
+      cache_->put(key, *found, identity::plan_cache::clock::now(),
+                  *found ? d.cache_ttl : d.negative_ttl);
+    co_return std::move(*found);
+  }
+
   asio::awaitable<response> forward(request req, http::canonical_target target,
                                     const config::upstream& up, asio::ip::address peer,
                                     bool limited, std::vector<limiter::header_field> fields) {
@@ -270,6 +327,10 @@ class gateway_handler final : public http::request_handler {
   shared_state& shared_;
   std::shared_ptr<store::counter_store> store_;
   http::upstream_pool pool_;
+  std::shared_ptr<store::redis_directory> directory_;  // null without a redis store
+  std::unique_ptr<identity::plan_cache> cache_;        // this worker's directory cache
+  std::string cache_hash_;                             // the hash cache_ holds entries of
+  std::mt19937_64 jitter_{std::random_device{}()};  // Retry-After jitter; this worker's only
 };
 
 std::pair<std::string, std::uint16_t> split_host_port(const std::string& text) {
@@ -286,6 +347,7 @@ struct gateway::impl {
   struct worker {
     asio::io_context ioc{1};
     std::shared_ptr<store::counter_store> store;
+    std::shared_ptr<store::redis_directory> directory;  // redis store only
     std::shared_ptr<gateway_handler> handler;
     std::unique_ptr<http::server> server;
     std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> guard;
@@ -298,6 +360,27 @@ struct gateway::impl {
   std::atomic<std::uint64_t> generation{1};
   std::atomic<bool> started{false};
   std::atomic<bool> stopped{false};
+
+  // `api_keys_file:` is polled once a second off the workers' threads (a reload of half a
+  // million keys must not stall requests); the snapshot's file object swaps its own map.
+  std::thread key_file_poller;
+  std::mutex poller_mutex;
+  std::condition_variable poller_wake;
+
+  void poll_key_files() {
+    std::unique_lock lock(poller_mutex);
+    while (!poller_wake.wait_for(lock, std::chrono::seconds(1), [this] { return stopped.load(); })) {
+      const auto snap = shared.current.load();
+      if (!snap->rules->api_keys_file) continue;
+      lock.unlock();
+      auto problems = snap->rules->api_keys_file->poll();
+      if (!problems.empty()) {
+        spdlog::warn("api_keys_file {} not reloaded, the last good keys stay: {}",
+                     snap->rules->api_keys_file->path(), problems.front().to_string());
+      }
+      lock.lock();
+    }
+  }
 
   /// A worker's store counters, read on the worker's own thread while it runs (a Redis
   /// store belongs to its io_context), directly otherwise.
@@ -343,7 +426,18 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
     } else {
       w->store = std::make_shared<store::redis_store>(w->ioc.get_executor(), redis);
     }
-    w->handler = std::make_shared<gateway_handler>(impl_->shared, w->store, w->ioc.get_executor());
+    if (!impl_->memory) {
+      // The plan directory's own connection (made even when no directory is configured yet,
+      // so that a reload can enable one).
+      store::redis_directory_settings ds;
+      ds.host = redis.host;
+      ds.port = redis.port;
+      ds.password = redis.password;
+      ds.command_timeout = std::max(redis.command_timeout, std::chrono::milliseconds(50));
+      w->directory = std::make_shared<store::redis_directory>(w->ioc.get_executor(), ds);
+    }
+    w->handler = std::make_shared<gateway_handler>(impl_->shared, w->store, w->ioc.get_executor(),
+                                                   w->directory);
     w->server = std::make_unique<http::server>(w->ioc, endpoint, w->handler,
                                                http::session_limits{}, i);
     endpoint = w->server->local_endpoint();  // later workers share the port actually bound
@@ -360,9 +454,11 @@ void gateway::start() {
     w->guard = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
         w->ioc.get_executor());
     w->store->start();
+    if (w->directory) w->directory->start();
     w->server->start();
     w->thread = std::thread([ioc = &w->ioc] { ioc->run(); });
   }
+  impl_->key_file_poller = std::thread([i = impl_.get()] { i->poll_key_files(); });
   wait_for_store(std::chrono::seconds(2));
 }
 
@@ -389,6 +485,7 @@ void gateway::stop() {
     asio::post(w->ioc, [wp = w.get()] {
       wp->server->stop();
       wp->store->stop();
+      if (wp->directory) wp->directory->stop();
       wp->guard.reset();
       wp->ioc.stop();
     });
@@ -396,6 +493,11 @@ void gateway::stop() {
   for (auto& w : impl_->workers) {
     if (w->thread.joinable()) w->thread.join();
   }
+  {
+    std::lock_guard lock(impl_->poller_mutex);
+  }
+  impl_->poller_wake.notify_all();
+  if (impl_->key_file_poller.joinable()) impl_->key_file_poller.join();
 }
 
 asio::ip::tcp::endpoint gateway::endpoint() const {

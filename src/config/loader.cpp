@@ -13,6 +13,7 @@
 #include "sluice/config/loader.hpp"
 
 #include "config/text.hpp"
+#include "sluice/config/key_file.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -801,7 +802,9 @@ class loader {
   }
 
   void parse_identity(const entry& e, rules& r) {
-    static const std::vector<std::string> keys{"api_key", "user", "trusted_proxies", "unknown_key"};
+    static const std::vector<std::string> keys{"api_key",     "user",        "trusted_proxies",
+                                               "unknown_key", "ipv6_prefix", "ipv4_prefix",
+                                               "directory"};
     auto m = fields(e.value, "identity", e.line, keys, true);
     if (!m) return;
     if (const entry* a = m->find("api_key")) {
@@ -882,13 +885,56 @@ class loader {
       if (auto s = string(ke.value, path, ke.line))
         api_keys_.push_back({ke.key, *s, path, ke.line});
     }
+    if (const entry* p = m->find("ipv6_prefix")) {
+      if (auto v = integer(*p, "identity.ipv6_prefix", "ipv6_prefix", 1, 128))
+        r.identity.ipv6_prefix = static_cast<int>(*v);
+    }
+    if (const entry* p = m->find("ipv4_prefix")) {
+      if (auto v = integer(*p, "identity.ipv4_prefix", "ipv4_prefix", 1, 32))
+        r.identity.ipv4_prefix = static_cast<int>(*v);
+    }
+    if (const entry* d = m->find("directory")) parse_directory(*d, r);
+  }
+
+  /// `identity.directory:` a Redis hash of key → plan behind a per-worker cache.
+  void parse_directory(const entry& e, rules& r) {
+    static const std::vector<std::string> keys{"type", "hash", "cache_ttl", "negative_ttl",
+                                               "cache_size"};
+    const std::string path = "identity.directory";
+    auto m = fields(e.value, path, e.line, keys);
+    if (!m) return;
+    directory_line_ = e.line;
+    r.identity.directory.enabled = true;
+    if (const entry* t = m->find("type")) {
+      enum class kind { redis };
+      choice<kind>(t->value, join(path, "type"), t->line, "directory type",
+                   {{"redis", kind::redis}});
+    } else {
+      error(e.line, path, "missing required key 'type'");
+    }
+    if (const entry* h = m->find("hash")) {
+      if (auto s = non_empty(*h, join(path, "hash"))) r.identity.directory.hash = *s;
+    }
+    if (const entry* t = m->find("cache_ttl")) {
+      if (auto d = duration(*t, join(path, "cache_ttl"), "cache_ttl", std::chrono::hours{24}))
+        r.identity.directory.cache_ttl = *d;
+    }
+    if (const entry* t = m->find("negative_ttl")) {
+      if (auto d = duration(*t, join(path, "negative_ttl"), "negative_ttl", std::chrono::hours{24}))
+        r.identity.directory.negative_ttl = *d;
+    }
+    if (const entry* c = m->find("cache_size")) {
+      if (auto v = integer(*c, join(path, "cache_size"), "cache_size", 1, 100'000'000))
+        r.identity.directory.cache_size = static_cast<std::size_t>(*v);
+    }
   }
 
   void parse_routes(const entry& e) {
     if (!sequence(e.value, "routes", e.line, true)) return;
     static const std::vector<std::string> keys{
         "name", "match", "upstream", "cost", "on_store_failure", "limits"};
-    static const std::vector<std::string> match_keys{"path_prefix", "methods"};
+    static const std::vector<std::string> match_keys{"path", "path_prefix", "path_glob", "methods",
+                                                     "host"};
     std::size_t i = 0;
     for (const auto& item : e.value) {
       route_src rs;
@@ -910,7 +956,36 @@ class loader {
         const std::string mpath = join(rs.path, "match");
         if (auto mm = fields(mt->value, mpath, mt->line, match_keys)) {
           rs.value.match.path_prefix = "/";
-          if (const entry* pp = mm->find("path_prefix")) {
+          const entry* exact = mm->find("path");
+          const entry* glob = mm->find("path_glob");
+          const int kinds = (exact ? 1 : 0) + (glob ? 1 : 0) + (mm->find("path_prefix") ? 1 : 0);
+          if (kinds > 1) {
+            error(mt->line, mpath, "use one of path, path_prefix and path_glob, not " +
+                                       std::to_string(kinds));
+          } else if (exact) {
+            const std::string p = join(mpath, "path");
+            if (auto s = string(exact->value, p, exact->line)) {
+              if (match_path(*s, p, exact->line, "path")) {
+                rs.value.match.kind = path_kind::exact;
+                rs.value.match.path = *s;
+              }
+            }
+          } else if (glob) {
+            const std::string p = join(mpath, "path_glob");
+            if (auto s = string(glob->value, p, glob->line)) {
+              if (match_path(*s, p, glob->line, "path_glob") && glob_ok(*s, p, glob->line)) {
+                rs.value.match.kind = path_kind::glob;
+                rs.value.match.path = *s;
+              }
+            }
+          }
+          if (const entry* h = mm->find("host")) {
+            const std::string p = join(mpath, "host");
+            if (auto s = string(h->value, p, h->line)) {
+              if (auto host = host_name(*s, p, h->line)) rs.value.match.host = *host;
+            }
+          }
+          if (const entry* pp = mm->find("path_prefix"); pp && kinds == 1) {
             const std::string p = join(mpath, "path_prefix");
             if (auto s = string(pp->value, p, pp->line)) {
               const bool bad_char = std::any_of(s->begin(), s->end(), [](char c) {
@@ -982,6 +1057,89 @@ class loader {
     }
   }
 
+  /// An exact path or glob pattern: starts with '/', no whitespace, control bytes, '?' or
+  /// '#', and already canonical (a route written `/a//b` could never match, since requests
+  /// are matched in canonical form).
+  bool match_path(const std::string& s, const std::string& path, int line, std::string_view field) {
+    const std::string f(field);
+    const bool bad_char = std::any_of(s.begin(), s.end(), [](char c) {
+      return static_cast<unsigned char>(c) <= ' ' || c == 0x7f || c == '?' || c == '#';
+    });
+    if (s.empty() || s.front() != '/') {
+      error(line, path, f + " '" + s + "' must start with '/'");
+      return false;
+    }
+    if (bad_char) {
+      error(line, path,
+            f + " '" + s + "' must not contain whitespace, control characters, '?' or '#'");
+      return false;
+    }
+    const bool repeated = s.find("//") != std::string::npos;
+    bool dots = false;
+    for (std::size_t pos = 0; pos < s.size();) {
+      std::size_t end = s.find('/', pos + 1);
+      if (end == std::string::npos) end = s.size();
+      const std::string_view seg(s.data() + pos + 1, end - pos - 1);
+      if (seg == "." || seg == "..") dots = true;
+      pos = end;
+    }
+    if (repeated || dots || s.find('%') != std::string::npos) {
+      error(line, path,
+            f + " '" + s +
+                "' is not canonical (repeated '/', a '.' or '..' segment, or a percent escape); "
+                "requests are matched in canonical form, so it could never match");
+      return false;
+    }
+    return true;
+  }
+
+  /// `*` and `**` only as whole segments; at most one `**`.
+  bool glob_ok(const std::string& s, const std::string& path, int line) {
+    int doubles = 0;
+    for (std::size_t pos = 0; pos < s.size();) {
+      std::size_t end = s.find('/', pos + 1);
+      if (end == std::string::npos) end = s.size();
+      const std::string_view seg(s.data() + pos + 1, end - pos - 1);
+      if (seg.find('*') != std::string_view::npos && seg != "*" && seg != "**") {
+        error(line, path,
+              "path_glob '" + s + "': '" + std::string(seg) +
+                  "' mixes '*' with other characters; '*' matches one whole segment and '**' "
+                  "any number of segments");
+        return false;
+      }
+      if (seg == "**") ++doubles;
+      pos = end;
+    }
+    if (doubles > 1) {
+      error(line, path, "path_glob '" + s + "' has more than one '**'");
+      return false;
+    }
+    return true;
+  }
+
+  /// A host name or address to match the request's Host against, lower-cased; no port.
+  std::optional<std::string> host_name(const std::string& s, const std::string& path, int line) {
+    std::string h = s;
+    std::transform(h.begin(), h.end(), h.begin(), [](char c) {
+      return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    });
+    const bool bracketed = h.size() > 2 && h.front() == '[' && h.back() == ']';
+    const bool ok = !h.empty() && (bracketed || std::all_of(h.begin(), h.end(), [](char c) {
+                                     return std::isalnum(static_cast<unsigned char>(c)) ||
+                                            c == '-' || c == '.';
+                                   }));
+    if (!bracketed && h.find(':') != std::string::npos) {
+      error(line, path,
+            "host '" + s + "' must not name a port; the request's port is ignored when matching");
+      return std::nullopt;
+    }
+    if (!ok) {
+      error(line, path, "invalid host '" + s + "': expected a host name such as api.example.com");
+      return std::nullopt;
+    }
+    return h;
+  }
+
   // --- cross-checks ----------------------------------------------------------------------
 
   void cross_check(const rules& r) {
@@ -998,6 +1156,9 @@ class loader {
         error(line, path, "unknown plan '" + name + "'; plans are " + list_of(plan_names));
     };
     for (const auto& k : api_keys_) unknown_plan(k.plan, k.line, k.path);
+    if (r.identity.directory.enabled && r.store.type != store_settings::kind::redis)
+      error(directory_line_, "identity.directory",
+            "a redis directory is read on the store's connection: it needs store.type redis");
 
     // Every limit, in file order, for the plan references and the one-name-one-bucket rule.
     std::vector<const limit_src*> all;
@@ -1073,6 +1234,7 @@ class loader {
   std::vector<plan_src> plans_;
   std::vector<route_src> routes_;
   std::vector<api_key_src> api_keys_;
+  int directory_line_ = 0;
 };
 
 load_result loader::run(const YAML::Node& root) {
@@ -1086,7 +1248,7 @@ load_result loader::run(const YAML::Node& root) {
   }
   static const std::vector<std::string> keys{
       "listen",    "admin",    "workers", "store",    "headers", "retry_after_jitter",
-      "upstreams", "identity", "plans",   "api_keys", "routes"};
+      "upstreams", "identity", "plans",   "api_keys", "routes", "api_keys_file"};
   auto top = fields(root, "", 1, keys);
   auto r = std::make_shared<rules>();
   r->source = file_;
@@ -1120,6 +1282,28 @@ load_result loader::run(const YAML::Node& root) {
 
   cross_check(*r);
   if (!diags_.empty()) return fail();
+
+  // The key file is read once the plans are known (its lines name them).
+  if (const entry* e = top->find("api_keys_file")) {
+    if (auto s = non_empty(*e, "api_keys_file")) {
+      std::string file = *s;
+      const auto slash = file_.rfind('/');
+      if (file.front() != '/' && slash != std::string::npos)
+        file = file_.substr(0, slash + 1) + file;  // relative to the rules file
+      std::vector<std::string> names;
+      for (const auto& p : plans_) names.push_back(p.name);
+      if (std::find(names.begin(), names.end(), "anonymous") == names.end())
+        names.emplace_back("anonymous");
+      auto [keys, problems] = api_key_file::load(file, std::move(names));
+      if (!keys) {
+        error(e->line, "api_keys_file", "the key file '" + file + "' is invalid:");
+        for (auto& d : problems) diags_.push_back(std::move(d));
+        return {nullptr, std::move(diags_)};
+      }
+      r->api_keys_file = std::move(keys);
+    }
+    if (!diags_.empty()) return fail();
+  }
 
   for (auto& p : plans_) {
     plan& out = r->plans[p.name];

@@ -19,6 +19,7 @@
 #include "sluice/errc.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <vector>
 
 namespace sluice::http {
@@ -159,18 +160,137 @@ boost::system::result<canonical_target> canonicalize(std::string_view target) {
   return canonical_target{std::move(*canonical), std::string(query)};
 }
 
-router::router(const config::rules& rules) : rules_(&rules) {}
+namespace {
+
+// Bit of a well-known method in a route's set (RFC 9110 §9 and PATCH, RFC 5789); -1 for an
+// extension method, which is compared as text.
+int method_bit(std::string_view m) {
+  static constexpr std::string_view known[] = {"GET",     "HEAD",    "POST",  "PUT",   "DELETE",
+                                               "CONNECT", "OPTIONS", "TRACE", "PATCH"};
+  for (int i = 0; i < static_cast<int>(std::size(known)); ++i)
+    if (known[i] == m) return i;
+  return -1;
+}
+
+std::vector<std::string_view> split_segments(std::string_view path) {
+  std::vector<std::string_view> out;
+  std::size_t pos = 1;
+  while (pos <= path.size()) {
+    std::size_t end = path.find('/', pos);
+    if (end == std::string_view::npos) end = path.size();
+    if (end > pos) out.push_back(path.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return out;
+}
+
+// Glob over segments. With at most one `**` (validated), a greedy two-sided match is exact:
+// the segments before `**` match a prefix, those after it a suffix. O(segments).
+template <class Path>
+bool glob_match(const std::vector<std::string>& pattern, const Path& path) {
+  std::size_t star2 = pattern.size();
+  for (std::size_t i = 0; i < pattern.size(); ++i)
+    if (pattern[i] == "**") star2 = i;
+  auto seg_ok = [](const std::string& p, std::string_view s) { return p == "*" || p == s; };
+  if (star2 == pattern.size()) {
+    if (pattern.size() != path.size()) return false;
+    for (std::size_t i = 0; i < pattern.size(); ++i)
+      if (!seg_ok(pattern[i], path[i])) return false;
+    return true;
+  }
+  const std::size_t before = star2, after = pattern.size() - star2 - 1;
+  if (path.size() < before + after) return false;
+  for (std::size_t i = 0; i < before; ++i)
+    if (!seg_ok(pattern[i], path[i])) return false;
+  for (std::size_t i = 0; i < after; ++i)
+    if (!seg_ok(pattern[star2 + 1 + i], path[path.size() - after + i])) return false;
+  return true;
+}
+
+// The host part of a Host field value, without port, lower-cased into `out`.
+void host_of(std::string_view value, std::string& out) {
+  out.clear();
+  std::string_view h = value;
+  if (!h.empty() && h.front() == '[') {
+    const auto close = h.find(']');
+    h = h.substr(0, close == std::string_view::npos ? h.size() : close + 1);
+  } else if (const auto colon = h.rfind(':'); colon != std::string_view::npos) {
+    h = h.substr(0, colon);
+  }
+  while (!h.empty() && h.back() == '.') h.remove_suffix(1);  // FQDN form "example.com."
+  out.reserve(h.size());
+  for (char c : h) out.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c);
+}
+
+}  // namespace
+
+router::router(const config::rules& rules) {
+  routes_.reserve(rules.routes.size());
+  for (const config::route& r : rules.routes) {
+    compiled c;
+    c.route = &r;
+    c.kind = r.match.kind;
+    c.pattern = r.match.kind == config::path_kind::prefix ? r.match.path_prefix : r.match.path;
+    if (c.kind == config::path_kind::glob) {
+      for (auto seg : split_segments(c.pattern)) c.segments.emplace_back(seg);
+    }
+    for (const auto& m : r.match.methods) {
+      const int bit = method_bit(m);
+      if (bit >= 0)
+        c.methods |= 1u << bit;
+      else
+        c.other_methods.push_back(m);
+    }
+    // RFC 9110 §9.3.2: a route allowing GET also takes HEAD.
+    if (c.methods & (1u << method_bit("GET"))) c.methods |= 1u << method_bit("HEAD");
+    c.any_method = r.match.methods.empty();
+    c.host = r.match.host;
+    routes_.push_back(std::move(c));
+  }
+}
 
 const config::route* router::match(std::string_view method, std::string_view path) const {
-  for (const config::route& r : rules_->routes) {
-    // Plain string prefix, as Envoy's `prefix` match: "/v1/items" also matches "/v1/itemsX".
-    if (!path.starts_with(r.match.path_prefix)) continue;
-    if (r.match.methods.empty()) return &r;
-    const bool allowed =
-        std::any_of(r.match.methods.begin(), r.match.methods.end(), [method](const std::string& m) {
-          return m == method || (method == "HEAD" && m == "GET");  // RFC 9110 §9.3.2
-        });
-    if (allowed) return &r;
+  return match(method, {}, path);
+}
+
+const config::route* router::match(std::string_view method, std::string_view host,
+                                   std::string_view path) const {
+  const int bit = method_bit(method);
+  std::string host_lc;
+  bool host_done = false;
+  std::vector<std::string_view> segments;
+  bool segments_done = false;
+  for (const compiled& c : routes_) {
+    switch (c.kind) {
+      case config::path_kind::prefix:
+        // Plain string prefix, as Envoy's `prefix` match: "/v1/items" also matches "/v1/itemsX".
+        if (!path.starts_with(c.pattern)) continue;
+        break;
+      case config::path_kind::exact:
+        if (path != c.pattern) continue;
+        break;
+      case config::path_kind::glob:
+        if (!segments_done) {
+          segments = split_segments(path);
+          segments_done = true;
+        }
+        if (!glob_match(c.segments, segments)) continue;
+        break;
+    }
+    if (!c.any_method) {
+      const bool known = bit >= 0 && (c.methods & (1u << bit)) != 0;
+      const bool other = std::find(c.other_methods.begin(), c.other_methods.end(), method) !=
+                         c.other_methods.end();
+      if (!known && !other) continue;
+    }
+    if (!c.host.empty()) {
+      if (!host_done) {
+        host_of(host, host_lc);
+        host_done = true;
+      }
+      if (host_lc != c.host) continue;
+    }
+    return c.route;
   }
   return nullptr;
 }

@@ -1,5 +1,7 @@
 #include "sluice/identity/identity.hpp"
 
+#include "sluice/config/key_file.hpp"
+
 #include <boost/algorithm/string/trim.hpp>
 
 #include <algorithm>
@@ -114,11 +116,34 @@ ip::address client_address(const ip::address& peer, const boost::beast::http::fi
   return client;
 }
 
-std::variant<caller, caller_error> identify(const config::rules& rules,
-                                            const boost::beast::http::fields& headers,
-                                            std::string_view query, const ip::address& client) {
-  caller who;
-  who.client_ip = normalise(client).to_string();
+std::string client_key(const ip::address& client, const config::identity_settings& settings) {
+  const ip::address a = normalise(client);
+  if (a.is_v4()) {
+    const int prefix = std::clamp(settings.ipv4_prefix, 1, 32);
+    if (prefix == 32) return a.to_string();
+    const std::uint32_t bits = a.to_v4().to_uint();
+    const std::uint32_t mask = ~std::uint32_t{0} << (32 - prefix);
+    return ip::make_address_v4(bits & mask).to_string() + "/" + std::to_string(prefix);
+  }
+  const int prefix = std::clamp(settings.ipv6_prefix, 1, 128);
+  if (prefix == 128) return a.to_string();
+  auto bytes = a.to_v6().to_bytes();
+  int bits = prefix;
+  for (auto& b : bytes) {
+    if (bits >= 8) {
+      bits -= 8;
+    } else {
+      b = static_cast<unsigned char>(b & ((0xffu << (8 - bits)) & 0xffu));
+      bits = 0;
+    }
+  }
+  // The scope id is dropped: link-local clients of one prefix share it regardless.
+  return ip::make_address_v6(bytes).to_string() + "/" + std::to_string(prefix);
+}
+
+std::variant<std::string, caller_error> presented_key(const config::rules& rules,
+                                                      const boost::beast::http::fields& headers,
+                                                      std::string_view query) {
   std::string key;
   if (!rules.identity.api_key_header.empty()) {
     auto v = single_value(headers, rules.identity.api_key_header);
@@ -128,14 +153,27 @@ std::variant<caller, caller_error> identify(const config::rules& rules,
   if (key.empty() && !rules.identity.api_key_query.empty()) {
     key = query_param(query, rules.identity.api_key_query);
   }
-  if (!key.empty()) {
-    auto it = rules.api_keys.find(key);
-    if (it != rules.api_keys.end()) {
-      who.api_key = key;
-      who.plan = it->second;
-      who.anonymous = false;
-      return who;
-    }
+  return key;
+}
+
+std::optional<std::string> static_plan(const config::rules& rules, std::string_view key) {
+  if (key.empty()) return std::nullopt;
+  if (auto it = rules.api_keys.find(std::string(key)); it != rules.api_keys.end())
+    return it->second;
+  if (rules.api_keys_file) return rules.api_keys_file->find(key);
+  return std::nullopt;
+}
+
+std::variant<caller, caller_error> make_caller(const config::rules& rules, std::string key,
+                                               std::optional<std::string> plan,
+                                               const ip::address& client) {
+  caller who;
+  who.client_ip = client_key(client, rules.identity);
+  if (!key.empty() && plan && rules.plans.contains(*plan)) {
+    who.api_key = std::move(key);
+    who.plan = std::move(*plan);
+    who.anonymous = false;
+    return who;
   }
   if (rules.identity.unknown_key == config::unknown_key_policy::reject) {
     return caller_error::unknown_key;
@@ -143,6 +181,16 @@ std::variant<caller, caller_error> identify(const config::rules& rules,
   who.plan = "anonymous";
   who.anonymous = true;
   return who;
+}
+
+std::variant<caller, caller_error> identify(const config::rules& rules,
+                                            const boost::beast::http::fields& headers,
+                                            std::string_view query, const ip::address& client) {
+  auto key = presented_key(rules, headers, query);
+  if (auto* err = std::get_if<caller_error>(&key)) return *err;
+  auto& k = std::get<std::string>(key);
+  auto plan = static_plan(rules, k);
+  return make_caller(rules, std::move(k), std::move(plan), client);
 }
 
 std::optional<std::pair<limiter::key_namespace, std::string>> limit_identity(

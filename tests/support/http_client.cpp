@@ -72,6 +72,24 @@ struct http_connection::impl {
   }
 };
 
+http_connection::http_connection(std::uint16_t port, const std::string& source,
+                                 std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<impl>()) {
+  impl_->timeout = timeout;
+  const auto src = asio::ip::make_address(source);
+  impl_->socket.open(src.is_v4() ? tcp::v4() : tcp::v6());
+  impl_->socket.bind(tcp::endpoint{src, 0});
+  const tcp::endpoint ep{asio::ip::make_address(src.is_v4() ? "127.0.0.1" : "::1"), port};
+  auto ec = impl_->run(
+      [&](auto handler) {
+        impl_->socket.async_connect(ep, [handler](error_code e) mutable { handler(e, 0); });
+      },
+      "connect");
+  if (ec) throw std::runtime_error("http_client: connect from " + source + ": " + ec.message());
+  error_code ignored;
+  impl_->socket.set_option(tcp::no_delay(true), ignored);
+}
+
 http_connection::http_connection(std::uint16_t port, std::chrono::milliseconds timeout)
     : impl_(std::make_unique<impl>()) {
   impl_->timeout = timeout;

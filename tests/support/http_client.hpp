@@ -42,6 +42,11 @@ class http_connection {
   /// Connects to 127.0.0.1:`port`; `timeout` bounds every later operation.
   explicit http_connection(std::uint16_t port,
                            std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  /// Connects to 127.0.0.1:`port` from local address `source` (an IPv4 address; on Linux all
+  /// of 127.0.0.0/8 is loopback, so "127.203.113.7" works without any interface set-up), so
+  /// the server sees that peer address.
+  http_connection(std::uint16_t port, const std::string& source,
+                  std::chrono::milliseconds timeout = std::chrono::seconds(5));
   ~http_connection();
   http_connection(const http_connection&) = delete;
   http_connection& operator=(const http_connection&) = delete;

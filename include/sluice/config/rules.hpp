@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -86,11 +87,23 @@ struct plan {
   std::vector<limit> limits;
 };
 
+/// How a route's path is compared with the canonical request path.
+enum class path_kind {
+  prefix,  ///< `path_prefix:` plain string prefix (the default, with "/")
+  exact,   ///< `path:` the whole path
+  glob,    ///< `path_glob:` segments; `*` is one whole segment, `**` any number (0 or more)
+};
+
 /// How a route matches a request. Empty `methods` means any method; a route allowing GET
 /// also takes HEAD (RFC 9110 §9.3.2).
 struct route_match {
+  path_kind kind = path_kind::prefix;
+  /// The pattern of `kind`: canonical, starts with '/'. Kept in `path_prefix` for prefix
+  /// routes (the historical name) and in `path` for exact and glob routes.
   std::string path_prefix;               ///< canonical path prefix, starts with '/'
+  std::string path;                      ///< exact path or glob pattern
   std::vector<std::string> methods;      ///< upper-case method names
+  std::string host;                      ///< lower-case host name without port; "" = any host
 };
 
 /// A route: first match wins (DESIGN.md, "routes").
@@ -134,6 +147,18 @@ struct cidr {
   int prefix = 0;                        ///< prefix length in bits
 };
 
+/// `identity.directory:` a store-backed plan directory: a Redis hash of API key → plan name,
+/// read with HGET on each worker's own store connection, behind a per-worker cache.
+struct directory_settings {
+  bool enabled = false;                           ///< a `directory:` section was given
+  std::string hash = "sluice:api_keys";           ///< the Redis hash holding key → plan
+  std::chrono::milliseconds cache_ttl{60000};     ///< how long a found plan is reused
+  std::chrono::milliseconds negative_ttl{10000};  ///< how long "no such key" is reused
+  std::size_t cache_size = 100000;                ///< entries per worker (LRU beyond it)
+};
+
+class api_key_file;  // sluice/config/key_file.hpp
+
 /// `identity:` section.
 struct identity_settings {
   std::string api_key_header = "X-API-Key";  ///< "" = not taken from a header
@@ -141,6 +166,11 @@ struct identity_settings {
   std::string user_header;                   ///< "" = none
   std::vector<cidr> trusted_proxies;
   unknown_key_policy unknown_key = unknown_key_policy::anonymous;
+  /// Buckets keyed by client address use its network of this many bits: an IPv6 host
+  /// cannot rotate through its /64 to get fresh buckets (`ipv6_prefix:`, 1..128).
+  int ipv6_prefix = 64;
+  int ipv4_prefix = 32;                      ///< `ipv4_prefix:`, 1..32 (24 = per /24 range)
+  directory_settings directory;              ///< store-backed plan directory
 };
 
 /// Which rate-limit header sets to send (`headers:`).
@@ -166,6 +196,9 @@ struct rules {
   identity_settings identity;
   std::map<std::string, plan> plans;
   std::unordered_map<std::string, std::string> api_keys;  ///< key → plan name
+  /// `api_keys_file:` keys → plans from a separate, separately reloaded file; null = none.
+  /// Consulted after `api_keys`. Shared (not copied) by snapshots loaded from one file.
+  std::shared_ptr<api_key_file> api_keys_file;
   std::vector<route> routes;
 };
 

@@ -8,6 +8,8 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
+#include <cstdint>
 
 namespace sluice::http {
 
@@ -24,17 +26,41 @@ struct canonical_target {
 /// asterisk-form or authority-form target, or malformed percent-encoding.
 boost::system::result<canonical_target> canonicalize(std::string_view target);
 
-/// A route table compiled once per rules snapshot.
+/// A route table compiled once per rules snapshot: each route's path pattern is turned into
+/// a matcher (prefix, exact, or a vector of glob segments), its methods into a bit set and its
+/// host into lower-case text, so matching a request walks no YAML and allocates nothing.
+///
+/// Matching: routes in declaration order, first match wins (404 when none). A route allowing
+/// GET also takes HEAD (RFC 9110 §9.3.2). `path_glob`: `*` is exactly one segment, `**` any
+/// number of segments including none (`/v1/**` matches `/v1` and `/v1/a/b`). `host` compares
+/// case-insensitively with the request's Host, its port ignored.
+///
+/// Thread-safety: const after construction; shared by every worker. The router keeps
+/// pointers into `rules`, which must outlive it (a snapshot owns both).
 class router {
  public:
   explicit router(const config::rules& rules);
 
-  /// The first route whose prefix and methods match, or nullptr (404). `path` must be
-  /// canonical. A route allowing GET also matches HEAD.
+  /// The first matching route, or nullptr. `path` must be canonical; `host` is the request's
+  /// Host field value as received ("" when absent; then only routes without `host` match).
+  const config::route* match(std::string_view method, std::string_view host,
+                             std::string_view path) const;
+
+  /// match() for a request without a Host: routes with a `host` condition never match.
   const config::route* match(std::string_view method, std::string_view path) const;
 
  private:
-  const config::rules* rules_;
+  struct compiled {
+    const config::route* route;
+    config::path_kind kind;
+    std::string pattern;                     ///< prefix or exact path
+    std::vector<std::string> segments;       ///< glob: "*", "**" or literal segments
+    bool any_method = true;                  ///< no `methods:` given
+    std::uint32_t methods = 0;               ///< bit set of the well-known methods allowed
+    std::vector<std::string> other_methods;  ///< extension methods, compared as text
+    std::string host;                        ///< lower-case; "" = any
+  };
+  std::vector<compiled> routes_;
 };
 
 }  // namespace sluice::http

@@ -20,7 +20,10 @@ namespace sluice::identity {
 
 /// The outcome of identifying a request's caller.
 struct caller {
-  std::string client_ip;      ///< canonical text of the client address (never empty)
+  /// The client as buckets keyed by address see it (never empty): the canonical address
+  /// text, or `network/prefix` when `identity.ipv6_prefix` / `ipv4_prefix` is shorter than
+  /// the address (`2001:db8:1:2::/64`), so one host cannot rotate through its network.
+  std::string client_ip;
   std::string plan;           ///< the caller's plan name ("anonymous" when anonymous)
   std::string api_key;        ///< the directory key; "" when anonymous
   bool anonymous = true;      ///< no key, an empty key, or a key not in the directory
@@ -45,10 +48,35 @@ boost::asio::ip::address client_address(const boost::asio::ip::address& peer,
                                         const boost::beast::http::fields& headers,
                                         const std::vector<config::cidr>& trusted);
 
-/// Identifies the caller of a request: API key from the configured header (or query
-/// parameter `query` when configured), looked up in `rules.api_keys`. An absent, empty or
-/// unknown key is anonymous (plan `anonymous`) unless `unknown_key: reject`.
-/// `query` is the request's raw query string (without '?').
+/// The text buckets key `client` by: the address (IPv4-mapped IPv6 as IPv4) masked to
+/// `ipv4_prefix` / `ipv6_prefix` bits; `addr/prefix` when the prefix is shorter than the
+/// address, the plain address otherwise.
+std::string client_key(const boost::asio::ip::address& client,
+                        const config::identity_settings& settings);
+
+/// The API key a request presents: the configured header (names match case-insensitively;
+/// surrounding blanks trimmed), else the query parameter `identity.api_key.query` of `query`
+/// (the raw query string, without '?'). "" when none or empty. conflicting_values when the
+/// header is repeated with different values.
+std::variant<std::string, caller_error> presented_key(const config::rules& rules,
+                                                      const boost::beast::http::fields& headers,
+                                                      std::string_view query);
+
+/// The plan of `key` from the directories held in the snapshot: inline `api_keys`, then
+/// `api_keys_file`. nullopt when neither lists it (a store-backed directory may still).
+std::optional<std::string> static_plan(const config::rules& rules, std::string_view key);
+
+/// The caller for a presented `key` (may be "") whose directory plan is `plan` (nullopt:
+/// unknown). An empty or unknown key is anonymous (plan `anonymous`) unless
+/// `unknown_key: reject` (caller_error::unknown_key). A plan the snapshot does not define is
+/// treated as unknown.
+std::variant<caller, caller_error> make_caller(const config::rules& rules, std::string key,
+                                               std::optional<std::string> plan,
+                                               const boost::asio::ip::address& client);
+
+/// Identifies the caller of a request from the snapshot alone: presented_key(), then
+/// static_plan(), then make_caller(). The gateway consults the store-backed directory
+/// between the last two steps.
 std::variant<caller, caller_error> identify(const config::rules& rules,
                                             const boost::beast::http::fields& headers,
                                             std::string_view query,

@@ -1,5 +1,7 @@
 #include "sluice/config/loader.hpp"
 
+#include "sluice/config/key_file.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -922,6 +924,87 @@ const mistake mistake_table[] = {
      {"rules.yaml:2: workers: expected an integer, got 'many'",
       "rules.yaml:4: routes[0].cost: cost must be at least 1, got 0",
       "rules.yaml:4: routes[0].upstream: unknown upstream 'nowhere'; upstreams are api"}},
+    // --- identity prefixes, plan directory, route matching (issue 4) ---
+    {"ipv6_prefix_above_128",
+     UP "identity: {ipv6_prefix: 129}\n",
+     {"rules.yaml:2: identity.ipv6_prefix: ipv6_prefix must be at most 128, got 129"}},
+    {"ipv4_prefix_zero",
+     UP "identity: {ipv4_prefix: 0}\n",
+     {"rules.yaml:2: identity.ipv4_prefix: ipv4_prefix must be at least 1, got 0"}},
+    {"ipv6_prefix_fractional",
+     UP "identity: {ipv6_prefix: 64.5}\n",
+     {"rules.yaml:2: identity.ipv6_prefix: ipv6_prefix must be a whole number, got 64.5"}},
+    {"directory_unknown_type",
+     UP "store: {type: redis}\n"
+        "identity: {directory: {type: memcached}}\n",
+     {"rules.yaml:3: identity.directory.type: unknown directory type 'memcached'; expected one "
+      "of redis"}},
+    {"directory_without_type",
+     UP "store: {type: redis}\n"
+        "identity: {directory: {hash: keys}}\n",
+     {"rules.yaml:3: identity.directory: missing required key 'type'"}},
+    {"directory_needs_a_redis_store",
+     UP "identity: {directory: {type: redis}}\n",
+     {"rules.yaml:2: identity.directory: a redis directory is read on the store's connection: it "
+      "needs store.type redis"}},
+    {"directory_unknown_key",
+     UP "store: {type: redis}\n"
+        "identity: {directory: {type: redis, cache_tll: 60s}}\n",
+     {"rules.yaml:3: identity.directory.cache_tll: unknown key 'cache_tll'; did you mean "
+      "'cache_ttl'?"}},
+    {"directory_zero_cache_size",
+     UP "store: {type: redis}\n"
+        "identity: {directory: {type: redis, cache_size: 0}}\n",
+     {"rules.yaml:3: identity.directory.cache_size: cache_size must be at least 1, got 0"}},
+    {"directory_zero_negative_ttl",
+     UP "store: {type: redis}\n"
+        "identity: {directory: {type: redis, negative_ttl: 0s}}\n",
+     {"rules.yaml:3: identity.directory.negative_ttl: negative_ttl 0s is shorter than 1ms"}},
+    {"directory_empty_hash",
+     UP "store: {type: redis}\n"
+        "identity: {directory: {type: redis, hash: \"\"}}\n",
+     {"rules.yaml:3: identity.directory.hash: must not be empty"}},
+    {"match_with_two_path_kinds",
+     UP "routes:\n"
+        "  - {name: r, match: {path: /a, path_prefix: /a}, upstream: api}\n",
+     {"rules.yaml:3: routes[0].match: use one of path, path_prefix and path_glob, not 2"}},
+    {"exact_path_not_canonical",
+     UP "routes:\n"
+        "  - {name: r, match: {path: /a//b}, upstream: api}\n",
+     {"rules.yaml:3: routes[0].match.path: path '/a//b' is not canonical (repeated '/', a '.' or "
+      "'..' segment, or a percent escape); requests are matched in canonical form, so it could "
+      "never match"}},
+    {"glob_without_leading_slash",
+     UP "routes:\n"
+        "  - {name: r, match: {path_glob: v1/*}, upstream: api}\n",
+     {"rules.yaml:3: routes[0].match.path_glob: path_glob 'v1/*' must start with '/'"}},
+    {"glob_star_inside_a_segment",
+     UP "routes:\n"
+        "  - {name: r, match: {path_glob: /v1/it*}, upstream: api}\n",
+     {"rules.yaml:3: routes[0].match.path_glob: path_glob '/v1/it*': 'it*' mixes '*' with other "
+      "characters; '*' matches one whole segment and '**' any number of segments"}},
+    {"glob_two_double_stars",
+     UP "routes:\n"
+        "  - {name: r, match: {path_glob: /a/**/b/**}, upstream: api}\n",
+     {"rules.yaml:3: routes[0].match.path_glob: path_glob '/a/**/b/**' has more than one '**'"}},
+    {"host_with_port",
+     UP "routes:\n"
+        "  - {name: r, match: {host: api.example.com:443}, upstream: api}\n",
+     {"rules.yaml:3: routes[0].match.host: host 'api.example.com:443' must not name a port; the "
+      "request's port is ignored when matching"}},
+    {"host_not_a_name",
+     UP "routes:\n"
+        "  - {name: r, match: {host: \"api example\"}, upstream: api}\n",
+     {"rules.yaml:3: routes[0].match.host: invalid host 'api example': expected a host name such "
+      "as api.example.com"}},
+    {"unknown_match_key_suggests_glob",
+     UP "routes:\n"
+        "  - {name: r, match: {path_glb: /a/*}, upstream: api}\n",
+     {"rules.yaml:3: routes[0].match.path_glb: unknown key 'path_glb'; did you mean "
+      "'path_glob'?"}},
+    {"api_keys_file_empty",
+     UP "api_keys_file: \"\"\n",
+     {"rules.yaml:2: api_keys_file: must not be empty"}},
 };
 
 #undef UP
@@ -930,6 +1013,99 @@ INSTANTIATE_TEST_SUITE_P(config, mistakes, ::testing::ValuesIn(mistake_table),
                          [](const ::testing::TestParamInfo<mistake>& info) {
                            return std::string(info.param.name);
                          });
+
+
+// ---------------------------------------------------------------------------------------------
+// Issue 4: the new identity and routing fields load; the API key file and its diagnostics.
+
+TEST(issue4, identity_directory_and_match_fields_load) {
+  auto r = load_ok(R"(store: {type: redis}
+upstreams: {api: {url: http://127.0.0.1:8081}}
+identity:
+  ipv6_prefix: 56
+  ipv4_prefix: 24
+  directory: {type: redis, hash: "sluice:keys", cache_ttl: 30s, negative_ttl: 5s, cache_size: 1000}
+routes:
+  - {name: a, match: {path: /healthz}, upstream: api}
+  - {name: b, match: {path_glob: /v1/*/items, methods: [get], host: API.Example.com}, upstream: api}
+  - {name: c, match: {path_prefix: /v2}, upstream: api}
+  - {name: d, match: {}, upstream: api}
+)");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->identity.ipv6_prefix, 56);
+  EXPECT_EQ(r->identity.ipv4_prefix, 24);
+  EXPECT_TRUE(r->identity.directory.enabled);
+  EXPECT_EQ(r->identity.directory.hash, "sluice:keys");
+  EXPECT_EQ(r->identity.directory.cache_ttl, 30s);
+  EXPECT_EQ(r->identity.directory.negative_ttl, 5s);
+  EXPECT_EQ(r->identity.directory.cache_size, 1000u);
+  EXPECT_EQ(r->routes[0].match.kind, path_kind::exact);
+  EXPECT_EQ(r->routes[0].match.path, "/healthz");
+  EXPECT_EQ(r->routes[1].match.kind, path_kind::glob);
+  EXPECT_EQ(r->routes[1].match.path, "/v1/*/items");
+  EXPECT_EQ(r->routes[1].match.host, "api.example.com");
+  EXPECT_EQ(r->routes[1].match.methods, std::vector<std::string>{"GET"});
+  EXPECT_EQ(r->routes[2].match.kind, path_kind::prefix);
+  EXPECT_EQ(r->routes[2].match.path_prefix, "/v2");
+  EXPECT_EQ(r->routes[3].match.path_prefix, "/");
+  auto d = load_ok("upstreams: {api: {url: http://127.0.0.1:8081}}\n");
+  EXPECT_EQ(d->identity.ipv6_prefix, 64);
+  EXPECT_EQ(d->identity.ipv4_prefix, 32);
+  EXPECT_FALSE(d->identity.directory.enabled);
+  EXPECT_EQ(d->api_keys_file, nullptr);
+}
+
+TEST(issue4, api_keys_file_loads_relative_to_the_rules_file) {
+  const std::string dir = testing::TempDir();
+  const std::string keys = dir + "issue4_keys.txt";
+  const std::string rules_path = dir + "issue4_rules.yaml";
+  std::ofstream(keys) << "# key plan\nk1 free\n\n  k2\tanonymous  \n";
+  std::ofstream(rules_path) << "upstreams: {api: {url: http://127.0.0.1:8081}}\n"
+                               "plans: {free: {limits: []}}\n"
+                               "api_keys_file: issue4_keys.txt\n";
+  auto r = load_file(rules_path);
+  ASSERT_TRUE(r.ok()) << r.diagnostics.front().to_string();
+  ASSERT_NE(r.value->api_keys_file, nullptr);
+  EXPECT_EQ(r.value->api_keys_file->size(), 2u);
+  EXPECT_EQ(r.value->api_keys_file->find("k1"), "free");
+  EXPECT_EQ(r.value->api_keys_file->find("k2"), "anonymous");
+  EXPECT_EQ(r.value->api_keys_file->find("k3"), std::nullopt);
+
+  // A bad edit is refused and the last good keys stay; a good edit is picked up by poll().
+  std::ofstream(keys) << "k1 fre\nk3\nk4 free extra\nk5 free\nk5 free\n";
+  auto problems = r.value->api_keys_file->reload();
+  std::vector<std::string> text;
+  for (const auto& p : problems) text.push_back(p.to_string());
+  EXPECT_EQ(text, (std::vector<std::string>{
+                      keys + ":1: api_keys_file: unknown plan 'fre'; did you mean 'free'?",
+                      keys + ":2: api_keys_file: expected 'KEY PLAN', got a key without a plan",
+                      keys + ":3: api_keys_file: expected 'KEY PLAN', got more than two fields",
+                      keys + ":5: api_keys_file: duplicate key (first at line 4)"}));
+  EXPECT_EQ(r.value->api_keys_file->find("k1"), "free");
+  EXPECT_EQ(r.value->api_keys_file->stats().failures, 1u);
+  std::ofstream(keys) << "k9 free\n";
+  EXPECT_TRUE(r.value->api_keys_file->poll().empty());
+  EXPECT_EQ(r.value->api_keys_file->find("k9"), "free");
+  EXPECT_EQ(r.value->api_keys_file->find("k1"), std::nullopt);
+  EXPECT_TRUE(r.value->api_keys_file->poll().empty());  // unchanged: nothing to do
+  EXPECT_EQ(r.value->api_keys_file->stats().reloads, 1u);
+
+  // At load time a bad key file refuses the whole rules file.
+  std::ofstream(keys) << "k1 gold\n";
+  auto bad = load_file(rules_path);
+  ASSERT_FALSE(bad.ok());
+  std::vector<std::string> all;
+  for (const auto& d : bad.diagnostics) all.push_back(d.to_string());
+  EXPECT_EQ(all, (std::vector<std::string>{
+                     rules_path + ":3: api_keys_file: the key file '" + keys + "' is invalid:",
+                     keys + ":1: api_keys_file: unknown plan 'gold'; plans are free, anonymous"}));
+  std::remove(keys.c_str());
+  auto missing = load_file(rules_path);
+  ASSERT_EQ(missing.diagnostics.size(), 2u);
+  EXPECT_EQ(missing.diagnostics[1].to_string(),
+            keys + ": api_keys_file: cannot read file: No such file or directory");
+  std::remove(rules_path.c_str());
+}
 
 // ---------------------------------------------------------------------------------------------
 // Files, rendering and the scalar parsers.

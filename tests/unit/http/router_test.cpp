@@ -139,5 +139,70 @@ TEST(Router, NoRoutes) {
   EXPECT_EQ(rt.match("GET", "/"), nullptr);
 }
 
+
+config::route glob_route(std::string name, config::path_kind kind, std::string pattern,
+                         std::vector<std::string> methods = {}, std::string host = "") {
+  config::route r;
+  r.name = std::move(name);
+  r.match.kind = kind;
+  if (kind == config::path_kind::prefix)
+    r.match.path_prefix = std::move(pattern);
+  else
+    r.match.path = std::move(pattern);
+  r.match.methods = std::move(methods);
+  r.match.host = std::move(host);
+  return r;
+}
+
+TEST(Router, ExactGlobPrefixAndHost) {
+  using config::path_kind;
+  config::rules rules;
+  rules.routes.push_back(glob_route("health", path_kind::exact, "/healthz"));
+  rules.routes.push_back(glob_route("items", path_kind::glob, "/v1/*/items", {"GET"}));
+  rules.routes.push_back(glob_route("deep", path_kind::glob, "/v2/**/raw"));
+  rules.routes.push_back(glob_route("tail", path_kind::glob, "/v3/**"));
+  rules.routes.push_back(glob_route("admin", path_kind::prefix, "/", {}, "admin.example.com"));
+  rules.routes.push_back(glob_route("ext", path_kind::exact, "/x", {"PURGE"}));
+  rules.routes.push_back(glob_route("default", path_kind::prefix, "/"));
+  const router rt(rules);
+  auto name = [&](std::string_view m, std::string_view host, std::string_view p) -> std::string {
+    const auto* r = rt.match(m, host, p);
+    return r ? r->name : "<none>";
+  };
+  EXPECT_EQ(name("GET", "", "/healthz"), "health");
+  EXPECT_EQ(name("GET", "", "/healthz/"), "default");  // exact means exact
+  EXPECT_EQ(name("GET", "", "/healthzz"), "default");
+  EXPECT_EQ(name("GET", "", "/v1/acme/items"), "items");
+  EXPECT_EQ(name("HEAD", "", "/v1/acme/items"), "items");
+  EXPECT_EQ(name("POST", "", "/v1/acme/items"), "default");
+  EXPECT_EQ(name("GET", "", "/v1/acme/x/items"), "default");  // '*' is one segment
+  EXPECT_EQ(name("GET", "", "/v1/items"), "default");
+  EXPECT_EQ(name("GET", "", "/v1/acme/items/3"), "default");
+  EXPECT_EQ(name("GET", "", "/v2/raw"), "deep");  // '**' may be empty
+  EXPECT_EQ(name("GET", "", "/v2/a/b/c/raw"), "deep");
+  EXPECT_EQ(name("GET", "", "/v2/a/b/c/raw/x"), "default");
+  EXPECT_EQ(name("GET", "", "/v3"), "tail");
+  EXPECT_EQ(name("GET", "", "/v3/a/b"), "tail");
+  EXPECT_EQ(name("GET", "", "/v3x"), "default");
+  EXPECT_EQ(name("GET", "Admin.Example.COM:8443", "/anything"), "admin");  // case, port ignored
+  EXPECT_EQ(name("GET", "admin.example.com.", "/anything"), "admin");
+  EXPECT_EQ(name("GET", "admin.example.org", "/anything"), "default");
+  EXPECT_EQ(name("GET", "", "/anything"), "default");
+  EXPECT_EQ(rt.match("GET", "/anything")->name, "default");  // no Host: host routes skipped
+  EXPECT_EQ(name("PURGE", "", "/x"), "ext");  // extension methods compare as text
+  EXPECT_EQ(name("GET", "", "/x"), "default");
+}
+
+// The router is compiled from the rules: it matches from its own structures (a copy of the
+// patterns), not by reading the route's match fields per request.
+TEST(Router, CompiledOnce) {
+  config::rules rules;
+  rules.routes.push_back(glob_route("g", config::path_kind::glob, "/a/*"));
+  const router rt(rules);
+  rules.routes[0].match.path = "/b/*";  // later edits of the model do not change the table
+  EXPECT_NE(rt.match("GET", "", "/a/1"), nullptr);
+  EXPECT_EQ(rt.match("GET", "", "/b/1"), nullptr);
+}
+
 }  // namespace
 }  // namespace sluice::http
