@@ -855,6 +855,15 @@ class loader {
           {{"anonymous", unknown_key_policy::anonymous}, {"reject", unknown_key_policy::reject}});
       if (k) r.identity.unknown_key = *k;
     }
+    if (const entry* p = m->find("ipv6_prefix")) {
+      if (auto v = integer(*p, "identity.ipv6_prefix", "ipv6_prefix", 1, 128))
+        r.identity.ipv6_prefix = static_cast<int>(*v);
+    }
+    if (const entry* p = m->find("ipv4_prefix")) {
+      if (auto v = integer(*p, "identity.ipv4_prefix", "ipv4_prefix", 1, 32))
+        r.identity.ipv4_prefix = static_cast<int>(*v);
+    }
+    if (const entry* d = m->find("directory")) parse_directory(*d, r);
   }
 
   void parse_plans(const entry& e) {
@@ -885,15 +894,6 @@ class loader {
       if (auto s = string(ke.value, path, ke.line))
         api_keys_.push_back({ke.key, *s, path, ke.line});
     }
-    if (const entry* p = m->find("ipv6_prefix")) {
-      if (auto v = integer(*p, "identity.ipv6_prefix", "ipv6_prefix", 1, 128))
-        r.identity.ipv6_prefix = static_cast<int>(*v);
-    }
-    if (const entry* p = m->find("ipv4_prefix")) {
-      if (auto v = integer(*p, "identity.ipv4_prefix", "ipv4_prefix", 1, 32))
-        r.identity.ipv4_prefix = static_cast<int>(*v);
-    }
-    if (const entry* d = m->find("directory")) parse_directory(*d, r);
   }
 
   /// `identity.directory:` a Redis hash of key → plan behind a per-worker cache.
