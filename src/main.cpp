@@ -1,7 +1,7 @@
 // sluice command line: `sluice --config FILE`, `sluice --check-config FILE`, `sluice --version`.
 // Thin by design: everything it runs lives in sluice_core.
 
-#include "sluice/app/gateway.hpp"
+#include "sluice/app/runtime.hpp"
 #include "sluice/config/loader.hpp"
 #include "sluice/observability/log.hpp"
 #include "sluice/version.hpp"
@@ -48,6 +48,8 @@ int main(int argc, char** argv) {
       ("config,c", po::value<std::string>(), "run the gateway on this rules file")
       ("check-config", po::value<std::string>(), "validate a rules file and exit (0 = valid)")
       ("listen", po::value<std::string>(), "override `listen:` (host:port)")
+      ("admin", po::value<std::string>(), "override `admin:` (host:port of the admin listener)")
+      ("no-watch", "do not watch the rules file (reload on SIGHUP or POST /admin/reload only)")
       ("workers", po::value<unsigned>(), "override `workers:`")
       ("log-level", po::value<std::string>()->default_value("info"),
        "trace, debug, info, warn, error, critical, off");
@@ -92,42 +94,42 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  sluice::app::gateway_options options;
-  if (vm.count("listen")) options.listen = vm["listen"].as<std::string>();
-  if (vm.count("workers")) options.workers = vm["workers"].as<unsigned>();
+  sluice::app::runtime_options options;
+  if (vm.count("listen")) options.gateway.listen = vm["listen"].as<std::string>();
+  if (vm.count("admin")) options.gateway.admin = vm["admin"].as<std::string>();
+  if (vm.count("workers")) options.gateway.workers = vm["workers"].as<unsigned>();
+  options.watch = vm.count("no-watch") == 0;
 
   try {
-    sluice::app::gateway gw(loaded.value, options);
-    gw.start();
-    spdlog::info("sluice {} listening on {} ({})", sluice::version,
-                 gw.endpoint().address().to_string() + ":" + std::to_string(gw.endpoint().port()),
-                 summary(*loaded.value));
-
+    // Signals are caught from here on (a signal arriving before its wait is kept for it).
     boost::asio::io_context main_ioc;
     boost::asio::signal_set stop_signals(main_ioc, SIGINT, SIGTERM);
     boost::asio::signal_set hup(main_ioc, SIGHUP);
+    sluice::app::runtime rt(file, loaded.value, options);
+    rt.start();
+    auto& gw = rt.gateway();
+    spdlog::info("sluice {} listening on {} ({})", sluice::version,
+                 gw.endpoint().address().to_string() + ":" + std::to_string(gw.endpoint().port()),
+                 summary(*loaded.value));
+    if (auto admin = rt.admin_endpoint()) {
+      spdlog::info("admin listening on {}:{}", admin->address().to_string(), admin->port());
+    }
+
     stop_signals.async_wait([&](const boost::system::error_code&, int sig) {
       spdlog::info("signal {}: stopping", sig);
       hup.cancel();
     });
-    // SIGHUP re-reads the rules file; an invalid file keeps the running config.
+    // SIGHUP re-reads the rules file (as a file event or POST /admin/reload would); an
+    // invalid file keeps the running config.
     std::function<void(const boost::system::error_code&, int)> on_hup =
         [&](const boost::system::error_code& ec, int) {
           if (ec) return;
-          auto r = sluice::config::load_file(file);
-          if (r.ok()) {
-            gw.reload(r.value);
-            spdlog::info("reloaded {} (generation {})", file, gw.stats().generation);
-          } else {
-            gw.note_reload_failure();
-            spdlog::error("reload of {} refused ({} error(s)); keeping the running config: {}",
-                          file, r.diagnostics.size(), r.diagnostics.front().to_string());
-          }
+          rt.reload("SIGHUP");
           hup.async_wait(on_hup);
         };
     hup.async_wait(on_hup);
     main_ioc.run();
-    gw.stop();
+    rt.stop();
   } catch (const std::exception& e) {
     spdlog::critical("sluice: {}", e.what());
     return 1;

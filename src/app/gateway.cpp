@@ -512,6 +512,11 @@ void gateway::reload(std::shared_ptr<const config::rules> rules) {
 
 void gateway::note_reload_failure() { impl_->shared.count.reload_failures.fetch_add(1); }
 
+gateway::current_rules gateway::current() const {
+  const auto snap = impl_->shared.current.load();
+  return {snap->rules, snap->generation};
+}
+
 gateway_stats gateway::stats() const {
   gateway_stats s;
   const auto& c = impl_->shared.count;

@@ -37,6 +37,9 @@ struct gateway_stats {
 /// Start-up options that override the rules file (command line, tests).
 struct gateway_options {
   std::string listen;               ///< "host:port" overriding `listen:`; "" = from the file
+  /// "host:port" overriding `admin:` for the admin listener (app::runtime starts it; port 0
+  /// picks a free one); "" = from the file (none when the file has no `admin:`).
+  std::string admin;
   unsigned workers = 0;             ///< overrides `workers:` when > 0
 };
 
@@ -74,6 +77,14 @@ class gateway {
 
   /// A snapshot of the counters. Thread-safe.
   gateway_stats stats() const;
+
+  /// The rules in force and their generation, read together from one snapshot (the admin
+  /// endpoint's view). Thread-safe.
+  struct current_rules {
+    std::shared_ptr<const config::rules> rules;
+    std::uint64_t generation = 0;
+  };
+  current_rules current() const;
 
  private:
   struct impl;

@@ -1,0 +1,82 @@
+#pragma once
+/// @file
+/// The running process around a gateway: the rules file it came from, hot reload (file
+/// watcher, SIGHUP through reload(), `POST /admin/reload`) and the admin listener. `sluice
+/// --config FILE` is one runtime; tests start one with ports 0.
+
+#include "sluice/app/config_watcher.hpp"
+#include "sluice/app/gateway.hpp"
+#include "sluice/config/rules.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::app {
+
+/// Start-up options of a runtime.
+struct runtime_options {
+  gateway_options gateway;  ///< listen / admin / workers overrides
+  bool watch = true;        ///< watch the rules file and reload when it changes
+  watch_settings watching;  ///< debounce and stat fallback of the watcher
+};
+
+/// The outcome of one reload attempt.
+struct reload_outcome {
+  bool ok = false;                       ///< the file was valid and is now in force
+  std::uint64_t generation = 0;          ///< the generation in force after the attempt
+  std::vector<std::string> diagnostics;  ///< `file:line: path: message` when refused
+};
+
+/// A gateway, its rules file and its admin listener.
+///
+/// Every reload trigger (file event, SIGHUP, admin) ends in reload(): the file is read,
+/// parsed and validated on the caller's thread (never a worker's), then either swapped in
+/// with gateway::reload (generation + 1; bucket state untouched, so counts carry over) or
+/// refused as a whole: the running config stays, one log line says why, and
+/// gateway_stats::reload_failures counts it. Attempts are serialised, so generations are
+/// installed in the order they were numbered.
+///
+/// `listen:`, `admin:`, `workers:` and `store:` are read at start-up only.
+class runtime {
+ public:
+  /// Builds the gateway from `rules` (already loaded from `config_file`) and binds the
+  /// listeners. Throws std::runtime_error / boost::system::system_error when an address
+  /// cannot be bound.
+  runtime(std::string config_file, std::shared_ptr<const config::rules> rules,
+          runtime_options options = {});
+  ~runtime();
+  runtime(const runtime&) = delete;
+  runtime& operator=(const runtime&) = delete;
+
+  /// Starts the gateway (waiting up to 2 s for its store), the admin listener and the file
+  /// watcher. A watcher that cannot be set up is logged; the other triggers still work.
+  void start();
+
+  /// Stops the watcher, the admin listener and the gateway. Idempotent.
+  void stop();
+
+  /// Reloads the rules file now; `trigger` names the cause in the log line ("SIGHUP",
+  /// "file change", "admin"). Thread-safe; blocks while another attempt runs.
+  reload_outcome reload(std::string_view trigger);
+
+  /// The gateway (stats, current rules, endpoint).
+  app::gateway& gateway();
+
+  /// The admin listener's bound endpoint, or nullopt when there is none.
+  std::optional<boost::asio::ip::tcp::endpoint> admin_endpoint() const;
+
+  /// The rules file path as given.
+  const std::string& config_file() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace sluice::app

@@ -1,0 +1,137 @@
+// The process around the gateway: reload triggers and the admin listener.
+//
+// Reloads are serialised by one mutex: gateway::reload numbers a snapshot and then installs
+// it, so two attempts racing could install generation N after N+1. Holding the mutex across
+// parse + swap costs nothing on the request path (workers never take it).
+
+#include "sluice/app/runtime.hpp"
+
+#include "sluice/config/loader.hpp"
+#include "sluice/observability/admin.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <mutex>
+#include <stdexcept>
+
+namespace sluice::app {
+namespace {
+
+namespace asio = boost::asio;
+
+asio::ip::tcp::endpoint parse_endpoint(const std::string& text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos) throw std::runtime_error("bad admin address: " + text);
+  std::string host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return {asio::ip::make_address(host), static_cast<std::uint16_t>(std::stoul(text.substr(colon + 1)))};
+}
+
+}  // namespace
+
+struct runtime::impl : observability::admin_backend {
+  std::string file;
+  runtime_options options;
+  std::unique_ptr<app::gateway> gw;
+  std::optional<asio::ip::tcp::endpoint> admin_at;
+  std::shared_ptr<observability::admin_server> admin;
+  std::unique_ptr<config_watcher> watcher;
+  std::mutex reload_mutex;
+  bool started = false;
+  bool stopped = false;
+
+  reload_outcome reload(std::string_view trigger) {
+    std::lock_guard lock(reload_mutex);
+    const auto began = std::chrono::steady_clock::now();
+    auto loaded = sluice::config::load_file(file);
+    reload_outcome out;
+    if (loaded.ok()) {
+      gw->reload(loaded.value);
+      out.ok = true;
+      out.generation = gw->current().generation;
+      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::steady_clock::now() - began).count();
+      spdlog::info("reload ({}): {} in force as generation {} (parsed and swapped in {} us)",
+                   trigger, file, out.generation, us);
+      return out;
+    }
+    gw->note_reload_failure();
+    out.generation = gw->current().generation;
+    for (const auto& d : loaded.diagnostics) out.diagnostics.push_back(d.to_string());
+    std::string more;
+    if (out.diagnostics.size() > 1) more = " (and " + std::to_string(out.diagnostics.size() - 1) + " more)";
+    spdlog::error("reload ({}): {} refused, generation {} stays in force: {}{}", trigger, file,
+                  out.generation, out.diagnostics.front(), more);
+    return out;
+  }
+
+  // observability::admin_backend
+  bool ready() override { return gw->wait_for_store(std::chrono::milliseconds(0)); }
+  config_view current_config() override {
+    auto cur = gw->current();
+    return {cur.rules, cur.generation, file};
+  }
+  observability::admin_reload_result reload() override {
+    auto r = reload("admin");
+    return {r.ok, r.generation, std::move(r.diagnostics)};
+  }
+};
+
+runtime::runtime(std::string config_file, std::shared_ptr<const config::rules> rules,
+                 runtime_options options)
+    : impl_(std::make_unique<impl>()) {
+  impl_->file = std::move(config_file);
+  impl_->options = options;
+  if (!options.gateway.admin.empty()) {
+    impl_->admin_at = parse_endpoint(options.gateway.admin);
+  } else if (!rules->admin_host.empty()) {
+    impl_->admin_at = asio::ip::tcp::endpoint{asio::ip::make_address(rules->admin_host), rules->admin_port};
+  }
+  impl_->gw = std::make_unique<app::gateway>(std::move(rules), options.gateway);
+  if (impl_->admin_at) {
+    // The backend is the impl itself; the shared_ptr does not own it (the runtime does, and
+    // stops the listener before the impl goes away).
+    std::shared_ptr<observability::admin_backend> backend(std::shared_ptr<void>{}, impl_.get());
+    impl_->admin = std::make_shared<observability::admin_server>(*impl_->admin_at, std::move(backend));
+  }
+}
+
+runtime::~runtime() { stop(); }
+
+void runtime::start() {
+  if (impl_->started) return;
+  impl_->started = true;
+  impl_->gw->start();
+  if (impl_->admin) impl_->admin->start();
+  if (impl_->options.watch) {
+    try {
+      impl_->watcher = std::make_unique<config_watcher>(
+          impl_->file, [p = impl_.get()] { p->reload("file change"); }, impl_->options.watching);
+    } catch (const std::exception& e) {
+      spdlog::error("cannot watch {} ({}): file changes will not be seen; SIGHUP and "
+                    "POST /admin/reload still reload it", impl_->file, e.what());
+    }
+  }
+}
+
+void runtime::stop() {
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  if (impl_->watcher) impl_->watcher->stop();
+  if (impl_->admin) impl_->admin->stop();
+  impl_->gw->stop();
+}
+
+reload_outcome runtime::reload(std::string_view trigger) { return impl_->reload(trigger); }
+
+gateway& runtime::gateway() { return *impl_->gw; }
+
+std::optional<asio::ip::tcp::endpoint> runtime::admin_endpoint() const {
+  if (!impl_->admin) return std::nullopt;
+  return impl_->admin->local_endpoint();
+}
+
+const std::string& runtime::config_file() const { return impl_->file; }
+
+}  // namespace sluice::app

@@ -1,0 +1,306 @@
+// The admin listener: health, readiness, the rules in force, and reload on demand.
+//
+// It reuses the client-facing http::server (same framing and smuggling defences) on an
+// io_context and thread of its own. Its handler calls the backend synchronously: a reload
+// parses a whole rules file, which takes milliseconds, and blocking this thread for that long
+// delays only other admin requests, never a client's (the workers never wait on it).
+
+#include "sluice/observability/admin.hpp"
+
+#include "sluice/http/server.hpp"
+#include "sluice/limiter/guarantee.hpp"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <thread>
+
+namespace sluice::observability {
+namespace {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+namespace json = boost::json;
+
+std::string duration_text(std::chrono::milliseconds d) {
+  const auto ms = d.count();
+  if (ms % 86'400'000 == 0) return std::to_string(ms / 86'400'000) + "d";
+  if (ms % 3'600'000 == 0) return std::to_string(ms / 3'600'000) + "h";
+  if (ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+const char* algorithm_text(config::algorithm a) {
+  switch (a) {
+    case config::algorithm::token_bucket:
+      return "token_bucket";
+    case config::algorithm::fixed_window:
+      return "fixed_window";
+    case config::algorithm::sliding_window:
+      return "sliding_window";
+    case config::algorithm::sliding_log:
+      return "sliding_log";
+    case config::algorithm::gcra:
+      return "gcra";
+  }
+  return "unknown";
+}
+
+std::string by_text(const config::limit& l) {
+  switch (l.by) {
+    case config::identity_kind::api_key:
+      return "api_key";
+    case config::identity_kind::user:
+      return "user";
+    case config::identity_kind::ip:
+      return "ip";
+    case config::identity_kind::global:
+      return "global";
+    case config::identity_kind::header:
+      return "header:" + l.header_name;
+  }
+  return "unknown";
+}
+
+const char* policy_text(config::failure_policy p) {
+  switch (p) {
+    case config::failure_policy::fail_open:
+      return "fail_open";
+    case config::failure_policy::fail_closed:
+      return "fail_closed";
+    case config::failure_policy::local:
+      return "local";
+  }
+  return "unknown";
+}
+
+json::object params_json(const config::limit_params& p) {
+  json::object o;
+  o["rate"] = std::to_string(p.rate.count) + "/" + duration_text(p.rate.period);
+  o["burst"] = p.burst != 0 ? p.burst : p.rate.count;
+  return o;
+}
+
+json::object limit_json(const config::limit& l) {
+  json::object o;
+  o["name"] = l.name;
+  o["by"] = by_text(l);
+  o["algorithm"] = algorithm_text(l.algorithm);
+  o["mode"] = l.mode == config::limit_mode::shadow ? "shadow" : "enforce";
+  if (l.has_default_params) {
+    auto p = params_json(l.params);
+    o["rate"] = p["rate"];
+    o["burst"] = p["burst"];
+  }
+  if (!l.plan_overrides.empty()) {
+    json::object plans;
+    for (const auto& [plan, p] : l.plan_overrides) {
+      auto po = params_json(p);
+      po["guarantee"] = limiter::guarantee(l.algorithm, p);
+      plans[plan] = std::move(po);
+    }
+    o["plans"] = std::move(plans);
+  }
+  // The limit's stated guarantee (DESIGN.md: "every limit states what it guarantees"), in
+  // the limiter room's words: defaults, then each plan override.
+  o["guarantee"] = limiter::guarantee(l);
+  return o;
+}
+
+}  // namespace
+
+std::string config_json(const config::rules& rules, std::uint64_t generation,
+                        const std::string& source_file) {
+  json::object o;
+  o["generation"] = generation;
+  o["source"] = source_file;
+  {
+    json::object store;
+    const bool redis = rules.store.type == config::store_settings::kind::redis;
+    store["type"] = redis ? "redis" : "memory";
+    if (redis) store["address"] = rules.store.host + ":" + std::to_string(rules.store.port);
+    store["timeout_ms"] = rules.store.timeout.count();
+    o["store"] = std::move(store);
+  }
+  {
+    json::array headers;
+    if (rules.headers.x_ratelimit) headers.emplace_back("x-ratelimit");
+    if (rules.headers.ietf) headers.emplace_back("ietf");
+    o["headers"] = std::move(headers);
+  }
+  {
+    json::object ups;
+    for (const auto& [name, u] : rules.upstreams) ups[name] = json::object{{"url", u.url}};
+    o["upstreams"] = std::move(ups);
+  }
+  {
+    json::object plans;
+    for (const auto& [name, p] : rules.plans) {
+      json::array limits;
+      for (const auto& l : p.limits) limits.emplace_back(limit_json(l));
+      plans[name] = json::object{{"limits", std::move(limits)}};
+    }
+    o["plans"] = std::move(plans);
+  }
+  o["api_keys"] = rules.api_keys.size();  // a count: the keys themselves are secrets
+  {
+    json::array routes;
+    for (const auto& r : rules.routes) {
+      json::object ro;
+      ro["name"] = r.name;
+      json::object match;
+      switch (r.match.kind) {
+        case config::path_kind::prefix:
+          match["path_prefix"] = r.match.path_prefix;
+          break;
+        case config::path_kind::exact:
+          match["path"] = r.match.path;
+          break;
+        case config::path_kind::glob:
+          match["path_glob"] = r.match.path;
+          break;
+      }
+      if (!r.match.host.empty()) match["host"] = r.match.host;
+      json::array methods;
+      for (const auto& m : r.match.methods) methods.emplace_back(m);
+      match["methods"] = std::move(methods);
+      ro["match"] = std::move(match);
+      ro["upstream"] = r.upstream;
+      ro["cost"] = r.cost;
+      ro["on_store_failure"] = policy_text(r.on_store_failure);
+      json::array limits;
+      for (const auto& l : r.limits) limits.emplace_back(limit_json(l));
+      ro["limits"] = std::move(limits);
+      routes.emplace_back(std::move(ro));
+    }
+    o["routes"] = std::move(routes);
+  }
+  return json::serialize(o);
+}
+
+namespace {
+
+http::response reply(unsigned version, bhttp::status status, std::string body,
+                     std::string_view type) {
+  http::response res{status, version};
+  res.set(bhttp::field::server, "sluice");
+  res.set(bhttp::field::cache_control, "no-store");
+  res.set(bhttp::field::content_type, type);
+  res.body() = std::move(body);
+  return res;
+}
+
+class admin_handler final : public http::request_handler {
+ public:
+  explicit admin_handler(std::shared_ptr<admin_backend> backend) : backend_(std::move(backend)) {}
+
+  asio::awaitable<http::response> handle(http::request req, http::request_context) override {
+    co_return answer(req);
+  }
+
+ private:
+  http::response answer(const http::request& req) {
+    const unsigned v = req.version();
+    std::string_view path = req.target();
+    path = path.substr(0, path.find('?'));
+    const auto method = req.method();
+    const bool get = method == bhttp::verb::get || method == bhttp::verb::head;
+    auto not_allowed = [&](std::string_view allow) {
+      auto res = reply(v, bhttp::status::method_not_allowed, "method not allowed\n", "text/plain");
+      res.set(bhttp::field::allow, allow);
+      return res;
+    };
+    try {
+      if (path == "/healthz") {
+        if (!get) return not_allowed("GET, HEAD");
+        return reply(v, bhttp::status::ok, "ok\n", "text/plain");
+      }
+      if (path == "/readyz") {
+        if (!get) return not_allowed("GET, HEAD");
+        return backend_->ready() ? reply(v, bhttp::status::ok, "ready\n", "text/plain")
+                                 : reply(v, bhttp::status::service_unavailable, "not ready\n",
+                                         "text/plain");
+      }
+      if (path == "/admin/config") {
+        if (!get) return not_allowed("GET, HEAD");
+        auto view = backend_->current_config();
+        return reply(v, bhttp::status::ok,
+                     config_json(*view.rules, view.generation, view.source_file) + "\n",
+                     "application/json");
+      }
+      if (path == "/admin/reload") {
+        if (method != bhttp::verb::post) return not_allowed("POST");
+        auto r = backend_->reload();
+        json::object o;
+        o["reloaded"] = r.ok;
+        o["generation"] = r.generation;
+        if (!r.ok) {
+          json::array d;
+          for (auto& line : r.diagnostics) d.emplace_back(line);
+          o["diagnostics"] = std::move(d);
+        }
+        return reply(v, r.ok ? bhttp::status::ok : bhttp::status::unprocessable_entity,
+                     json::serialize(o) + "\n", "application/json");
+      }
+      if (path == "/metrics") {
+        // Prometheus exposition: the metrics room fills admin_backend::metrics().
+        if (!get) return not_allowed("GET, HEAD");
+        if (auto text = backend_->metrics()) {
+          return reply(v, bhttp::status::ok, std::move(*text), "text/plain; version=0.0.4");
+        }
+      }
+      return reply(v, bhttp::status::not_found, "not found\n", "text/plain");
+    } catch (const std::exception& e) {
+      spdlog::error("admin {} {}: {}", req.method_string(), path, e.what());
+      return reply(v, bhttp::status::internal_server_error, "internal error\n", "text/plain");
+    }
+  }
+
+  std::shared_ptr<admin_backend> backend_;
+};
+
+}  // namespace
+
+struct admin_server::impl {
+  asio::io_context ioc{1};
+  std::unique_ptr<http::server> server;
+  std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> guard;
+  std::thread thread;
+};
+
+admin_server::admin_server(asio::ip::tcp::endpoint endpoint, std::shared_ptr<admin_backend> backend)
+    : impl_(std::make_unique<impl>()) {
+  impl_->server = std::make_unique<http::server>(
+      impl_->ioc, endpoint, std::make_shared<admin_handler>(std::move(backend)),
+      http::session_limits{}, 0);
+}
+
+admin_server::~admin_server() { stop(); }
+
+void admin_server::start() {
+  if (impl_->thread.joinable()) return;
+  impl_->guard = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
+      impl_->ioc.get_executor());
+  impl_->server->start();
+  impl_->thread = std::thread([p = impl_.get()] { p->ioc.run(); });
+}
+
+void admin_server::stop() {
+  if (!impl_->thread.joinable()) return;
+  asio::post(impl_->ioc, [p = impl_.get()] {
+    p->server->stop();
+    p->guard.reset();
+    p->ioc.stop();
+  });
+  impl_->thread.join();
+}
+
+asio::ip::tcp::endpoint admin_server::local_endpoint() const {
+  return impl_->server->local_endpoint();
+}
+
+}  // namespace sluice::observability
