@@ -544,7 +544,15 @@ gateway_stats gateway::stats() const {
     s.store.script_loads += st.script_loads;
     s.store.reconnects += st.reconnects;
     s.store.late_replies += st.late_replies;
+    s.store.connect_failures += st.connect_failures;
+    s.store.breaker_opens += st.breaker_opens;
     s.store.connected = s.store.connected || st.connected;
+    // The least healthy worker's breaker (open > half-open > closed).
+    if (st.breaker == store::breaker_state::open ||
+        (st.breaker == store::breaker_state::half_open &&
+         s.store.breaker == store::breaker_state::closed)) {
+      s.store.breaker = st.breaker;
+    }
   }
   return s;
 }

@@ -11,6 +11,15 @@
 // (c10). While not connected a check fails at once with store_unavailable (c11: an outage must
 // not cost a wait); the connection comes back by itself with jittered exponential backoff.
 //
+// The breaker (c11, DESIGN.md "Failure"): a stalled store would otherwise cost every request its
+// full deadline. Consecutive failures open it; while open, checks fail at once; after the
+// cool-down one probe goes through (half-open). Opening on a missed deadline also replaces the
+// connection: a peer that stopped answering (SIGSTOP, CLIENT PAUSE, dropped packets) may hold the
+// old socket in TCP retransmission long after it is back, whereas a new connection — bounded by
+// the connect timeout — succeeds as soon as the server answers again, and its successful set-up
+// (AUTH, SCRIPT LOAD) makes the breaker half-open at once, so recovery costs one backoff step
+// (at most 500 ms) rather than a retransmission timeout.
+//
 // Threading: everything (hooks, callbacks, timers, check()) runs on the store's executor, which
 // must be the one the callers' coroutines run on; nothing here locks.
 #include "sluice/store/redis_store.hpp"
@@ -24,6 +33,8 @@
 
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/append.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/post.hpp>
@@ -32,6 +43,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <random>
 #include <string_view>
@@ -79,7 +91,8 @@ class check_handler {
 };
 
 constexpr std::chrono::milliseconds backoff_first{50};
-constexpr std::chrono::milliseconds backoff_max{1000};
+// 500 ms keeps recovery after an outage within a second (one backoff step plus a connect).
+constexpr std::chrono::milliseconds backoff_max{500};
 
 // privdata of the connection-setup commands (checks carry their id, which starts at 1 << 20).
 constexpr std::uintptr_t tag_auth = 1;
@@ -105,6 +118,51 @@ std::string_view reply_text(const redisReply* r) {
   return r && r->str ? std::string_view(r->str, r->len) : std::string_view();
 }
 
+// Error replies that say the server cannot serve checks right now (as opposed to an error of
+// this one check, such as WRONGTYPE from a colliding key): they count towards the breaker.
+// Redis error prefixes: https://redis.io/docs/reference/protocol-spec/#simple-errors
+bool unhealthy_error(std::string_view text) {
+  for (std::string_view prefix : {"READONLY", "OOM", "BUSY", "LOADING", "MASTERDOWN", "MISCONF",
+                                   "NOAUTH", "NOPERM", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS",
+                                   "NOSCRIPT"}) {
+    if (text.starts_with(prefix)) return true;
+  }
+  return false;
+}
+
+// The store's counters, written on the worker's thread and read from any (store_stats is the
+// plain snapshot).
+struct atomic_stats {
+  std::atomic<std::uint64_t> checks{0}, timeouts{0}, errors{0}, unavailable{0}, script_loads{0},
+      reconnects{0}, late_replies{0}, connect_failures{0}, breaker_opens{0};
+  std::atomic<bool> connected{false};
+  std::atomic<breaker_state> breaker{breaker_state::closed};
+
+  store_stats snapshot() const {
+    store_stats s;
+    s.checks = checks.load(std::memory_order_relaxed);
+    s.timeouts = timeouts.load(std::memory_order_relaxed);
+    s.errors = errors.load(std::memory_order_relaxed);
+    s.unavailable = unavailable.load(std::memory_order_relaxed);
+    s.script_loads = script_loads.load(std::memory_order_relaxed);
+    s.reconnects = reconnects.load(std::memory_order_relaxed);
+    s.late_replies = late_replies.load(std::memory_order_relaxed);
+    s.connect_failures = connect_failures.load(std::memory_order_relaxed);
+    s.breaker_opens = breaker_opens.load(std::memory_order_relaxed);
+    s.connected = connected.load(std::memory_order_relaxed);
+    s.breaker = breaker.load(std::memory_order_relaxed);
+    return s;
+  }
+};
+
+// How a completed check counts for the breaker.
+enum class verdict {
+  answered,  // the server answered (a decision, or an error of this check only)
+  failed,    // the server did not serve it: error reply of an unhealthy server, lost connection
+  timed_out, // the deadline passed
+  not_sent,  // refused before reaching the server (no effect on the breaker)
+};
+
 }  // namespace
 
 struct redis_store::impl : std::enable_shared_from_this<impl> {
@@ -115,6 +173,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     check_handler handler;
     std::uint64_t loads_at_send = 0;  // loads_sent when it was (last) sent
     bool retried = false;
+    bool probe = false;  // the one check let through by a half-open breaker
   };
 
   enum class conn_state { idle, connecting, ready, stopped };
@@ -124,6 +183,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         settings(std::move(s)),
         connect_timer(ex),
         backoff_timer(ex),
+        resolver(ex),
         rng(std::random_device{}()) {}
 
   asio::any_io_executor ex;
@@ -134,27 +194,86 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   std::string sha;
   asio::steady_timer connect_timer;
   asio::steady_timer backoff_timer;
+  asio::ip::tcp::resolver resolver;
+  bool resolving = false;
+  std::string last_failure;  // reason of the last failed connection attempt ("" after success)
   std::chrono::milliseconds backoff = backoff_first;
   bool ever_connected = false;
   std::uint64_t next_id = first_check_id;
   std::uint64_t loads_sent = 0;  // SCRIPT LOADs queued, ever (orders NOSCRIPT retries)
   std::uint64_t generation = 0;  // connection attempts, ever (matches a connect timer to one)
   std::unordered_map<std::uint64_t, pending> inflight;
-  store_stats counters;
+  atomic_stats counters;
+  // Breaker (worker thread only; `counters.breaker` mirrors `breaker` for other threads).
+  breaker_state breaker = breaker_state::closed;
+  unsigned consecutive_failures = 0;
+  bool probe_inflight = false;
+  std::chrono::steady_clock::time_point open_until{};
+  std::chrono::steady_clock::time_point opened_at{};
+  std::uint64_t refused_while_open = 0;
+  std::string last_check_failure;  // why the last check failed (for the breaker's log line)
   std::mt19937_64 rng;
   log_limiter error_log;
 
   // ---- connection -----------------------------------------------------------------------------
 
+  // hiredis resolves host names with a blocking getaddrinfo, which must not run on the worker:
+  // an address literal is used as is, a name is resolved by Asio (off this thread), bounded by
+  // the connect timeout, before every attempt (the name may move, e.g. after a failover).
   void connect() {
-    if (state == conn_state::stopped || ac != nullptr) return;
-    // hiredis resolves host names with a blocking getaddrinfo: configure an address.
-    redisAsyncContext* c = redisAsyncConnect(settings.host.c_str(), settings.port);
-    if (c == nullptr || c->err) {
-      if (c != nullptr) {
-        spdlog::debug("redis {}:{}: connect failed: {}", settings.host, settings.port, c->errstr);
-        redisAsyncFree(c);
+    if (state == conn_state::stopped || ac != nullptr || resolving) return;
+    error_code ec;
+    (void)asio::ip::make_address(settings.host, ec);
+    if (!ec) {
+      connect_to(settings.host);
+      return;
+    }
+    resolving = true;
+    const std::uint64_t gen = ++generation;
+    connect_timer.expires_after(settings.connect_timeout);
+    connect_timer.async_wait([w = weak_from_this(), gen](error_code e) {
+      if (e) return;
+      if (auto self = w.lock(); self && self->generation == gen && self->resolving) {
+        self->resolver.cancel();  // completes the resolve with operation_aborted
       }
+    });
+    resolver.async_resolve(
+        settings.host, std::to_string(settings.port),
+        [w = weak_from_this()](error_code e, asio::ip::tcp::resolver::results_type results) {
+          auto self = w.lock();
+          if (!self) return;
+          self->resolving = false;
+          self->connect_timer.cancel();
+          if (self->state == conn_state::stopped) return;
+          if (e || results.empty()) {
+            self->connect_failed(e == asio::error::operation_aborted
+                                     ? std::string("name resolution timed out")
+                                     : "cannot resolve the host name: " +
+                                           (e ? e.message() : std::string("no address")));
+            self->schedule_reconnect();
+            return;
+          }
+          self->connect_to(results.begin()->endpoint().address().to_string());
+        });
+  }
+
+  // A failed connection attempt: counted, logged once per distinct reason until a success.
+  void connect_failed(std::string reason) {
+    ++counters.connect_failures;
+    if (reason != last_failure) {
+      spdlog::warn("redis {}:{}: cannot connect: {} (retrying with backoff; repeats not logged)",
+                   settings.host, settings.port, reason);
+      last_failure = std::move(reason);
+    } else {
+      spdlog::debug("redis {}:{}: cannot connect: {}", settings.host, settings.port, reason);
+    }
+  }
+
+  void connect_to(const std::string& address) {
+    redisAsyncContext* c = redisAsyncConnect(address.c_str(), settings.port);
+    if (c == nullptr || c->err) {
+      connect_failed(c != nullptr ? std::string(c->errstr) : std::string("out of memory"));
+      if (c != nullptr) redisAsyncFree(c);
       schedule_reconnect();
       return;
     }
@@ -184,8 +303,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       if (ec) return;
       if (auto self = w.lock();
           self && self->generation == gen && self->state == conn_state::connecting) {
-        spdlog::warn("redis {}:{}: connect timed out after {} ms", self->settings.host,
-                     self->settings.port, self->settings.connect_timeout.count());
+        self->connect_failed("no answer within the connect timeout of " +
+                             std::to_string(self->settings.connect_timeout.count()) + " ms");
         self->drop_connection();
         self->schedule_reconnect();
       }
@@ -241,7 +360,15 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     counters.connected = true;
     if (ever_connected) ++counters.reconnects;
     ever_connected = true;
-    spdlog::info("redis {}:{}: connected, script {}", settings.host, settings.port, sha);
+    if (!last_failure.empty()) {
+      spdlog::info("redis {}:{}: connected, script {} (after: {})", settings.host, settings.port,
+                   sha, last_failure);
+      last_failure.clear();
+    } else {
+      spdlog::info("redis {}:{}: connected, script {}", settings.host, settings.port, sha);
+    }
+    // The set-up round trips were answered: the next check may probe at once.
+    if (breaker == breaker_state::open) open_until = std::chrono::steady_clock::now();
   }
 
   static impl* owner(const redisAsyncContext* c) { return static_cast<impl*>(c->data); }
@@ -251,8 +378,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       impl* self = owner(c);
       if (self == nullptr || self->ac != c || status == REDIS_OK) return;
       // hiredis frees the context right after this callback.
-      spdlog::debug("redis {}:{}: connect failed: {}", self->settings.host, self->settings.port,
-                    c->errstr ? c->errstr : "");
+      self->connect_failed(c->errstr ? c->errstr : "connect failed");
       self->lost();
       self->schedule_reconnect();
     } catch (...) {
@@ -281,11 +407,15 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       const auto* reply = static_cast<redisReply*>(r);
       const auto tag = reinterpret_cast<std::uintptr_t>(privdata);
       if (reply->type == REDIS_REPLY_ERROR) {
-        spdlog::error("redis {}:{}: {} failed: {}", self->settings.host, self->settings.port,
-                      tag == tag_auth ? "AUTH" : "SCRIPT LOAD", reply_text(reply));
         // A failed reload needs nothing: the retried EVALSHA answers NOSCRIPT again and that
-        // check fails. A failed set-up is a failed connection attempt.
-        if (tag != tag_reload) {
+        // check fails. A failed set-up is a failed connection attempt (the password is never
+        // logged: only the server's error text is).
+        if (tag == tag_reload) {
+          spdlog::warn("redis {}:{}: SCRIPT LOAD failed: {}", self->settings.host,
+                       self->settings.port, reply_text(reply));
+        } else {
+          self->connect_failed(std::string(tag == tag_auth ? "AUTH" : "SCRIPT LOAD") +
+                               " failed: " + std::string(reply_text(reply)));
           self->drop_connection();
           self->schedule_reconnect();
         }
@@ -307,14 +437,106 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
 
   // ---- checks ---------------------------------------------------------------------------------
 
-  // The circuit breaker (a later issue) belongs here: refuse at once while open, let one probe
-  // through while half-open. breaker_record() is told every check's result.
-  bool breaker_allows() { return true; }
-  void breaker_record(bool /*store_answered*/) {}
+  // ---- breaker -------------------------------------------------------------------------------
+  // O(1) per check; reads the clock only while open.
+
+  void set_breaker(breaker_state b) {
+    breaker = b;
+    counters.breaker = b;
+  }
+
+  // Whether a check may go to the server; `probe` is set when it is the half-open probe.
+  bool breaker_allows(bool& probe) {
+    probe = false;
+    if (breaker == breaker_state::closed) return true;
+    if (breaker == breaker_state::open) {
+      if (std::chrono::steady_clock::now() < open_until) return false;
+      set_breaker(breaker_state::half_open);
+      spdlog::debug("redis {}:{}: breaker half-open, probing", settings.host, settings.port);
+    }
+    if (probe_inflight) return false;
+    probe_inflight = true;
+    probe = true;
+    return true;
+  }
+
+  void open_breaker(verdict why) {
+    const bool was_closed = breaker == breaker_state::closed;
+    set_breaker(breaker_state::open);
+    open_until = std::chrono::steady_clock::now() + settings.breaker_cool_down;
+    if (was_closed) {
+      ++counters.breaker_opens;
+      opened_at = std::chrono::steady_clock::now();
+      refused_while_open = 0;
+      spdlog::warn(
+          "redis {}:{}: breaker open after {} consecutive failed checks (last: {}); checks fail "
+          "at once for {} ms, then a probe",
+          settings.host, settings.port, consecutive_failures, last_check_failure,
+          settings.breaker_cool_down.count());
+    } else {
+      spdlog::debug("redis {}:{}: probe failed ({}); breaker open again", settings.host,
+                    settings.port, last_check_failure);
+    }
+    // A missed deadline means the peer stopped answering: replace the connection (see the top
+    // of this file). Posted: we may be inside a hiredis callback or iterating `inflight`.
+    if (why == verdict::timed_out && ac != nullptr) {
+      asio::post(ex, [w = weak_from_this(), gen = generation] {
+        auto self = w.lock();
+        if (!self || self->generation != gen || self->ac == nullptr ||
+            self->breaker == breaker_state::closed) {
+          return;
+        }
+        spdlog::debug("redis {}:{}: replacing the stalled connection", self->settings.host,
+                      self->settings.port);
+        self->drop_connection();
+        self->backoff = backoff_first;
+        self->schedule_reconnect();
+      });
+    }
+  }
+
+  // Told the verdict of every check that left start_check; `probe`: it was the probe.
+  void breaker_record(verdict v, bool probe) {
+    if (v == verdict::not_sent) {
+      if (probe) probe_inflight = false;  // the probe never reached the server: probe again
+      return;
+    }
+    if (settings.breaker_failures == 0) return;
+    const bool ok = v == verdict::answered;
+    if (probe) {
+      probe_inflight = false;
+      if (ok) {
+        consecutive_failures = 0;
+        set_breaker(breaker_state::closed);
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::steady_clock::now() - opened_at);
+        spdlog::info("redis {}:{}: breaker closed, the store answers again (open {} ms, {} "
+                     "checks refused meanwhile)",
+                     settings.host, settings.port, ms.count(), refused_while_open);
+      } else {
+        open_breaker(v);
+      }
+      return;
+    }
+    if (breaker != breaker_state::closed) return;  // sent before the breaker opened
+    if (ok) {
+      consecutive_failures = 0;
+      return;
+    }
+    if (++consecutive_failures >= settings.breaker_failures) open_breaker(v);
+  }
 
   void start_check(limiter::check_request req, check_handler handler) {
-    if (state != conn_state::ready || ac == nullptr || !breaker_allows()) {
+    bool probe = false;
+    if (state != conn_state::ready || ac == nullptr) {
       ++counters.unavailable;
+      if (breaker != breaker_state::closed) ++refused_while_open;
+      finish(std::move(handler), errc::store_unavailable, {});
+      return;
+    }
+    if (!breaker_allows(probe)) {
+      ++counters.unavailable;
+      ++refused_while_open;
       finish(std::move(handler), errc::store_unavailable, {});
       return;
     }
@@ -329,6 +551,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     lua::append_check_args(req, p.argv);  // the script's ARGV (lua_scripts.hpp)
     for (const auto& l : req.limits) p.bursts.push_back(l.bucket.quota(l.algorithm));
     p.handler = std::move(handler);
+    p.probe = probe;
     p.deadline = std::make_unique<asio::steady_timer>(ex, settings.command_timeout);
     p.deadline->async_wait([w = weak_from_this(), id](error_code ec) {
       if (ec) return;
@@ -337,7 +560,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     auto it = inflight.emplace(id, std::move(p)).first;
     if (!send(id, it->second)) {
       ++counters.unavailable;
-      complete(it, errc::store_unavailable, {});
+      complete(it, errc::store_unavailable, {}, verdict::not_sent);
     }
   }
 
@@ -365,7 +588,9 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       spdlog::warn("redis {}:{}: check missed its {} ms deadline", settings.host, settings.port,
                    settings.command_timeout.count());
     }
-    complete(it, errc::store_timeout, {});
+    last_check_failure = "missed the " + std::to_string(settings.command_timeout.count()) +
+                         " ms deadline";
+    complete(it, errc::store_timeout, {}, verdict::timed_out);
   }
 
   static void on_check_reply(redisAsyncContext* c, void* r, void* privdata) noexcept {
@@ -388,7 +613,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     }
     if (r == nullptr) {  // the connection went away with the check in flight: no replay
       ++counters.errors;
-      complete(it, errc::store_error, {});
+      last_check_failure = "connection lost";
+      complete(it, errc::store_error, {}, verdict::failed);
       return;
     }
     if (r->type == REDIS_REPLY_ERROR) {
@@ -404,20 +630,22 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       if (error_log.allow()) {
         spdlog::warn("redis {}:{}: check failed: {}", settings.host, settings.port, text);
       }
-      complete(it, errc::store_error, {});
+      const bool unhealthy = unhealthy_error(text);
+      if (unhealthy) last_check_failure = std::string(text.substr(0, 120));
+      complete(it, errc::store_error, {}, unhealthy ? verdict::failed : verdict::answered);
       return;
     }
     const auto& bursts = it->second.bursts;
     const std::size_t n = bursts.size();
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 + 5 * n) {
       ++counters.errors;
-      complete(it, errc::store_protocol, {});
+      complete(it, errc::store_protocol, {}, verdict::answered);
       return;
     }
     for (std::size_t i = 0; i < r->elements; ++i) {
       if (r->element[i]->type != REDIS_REPLY_INTEGER) {
         ++counters.errors;
-        complete(it, errc::store_protocol, {});
+        complete(it, errc::store_protocol, {}, verdict::answered);
         return;
       }
     }
@@ -436,15 +664,18 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       out.limits.push_back(lo);
     }
     ++counters.checks;
-    complete(it, {}, std::move(out));
+    complete(it, {}, std::move(out), verdict::answered);
   }
 
+  // Completes and forgets a check, then tells the breaker (last: opening it may drop the
+  // connection, which completes other checks).
   void complete(std::unordered_map<std::uint64_t, pending>::iterator it, error_code ec,
-                check_outcome out) {
-    breaker_record(!ec || ec == errc::store_error || ec == errc::store_protocol);
+                check_outcome out, verdict v) {
     check_handler h = std::move(it->second.handler);
+    const bool probe = it->second.probe;
     inflight.erase(it);  // destroys (cancels) the deadline timer
     finish(std::move(h), ec, std::move(out));
+    breaker_record(v, probe);
   }
 
   // Never resumes the caller inline (we may be inside a hiredis callback or the initiation).
@@ -456,10 +687,11 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     state = conn_state::stopped;
     backoff_timer.cancel();
     connect_timer.cancel();
+    resolver.cancel();
     drop_connection();  // NULL replies complete the checks in flight with store_error
     while (!inflight.empty()) {
       ++counters.errors;
-      complete(inflight.begin(), errc::store_unavailable, {});
+      complete(inflight.begin(), errc::store_unavailable, {}, verdict::not_sent);
     }
   }
 };
@@ -488,6 +720,6 @@ void redis_store::start() {
 
 void redis_store::stop() { impl_->stop(); }
 
-store_stats redis_store::stats() const { return impl_->counters; }
+store_stats redis_store::stats() const { return impl_->counters.snapshot(); }
 
 }  // namespace sluice::store

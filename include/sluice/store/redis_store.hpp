@@ -18,6 +18,12 @@ struct redis_settings {
   std::chrono::milliseconds command_timeout{5};   ///< deadline of one check
   std::chrono::milliseconds connect_timeout{250}; ///< deadline of one connection attempt
   std::string password;                            ///< "" = no AUTH
+  /// Consecutive failed checks (deadline missed, connection lost mid-check, an error reply that
+  /// says the server cannot serve: READONLY, OOM, BUSY, LOADING...) that open the breaker;
+  /// 0 = never open it.
+  unsigned breaker_failures = 5;
+  /// How long the breaker stays open before it lets one probe check through.
+  std::chrono::milliseconds breaker_cool_down{500};
 };
 
 /// A Redis store bound to one executor (a worker's io_context).
@@ -27,7 +33,19 @@ struct redis_settings {
 /// one retry. A check that times out or whose connection drops is never replayed (the
 /// script may have run). Each command has its own deadline timer; a late reply is dropped.
 /// Concurrent checks are pipelined on the one connection. Reconnects with jittered backoff
-/// (50 ms doubling to 1 s) after a failed attempt or a lost connection.
+/// (50 ms doubling to 500 ms) after a failed attempt or a lost connection. A connection attempt
+/// (name resolution, TCP connect, AUTH, SCRIPT LOAD) is bounded by `connect_timeout`; host
+/// names are resolved off the worker's thread.
+///
+/// Circuit breaker: after `breaker_failures` consecutive failed checks the breaker opens and
+/// every check fails at once with store_unavailable (costing no deadline) for
+/// `breaker_cool_down`; then it is half-open: one check goes through as a probe while the others
+/// still fail at once; the probe's success closes the breaker, its failure opens it again. When
+/// the breaker opens on a missed deadline the connection is torn down and a new one is made (a
+/// stalled peer — SIGSTOP, CLIENT PAUSE, a black hole — may never answer on the old one); a
+/// connection made ready while the breaker is open makes it half-open at once. Each state change
+/// is logged once (warn on open, info on close, debug for the probes in between); connection
+/// failures are logged once per distinct reason until the next success.
 ///
 /// check() errors: store_unavailable at once while not connected (before start(), while
 /// (re)connecting, after stop()); store_timeout when `command_timeout` passes (the late reply
@@ -35,8 +53,9 @@ struct redis_settings {
 /// (READONLY, OOM, BUSY, WRONGTYPE, a second NOSCRIPT...) or a connection lost mid-check;
 /// store_protocol for a reply of the wrong shape.
 ///
-/// Thread-safety: none; every member (check, start, stop, stats, the destructor) is called on
-/// `ex`'s thread, and the store is destroyed before its io_context.
+/// Thread-safety: check, start, stop and the destructor are called on `ex`'s thread, and the
+/// store is destroyed before its io_context; stats() may be called from any thread (the
+/// counters are atomic; a snapshot is not taken atomically across fields).
 class redis_store final : public counter_store {
  public:
   /// `ex`: the worker's executor, on which hiredis is driven and checks complete. Does not

@@ -11,8 +11,14 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -284,7 +290,9 @@ TEST(redis_store, stalled_server_times_out_without_replay) {
   test::redis_server server;
   asio::io_context ioc;
   const auto timeout = 50ms;
-  store::redis_store s(ioc.get_executor(), settings_for(server, timeout));
+  auto settings = settings_for(server, timeout);
+  settings.breaker_failures = 0;  // keep the stalled connection: its late replies are counted
+  store::redis_store s(ioc.get_executor(), settings);
   s.start();
   ASSERT_TRUE(wait_connected(ioc, s));
   const std::int64_t t0 = 1'700'000'000'000;
@@ -394,10 +402,190 @@ TEST(redis_store, auth_with_a_password) {
   auto r = check_once(ioc, s, request("{auth}:k", 1, 1000, 1));
   ASSERT_TRUE(r.result && r.result->has_value());
 
-  store::redis_store wrong(ioc.get_executor(), settings_for(server));  // no password
+  store::redis_store none(ioc.get_executor(), settings_for(server));  // no password: NOAUTH
+  none.start();
+  auto bad_settings = settings_for(server);
+  bad_settings.password = "wrong";
+  store::redis_store wrong(ioc.get_executor(), bad_settings);  // WRONGPASS
   wrong.start();
-  run_for(ioc, 200ms);
-  EXPECT_FALSE(wrong.stats().connected);
+  run_for(ioc, 300ms);
+  for (auto* st : {&none, &wrong}) {
+    EXPECT_FALSE(st->stats().connected);
+    EXPECT_GE(st->stats().connect_failures, 1u);
+    auto refused = check_once(ioc, *st, request("{auth}:k", 1, 1000, 1));
+    ASSERT_TRUE(refused.result);
+    EXPECT_EQ(refused.result->error(), make_error_code(errc::store_unavailable));
+    EXPECT_LT(refused.took, 10ms);
+  }
+}
+
+// c11: a stalled server (SIGSTOP) costs the deadline of 5 checks; then the breaker opens and
+// checks fail at once without touching the socket; after SIGCONT a new connection and one
+// probe close it again within a second.
+TEST(redis_store, breaker_opens_on_a_stall_and_a_probe_closes_it) {
+  test::redis_server server;
+  asio::io_context ioc;
+  store::redis_store s(ioc.get_executor(), settings_for(server, 50ms));
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  ASSERT_TRUE(check_once(ioc, s, request("{brk}:k", 100, 1000, 100)).result->has_value());
+  EXPECT_EQ(s.stats().breaker, store::breaker_state::closed);
+
+  server.pause();
+  for (int i = 0; i < 5; ++i) {
+    auto r = check_once(ioc, s, request("{brk}:k", 100, 1000, 100));
+    ASSERT_TRUE(r.result);
+    EXPECT_EQ(r.result->error(), make_error_code(errc::store_timeout));
+    EXPECT_GE(r.took, 50ms);
+    EXPECT_LT(r.took, 80ms);
+  }
+  EXPECT_EQ(s.stats().breaker, store::breaker_state::open);
+  EXPECT_EQ(s.stats().breaker_opens, 1u);
+  EXPECT_EQ(s.stats().timeouts, 5u);
+  const auto unavailable = s.stats().unavailable;
+  for (int i = 0; i < 20; ++i) {
+    auto r = check_once(ioc, s, request("{brk}:k", 100, 1000, 100));
+    ASSERT_TRUE(r.result);
+    EXPECT_EQ(r.result->error(), make_error_code(errc::store_unavailable));
+    EXPECT_LT(r.took, 5ms) << "an open breaker costs no deadline";
+    run_for(ioc, 10ms);
+  }
+  EXPECT_EQ(s.stats().unavailable, unavailable + 20);
+  EXPECT_EQ(s.stats().timeouts, 5u);
+  run_for(ioc, 1500ms);  // cool-down passes; connection attempts time out meanwhile
+  EXPECT_GE(s.stats().connect_failures, 1u) << "the stalled connection was replaced";
+
+  server.resume();
+  const auto resumed = clock_type::now();
+  bool decided = false;
+  while (!decided && clock_type::now() - resumed < 2000ms) {
+    auto r = check_once(ioc, s, request("{brk}:k", 100, 1000, 100));
+    decided = r.result && r.result->has_value();
+    if (!decided) run_for(ioc, 10ms);
+  }
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - resumed);
+  std::printf("decided by the store %lld ms after SIGCONT\n", static_cast<long long>(took.count()));
+  EXPECT_TRUE(decided);
+  EXPECT_LT(took, 1000ms);
+  EXPECT_EQ(s.stats().breaker, store::breaker_state::closed);
+  EXPECT_EQ(s.stats().breaker_opens, 1u);
+}
+
+// Error replies of a server that cannot serve (OOM, READONLY, BUSY): each check fails with
+// store_error and counts; five in a row open the breaker; once the cause is gone a probe after
+// the cool-down closes it (on the same connection: error replies do not replace it).
+class unhealthy_reply : public testing::TestWithParam<std::string> {};
+
+TEST_P(unhealthy_reply, counts_opens_the_breaker_and_recovers) {
+  const std::string kind = GetParam();
+  test::redis_server server({"--busy-reply-threshold", "50"});
+  asio::io_context ioc;
+  auto settings = settings_for(server, 200ms);
+  settings.breaker_cool_down = 300ms;
+  store::redis_store s(ioc.get_executor(), settings);
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  std::thread busy;
+  if (kind == "OOM") server.command({"CONFIG", "SET", "maxmemory", "1"});
+  if (kind == "READONLY") server.command({"REPLICAOF", "127.0.0.1", "1"});
+  if (kind == "BUSY") {
+    busy = std::thread([&] { server.command({"EVAL", "while true do end", "0"}); });
+    std::this_thread::sleep_for(150ms);  // past the busy-reply threshold
+  }
+  for (int i = 0; i < 5; ++i) {
+    auto r = check_once(ioc, s, request("{err}:k", 100, 1000, 100));
+    ASSERT_TRUE(r.result);
+    EXPECT_EQ(r.result->error(), make_error_code(errc::store_error)) << i;
+  }
+  EXPECT_EQ(s.stats().errors, 5u);
+  EXPECT_EQ(s.stats().breaker, store::breaker_state::open);
+  auto refused = check_once(ioc, s, request("{err}:k", 100, 1000, 100));
+  EXPECT_EQ(refused.result->error(), make_error_code(errc::store_unavailable));
+  EXPECT_LT(refused.took, 5ms);
+
+  if (kind == "OOM") server.command({"CONFIG", "SET", "maxmemory", "0"});
+  if (kind == "READONLY") server.command({"REPLICAOF", "NO", "ONE"});
+  if (kind == "BUSY") {
+    server.command({"SCRIPT", "KILL"});
+    busy.join();
+  }
+  bool decided = false;
+  const auto fixed = clock_type::now();
+  while (!decided && clock_type::now() - fixed < 2000ms) {
+    auto r = check_once(ioc, s, request("{err}:k", 100, 1000, 100));
+    decided = r.result && r.result->has_value();
+    if (!decided) run_for(ioc, 20ms);
+  }
+  EXPECT_TRUE(decided);
+  EXPECT_EQ(s.stats().breaker, store::breaker_state::closed);
+  EXPECT_TRUE(s.stats().connected);
+  EXPECT_EQ(s.stats().reconnects, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(redis_store, unhealthy_reply, testing::Values("OOM", "READONLY", "BUSY"),
+                         [](const auto& info) { return info.param; });
+
+// A loopback listener that never accepts: the first connection completes its handshake in the
+// kernel's queue and is never answered; later ones never complete the handshake (the queue is
+// full). Each attempt ends at the connect timeout; checks never wait for one.
+TEST(redis_store, a_black_hole_peer_costs_only_the_connect_timeout) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ASSERT_EQ(::listen(fd, 0), 0);
+
+  asio::io_context ioc;
+  store::redis_settings settings;
+  settings.port = ntohs(addr.sin_port);
+  settings.command_timeout = 50ms;
+  settings.connect_timeout = 100ms;
+  store::redis_store s(ioc.get_executor(), settings);
+  s.start();
+  run_for(ioc, 700ms);
+  EXPECT_FALSE(s.stats().connected);
+  EXPECT_GE(s.stats().connect_failures, 3u) << "every attempt ends at the connect timeout";
+  for (int i = 0; i < 3; ++i) {
+    auto r = check_once(ioc, s, request("{bh}:k", 1, 1000, 1));
+    ASSERT_TRUE(r.result);
+    EXPECT_EQ(r.result->error(), make_error_code(errc::store_unavailable));
+    EXPECT_LT(r.took, 10ms);
+  }
+  s.stop();
+  ::close(fd);
+}
+
+// A host name that does not resolve: resolved off the worker's thread, counted as a failed
+// attempt, retried with backoff; checks fail at once.
+TEST(redis_store, a_name_that_does_not_resolve_is_unavailable_at_once) {
+  asio::io_context ioc;
+  store::redis_settings settings;
+  settings.host = "sluice-no-such-host.invalid";
+  settings.command_timeout = 50ms;
+  store::redis_store s(ioc.get_executor(), settings);
+  s.start();
+  ASSERT_TRUE(run_until(ioc, [&] { return s.stats().connect_failures >= 1; }, 2000ms));
+  auto r = check_once(ioc, s, request("{dns}:k", 1, 1000, 1));
+  ASSERT_TRUE(r.result);
+  EXPECT_EQ(r.result->error(), make_error_code(errc::store_unavailable));
+  EXPECT_LT(r.took, 10ms);
+  EXPECT_FALSE(s.stats().connected);
+}
+
+// A name that resolves (localhost) connects like an address.
+TEST(redis_store, a_host_name_is_resolved) {
+  test::redis_server server;
+  asio::io_context ioc;
+  auto settings = settings_for(server);
+  settings.host = "localhost";
+  store::redis_store s(ioc.get_executor(), settings);
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  EXPECT_TRUE(check_once(ioc, s, request("{name}:k", 1, 1000, 1)).result->has_value());
 }
 
 TEST(redis_store, stop_fails_checks_in_flight) {

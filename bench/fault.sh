@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Fault run (issue "When Redis is slow, down or restarted"): wrk on loopback through the gateway
+# while Redis fails in the middle of the run, on a fail_open and a fail_closed route at once
+# (two wrk processes, --timeout 1s so that a request hung past 1 s is counted as a timeout).
+#   freeze   20 s: 7.5 s normal, Redis frozen with SIGSTOP for 5 s, 7.5 s after SIGCONT
+#   restart  20 s: 7.5 s normal, Redis killed (SIGKILL), restarted 5 s later, 7.5 s after
+# Each phase is its own wrk run, so the numbers "during" cover the outage exactly. From SIGCONT
+# (or from Redis accepting connections again) a poller sends GET /v1/probe on a fresh
+# connection every 10 ms until 6 answers in a row carry X-RateLimit-Remaining (decisions come
+# from Redis again, on every worker): the time to the first of them is the recovery time.
+# store.timeout is 5 ms (DESIGN.md's default); SLUICE_BENCH_WORKERS sets the gateway's workers.
+# Usage: bench/fault.sh [connections per route=8]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CONNS="${1:-8}"
+PRE=7.5; OUT_S=5; POST=7.5
+scripts/setup >/dev/null
+dpkg-query -W -f='${Status}' wrk 2>/dev/null | grep -q "install ok installed" ||
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+
+OUT="$(mktemp -d -t sluice-fault.XXXXXX)"
+pids=()
+REDIS_PID=""
+cleanup() {
+  [ -n "$REDIS_PID" ] && kill -CONT "$REDIS_PID" 2>/dev/null || true
+  for p in "${pids[@]}" $REDIS_PID; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$OUT"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+now() { date +%s.%N; }
+
+UP=$(free_port); RP=$(free_port); GP=$(free_port)
+build/sluice-echo-upstream --listen 127.0.0.1:$UP --threads 1 & pids+=($!)
+start_redis() {
+  redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT" \
+    --logfile "$OUT/redis.log" &
+  REDIS_PID=$!
+}
+start_redis
+
+cat > "$OUT/rules.yaml" <<YAML
+listen: 127.0.0.1:$GP
+workers: ${SLUICE_BENCH_WORKERS:-2}
+store: {type: redis, address: 127.0.0.1:$RP, timeout: 5ms}
+upstreams: {api: {url: "http://127.0.0.1:$UP"}}
+identity: {api_key: {header: X-API-Key}, unknown_key: reject}
+plans: {bench: {limits: []}}
+api_keys: {bench-open: bench, bench-closed: bench, bench-probe: bench}
+routes:
+  - name: open
+    match: {path_prefix: /v1/open}
+    upstream: api
+    on_store_failure: fail_open
+    limits: [{name: open_key, by: api_key, rate: 1/1h, burst: 100000000}]
+  - name: closed
+    match: {path_prefix: /v1/closed}
+    upstream: api
+    on_store_failure: fail_closed
+    limits: [{name: closed_key, by: api_key, rate: 1/1h, burst: 100000000}]
+  - name: probe
+    match: {path_prefix: /v1/probe}
+    upstream: api
+    on_store_failure: fail_open
+    limits: [{name: probe_key, by: api_key, rate: 1/1h, burst: 100000000}]
+YAML
+
+wait_port $UP; wait_port $RP
+build/sluice --config "$OUT/rules.yaml" --log-level warn 2>"$OUT/gateway.log" & GW=$!; pids+=($GW)
+wait_port $GP
+
+wrk_run() {  # name route seconds
+  wrk -t1 -c"$CONNS" -d"$3s" --timeout 1s --latency -s bench/status.lua \
+    -H "X-API-Key: bench-$2" "http://127.0.0.1:$GP/v1/$2" > "$OUT/$1.txt" 2>&1
+}
+# name: requests, 2xx share, p99, 503s, other 5xx, quota fields, wrk timeouts
+report() {
+  local f="$OUT/$1.txt" total ok s503 s5xx quota p99 tmo
+  total=$(awk '/requests in/ {print $1}' "$f")
+  ok=$(awk '$1=="status" && $2>=200 && $2<300 {n+=$3} END {print n+0}' "$f")
+  s503=$(awk '$1=="status" && $2==503 {n+=$3} END {print n+0}' "$f")
+  s5xx=$(awk '$1=="status" && $2>=500 && $2!=503 {n+=$3} END {print n+0}' "$f")
+  quota=$(awk '$1=="quota_fields" {print $2}' "$f")
+  p99=$(awk '$1=="99%" {print $2}' "$f")
+  tmo=$(awk -F'[ ,]+' '/Socket errors/ {print $10}' "$f"); tmo=${tmo:-0}
+  printf '  %-16s %8s req  2xx %6.2f%%  503 %-7s other-5xx %-4s with-quota %-7s p99 %-9s timeouts>1s %s\n' \
+    "$1" "$total" "$(awk -v a="$ok" -v t="$total" 'BEGIN {print t ? 100*a/t : 0}')" "$s503" "$s5xx" "$quota" "$p99" "$tmo"
+}
+# Seconds from $1 (epoch) until 6 answers in a row from Redis on /v1/probe.
+recovery() {
+  python3 - "$GP" "$1" <<'PY'
+import http.client, sys, time
+port, t0 = int(sys.argv[1]), float(sys.argv[2])
+in_row, first = 0, None
+while time.time() - t0 < 10:
+    sent = time.time()
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+        c.request("GET", "/v1/probe", headers={"X-API-Key": "bench-probe"})
+        r = c.getresponse(); r.read(); c.close()
+        decided = r.status == 200 and r.getheader("X-RateLimit-Remaining") is not None
+    except Exception:
+        decided = False
+    if decided:
+        if in_row == 0: first = sent
+        in_row += 1
+        if in_row == 6:
+            print(f"{(first - t0) * 1000:.0f}"); sys.exit(0)
+    else:
+        in_row = 0
+    time.sleep(0.01)
+print("never")
+PY
+}
+phase() {  # name seconds: both routes at once
+  wrk_run "$1-open" open "$2" & local a=$!
+  wrk_run "$1-closed" closed "$2" & local b=$!
+  wait $a $b
+}
+alive() { kill -0 $GW 2>/dev/null && echo yes || echo NO; }
+
+echo "sluice fault run: $(nproc) cores, gateway workers ${SLUICE_BENCH_WORKERS:-2}, store.timeout 5ms, wrk -t1 -c$CONNS per route, --timeout 1s"
+echo "run 1: Redis frozen (SIGSTOP) for ${OUT_S}s between ${PRE}s and $(awk -v a=$PRE -v b=$OUT_S 'BEGIN{print a+b}')s"
+phase freeze-before $PRE
+kill -STOP $REDIS_PID
+phase freeze-during $OUT_S
+kill -CONT $REDIS_PID; T_CONT=$(now)
+recovery "$T_CONT" > "$OUT/rec1" & RP1=$!
+phase freeze-after $POST
+wait $RP1
+for n in before during after; do report freeze-$n-open; report freeze-$n-closed; done
+echo "  recovery: decisions from Redis $(cat "$OUT/rec1") ms after SIGCONT; gateway alive: $(alive)"
+
+echo "run 2: Redis killed (SIGKILL) at ${PRE}s, restarted ${OUT_S}s later"
+phase kill-before $PRE
+kill -KILL $REDIS_PID; wait $REDIS_PID 2>/dev/null || true
+phase kill-during $OUT_S
+start_redis
+for _ in $(seq 500); do redis-cli -p $RP ping >/dev/null 2>&1 && break; sleep 0.002; done
+T_UP=$(now)
+recovery "$T_UP" > "$OUT/rec2" & RP2=$!
+phase kill-after $POST
+wait $RP2
+for n in before during after; do report kill-$n-open; report kill-$n-closed; done
+echo "  recovery: decisions from Redis $(cat "$OUT/rec2") ms after Redis answered PING; gateway alive: $(alive)"
+echo "gateway log lines: $(wc -l < "$OUT/gateway.log") (store state changes, rate-limited failure lines)"
+grep -c "breaker open" "$OUT/gateway.log" | sed 's/^/  breaker-open lines: /'
