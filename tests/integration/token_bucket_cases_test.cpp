@@ -211,7 +211,8 @@ TEST_P(token_bucket_cases, c06_ttl_units_long_period_and_high_rate) {
     EXPECT_GE(slow, 2591999000LL);
     EXPECT_LE(slow, 2592000000LL + 1000);
     const auto fast = w.pttl(key_of("fast_key", "key-a"));
-    EXPECT_TRUE(fast == -2 || (fast >= 1 && fast <= 1 + 1000)) << fast;
+    // Absent, or expiring within 1 ms + pad (a read can land on the expiring instant: 0).
+    EXPECT_TRUE(fast == -2 || (fast >= 0 && fast <= 1 + 1000)) << fast;
   }
 }
 
