@@ -2,19 +2,24 @@
 # Fault run (issue "When Redis is slow, down or restarted"): wrk on loopback through the gateway
 # while Redis fails in the middle of the run, on a fail_open and a fail_closed route at once
 # (two wrk processes, --timeout 1s so that a request hung past 1 s is counted as a timeout).
-#   freeze   20 s: 7.5 s normal, Redis frozen with SIGSTOP for 5 s, 7.5 s after SIGCONT
-#   restart  20 s: 7.5 s normal, Redis killed (SIGKILL), restarted 5 s later, 7.5 s after
+#   freeze   20 s: 7 s normal, Redis frozen with SIGSTOP for 5 s, 8 s after SIGCONT
+#   restart  20 s: 7 s normal, Redis killed (SIGKILL), restarted 5 s later, 8 s after
 # Each phase is its own wrk run, so the numbers "during" cover the outage exactly. From SIGCONT
 # (or from Redis accepting connections again) a poller sends GET /v1/probe on a fresh
 # connection every 10 ms until 6 answers in a row carry X-RateLimit-Remaining (decisions come
 # from Redis again, on every worker): the time to the first of them is the recovery time.
-# store.timeout is 5 ms (DESIGN.md's default); SLUICE_BENCH_WORKERS sets the gateway's workers.
+# SLUICE_BENCH_TIMEOUT sets store.timeout (default 5ms, DESIGN.md's default);
+# SLUICE_BENCH_WORKERS sets the gateway's workers (default 2).
+# SLUICE_BUILD names a build directory that already holds sluice and sluice-echo-upstream
+# (default: scripts/setup builds build/).
 # Usage: bench/fault.sh [connections per route=8]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONNS="${1:-8}"
-PRE=7.5; OUT_S=5; POST=7.5
-scripts/setup >/dev/null
+PRE=7; OUT_S=5; POST=8  # wrk takes whole seconds
+BUILD="${SLUICE_BUILD:-build}"
+TIMEOUT="${SLUICE_BENCH_TIMEOUT:-5ms}"
+[ -n "${SLUICE_BUILD:-}" ] || scripts/setup >/dev/null
 dpkg-query -W -f='${Status}' wrk 2>/dev/null | grep -q "install ok installed" ||
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
 
@@ -34,7 +39,7 @@ wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/n
 now() { date +%s.%N; }
 
 UP=$(free_port); RP=$(free_port); GP=$(free_port)
-build/sluice-echo-upstream --listen 127.0.0.1:$UP --threads 1 & pids+=($!)
+"$BUILD"/sluice-echo-upstream --listen 127.0.0.1:$UP --threads 1 & pids+=($!)
 start_redis() {
   redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT" \
     --logfile "$OUT/redis.log" &
@@ -45,7 +50,7 @@ start_redis
 cat > "$OUT/rules.yaml" <<YAML
 listen: 127.0.0.1:$GP
 workers: ${SLUICE_BENCH_WORKERS:-2}
-store: {type: redis, address: 127.0.0.1:$RP, timeout: 5ms}
+store: {type: redis, address: 127.0.0.1:$RP, timeout: $TIMEOUT}
 upstreams: {api: {url: "http://127.0.0.1:$UP"}}
 identity: {api_key: {header: X-API-Key}, unknown_key: reject}
 plans: {bench: {limits: []}}
@@ -69,7 +74,7 @@ routes:
 YAML
 
 wait_port $UP; wait_port $RP
-build/sluice --config "$OUT/rules.yaml" --log-level warn 2>"$OUT/gateway.log" & GW=$!; pids+=($GW)
+"$BUILD"/sluice --config "$OUT/rules.yaml" --log-level info 2>"$OUT/gateway.log" & GW=$!; pids+=($GW)
 wait_port $GP
 
 wrk_run() {  # name route seconds
@@ -85,17 +90,24 @@ report() {
   s5xx=$(awk '$1=="status" && $2>=500 && $2!=503 {n+=$3} END {print n+0}' "$f")
   quota=$(awk '$1=="quota_fields" {print $2}' "$f")
   p99=$(awk '$1=="99%" {print $2}' "$f")
-  tmo=$(awk -F'[ ,]+' '/Socket errors/ {print $10}' "$f"); tmo=${tmo:-0}
+  tmo=$(sed -n 's/.*Socket errors:.*timeout \([0-9]*\).*/\1/p' "$f"); tmo=${tmo:-0}
   printf '  %-16s %8s req  2xx %6.2f%%  503 %-7s other-5xx %-4s with-quota %-7s p99 %-9s timeouts>1s %s\n' \
     "$1" "$total" "$(awk -v a="$ok" -v t="$total" 'BEGIN {print t ? 100*a/t : 0}')" "$s503" "$s5xx" "$quota" "$p99" "$tmo"
 }
-# Seconds from $1 (epoch) until 6 answers in a row from Redis on /v1/probe.
+# Started before the event (so that its own start-up is not timed); prints the milliseconds
+# from the event (epoch seconds written to file $1 once it happened) to the first of 6 answers
+# in a row decided by Redis on /v1/probe, and to the first such answer at all.
 recovery() {
   python3 - "$GP" "$1" <<'PY'
-import http.client, sys, time
-port, t0 = int(sys.argv[1]), float(sys.argv[2])
-in_row, first = 0, None
-while time.time() - t0 < 10:
+import http.client, os, sys, time
+port, mark = int(sys.argv[1]), sys.argv[2]
+in_row, first, any_first, start = 0, None, None, time.time()
+def t0():
+    for _ in range(1000):
+        if os.path.exists(mark) and open(mark).read().strip(): return float(open(mark).read())
+        time.sleep(0.01)
+    return start
+while time.time() - start < 20:
     sent = time.time()
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
@@ -106,9 +118,12 @@ while time.time() - t0 < 10:
         decided = False
     if decided:
         if in_row == 0: first = sent
+        if any_first is None: any_first = sent
         in_row += 1
         if in_row == 6:
-            print(f"{(first - t0) * 1000:.0f}"); sys.exit(0)
+            t = t0()
+            print(f"{(first - t) * 1000:.0f} ms (first decided answer {(any_first - t) * 1000:.0f} ms)")
+            sys.exit(0)
     else:
         in_row = 0
     time.sleep(0.01)
@@ -121,30 +136,48 @@ phase() {  # name seconds: both routes at once
   wait $a $b
 }
 alive() { kill -0 $GW 2>/dev/null && echo yes || echo NO; }
+# The gateway's own view (its state-change log lines, one per worker): milliseconds from the
+# event (epoch in file $1) until every worker logged "connected" (and, after SIGCONT, its breaker
+# closed). Independent of the poller, which a loaded machine may starve.
+worker_recovery() {
+  python3 - "$OUT/gateway.log" "$1" <<'PY'
+import datetime, re, sys
+log, t0 = sys.argv[1], float(open(sys.argv[2]).read())
+last = {}
+for line in open(log):
+    m = re.match(r"(\S+) \w+ \[(\d+)\] .*(connected, script|breaker closed)", line)
+    if not m: continue
+    t = datetime.datetime.fromisoformat(m.group(1)).timestamp()
+    if t >= t0 and m.group(2) not in last: last[m.group(2)] = t
+print(", ".join(f"{(t - t0) * 1000:.0f}" for t in sorted(last.values())) + " ms" if last else "none")
+PY
+}
 
-echo "sluice fault run: $(nproc) cores, gateway workers ${SLUICE_BENCH_WORKERS:-2}, store.timeout 5ms, wrk -t1 -c$CONNS per route, --timeout 1s"
+echo "sluice fault run: $(nproc) cores, gateway workers ${SLUICE_BENCH_WORKERS:-2}, store.timeout $TIMEOUT, wrk -t1 -c$CONNS per route, --timeout 1s"
 echo "run 1: Redis frozen (SIGSTOP) for ${OUT_S}s between ${PRE}s and $(awk -v a=$PRE -v b=$OUT_S 'BEGIN{print a+b}')s"
 phase freeze-before $PRE
 kill -STOP $REDIS_PID
 phase freeze-during $OUT_S
-kill -CONT $REDIS_PID; T_CONT=$(now)
-recovery "$T_CONT" > "$OUT/rec1" & RP1=$!
+recovery "$OUT/t1" > "$OUT/rec1" & RP1=$!
+sleep 0.3  # the poller is up (it sees only fail-open answers while Redis is frozen)
+kill -CONT $REDIS_PID; now > "$OUT/t1"
 phase freeze-after $POST
 wait $RP1
 for n in before during after; do report freeze-$n-open; report freeze-$n-closed; done
-echo "  recovery: decisions from Redis $(cat "$OUT/rec1") ms after SIGCONT; gateway alive: $(alive)"
+echo "  recovery: decisions from Redis $(cat "$OUT/rec1") after SIGCONT; workers back (gateway log): $(worker_recovery "$OUT/t1"); gateway alive: $(alive)"
 
 echo "run 2: Redis killed (SIGKILL) at ${PRE}s, restarted ${OUT_S}s later"
 phase kill-before $PRE
 kill -KILL $REDIS_PID; wait $REDIS_PID 2>/dev/null || true
 phase kill-during $OUT_S
+recovery "$OUT/t2" > "$OUT/rec2" & RP2=$!
+sleep 0.3
 start_redis
 for _ in $(seq 500); do redis-cli -p $RP ping >/dev/null 2>&1 && break; sleep 0.002; done
-T_UP=$(now)
-recovery "$T_UP" > "$OUT/rec2" & RP2=$!
+now > "$OUT/t2"
 phase kill-after $POST
 wait $RP2
 for n in before during after; do report kill-$n-open; report kill-$n-closed; done
-echo "  recovery: decisions from Redis $(cat "$OUT/rec2") ms after Redis answered PING; gateway alive: $(alive)"
-echo "gateway log lines: $(wc -l < "$OUT/gateway.log") (store state changes, rate-limited failure lines)"
+echo "  recovery: decisions from Redis $(cat "$OUT/rec2") after Redis answered PING; workers back (gateway log): $(worker_recovery "$OUT/t2"); gateway alive: $(alive)"
+echo "gateway log lines: $(wc -l < "$OUT/gateway.log") (start-up, store state changes, rate-limited failure lines)"
 grep -c "breaker open" "$OUT/gateway.log" | sed 's/^/  breaker-open lines: /'
