@@ -3,6 +3,7 @@
 
 #include "sluice/app/runtime.hpp"
 #include "sluice/config/loader.hpp"
+#include "sluice/limiter/guarantee.hpp"
 #include "sluice/observability/log.hpp"
 #include "sluice/version.hpp"
 
@@ -78,6 +79,17 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::cout << file << ": OK: " << summary(*r.value) << '\n';
+    // Each limit's stated guarantee, once per limit name (DESIGN.md: no limit promises more
+    // than it keeps).
+    std::set<std::string> shown;
+    auto show = [&](const sluice::config::limit& l) {
+      if (shown.insert(l.name).second)
+        std::cout << "  limit " << l.name << ": " << sluice::limiter::guarantee(l) << '\n';
+    };
+    for (const auto& [_, p] : r.value->plans)
+      for (const auto& l : p.limits) show(l);
+    for (const auto& route : r.value->routes)
+      for (const auto& l : route.limits) show(l);
     return 0;
   }
   if (!vm.count("config")) {

@@ -35,6 +35,7 @@
 #include <future>
 #include <mutex>
 #include <stdexcept>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -59,6 +60,7 @@ struct counters {
   std::atomic<std::uint64_t> requests{0}, allowed{0}, rejected{0}, unlimited{0}, fail_open{0},
       fail_closed{0}, local{0}, bad_requests{0}, upstream_errors{0}, reloads{0},
       reload_failures{0};
+  std::atomic<std::uint64_t> shadow_rejections{0};  // requests a shadow limit would refuse
 };
 
 /// State shared by every worker: the current snapshot, counters, the local fallback store.
@@ -150,6 +152,11 @@ class gateway_handler final : public http::request_handler {
     }
     const auto& who = std::get<identity::caller>(identified);
 
+    // The shadow marker and the decision time are the gateway's to set: a client's copy never
+    // reaches the upstream.
+    if (!rules.shadow_header.empty()) req.erase(rules.shadow_header);
+    if (!rules.decision_time_header.empty()) req.erase(rules.decision_time_header);
+
     // Plan limits first, then route limits, each in declaration order.
     std::vector<const config::limit*> limits;
     if (auto plan = rules.plans.find(who.plan); plan != rules.plans.end()) {
@@ -229,10 +236,25 @@ class gateway_handler final : public http::request_handler {
     }
 
     const limiter::check_outcome& outcome = *decided;
+    // Shadow limits (DESIGN.md): each was decided as if alone; a would-be refusal is counted
+    // and, with `shadow_header:`, named to the upstream, and changes nothing else.
+    if (!rules.decision_time_header.empty() && outcome.now_ms > 0)
+      req.set(rules.decision_time_header, std::to_string(outcome.now_ms));
+    const auto shadow_hits = limiter::shadow_violations(applied, outcome);
+    if (!shadow_hits.empty()) {
+      shared_.count.shadow_rejections.fetch_add(1, std::memory_order_relaxed);
+      if (!rules.shadow_header.empty()) {
+        std::string names;
+        for (const auto& n : shadow_hits) names += (names.empty() ? "" : ", ") + n;
+        req.set(rules.shadow_header, names);
+      }
+    }
     auto fields = limiter::quota_headers(applied, outcome, rules.headers);
     if (!outcome.allowed) {
       shared_.count.rejected.fetch_add(1, std::memory_order_relaxed);
-      const auto retry = limiter::retry_after_seconds(applied, outcome);
+      // `retry_after_jitter:` only ever adds to the honest wait.
+      const auto retry = limiter::jittered_retry_after(
+          limiter::retry_after_seconds(applied, outcome), rules.retry_after_jitter, jitter_());
       auto violated = limiter::violated_policies(applied, outcome);
       auto res = make_response(version, bhttp::status::too_many_requests,
                                limiter::quota_exceeded_body(violated, retry),
@@ -327,6 +349,7 @@ class gateway_handler final : public http::request_handler {
   shared_state& shared_;
   std::shared_ptr<store::counter_store> store_;
   http::upstream_pool pool_;
+  std::mt19937_64 jitter_{std::random_device{}()};  // Retry-After jitter; this worker's only
   std::shared_ptr<store::redis_directory> directory_;  // null without a redis store
   std::unique_ptr<identity::plan_cache> cache_;        // this worker's directory cache
   std::string cache_hash_;                             // the hash cache_ holds entries of
@@ -531,6 +554,7 @@ gateway_stats gateway::stats() const {
   s.upstream_errors = c.upstream_errors.load();
   s.reloads = c.reloads.load();
   s.reload_failures = c.reload_failures.load();
+  s.shadow_rejections = c.shadow_rejections.load();
   s.generation = impl_->generation.load();
   bool first = true;
   for (const auto& w : impl_->workers) {

@@ -46,6 +46,9 @@ namespace {
 
 constexpr std::string_view two_53 = "2^53 = 9007199254740992";
 constexpr std::chrono::milliseconds max_period{std::chrono::hours{24 * 365}};
+/// Largest count of a sliding_log limit: the log holds one stamp (~10 bytes) per unit and the
+/// script reads it whole on each check.
+constexpr std::int64_t max_log_units = 100'000;
 
 std::string join(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : path + "." + std::string(key);
@@ -436,7 +439,29 @@ class loader {
   /// refill of `count` tokens per `period` ms is an integer number of units per ms; its
   /// capacity burst × units_per_token must stay an exact double (c06, part C).
   void check_capacity(const param_src& p, algorithm algo) {
-    if (!p.usable || p.value.rate.count <= 0 || is_window(algo)) return;
+    if (!p.usable || p.value.rate.count <= 0) return;
+    if (algo == algorithm::sliding_window) {
+      // The counter's estimate previous·(P − elapsed)/P + current is compared multiplied out
+      // by the window P in ms (no rounding), so N·P must stay an exact double.
+      const std::int64_t w = p.value.rate.period.count();
+      if (p.value.rate.count > max_exact_integer / w)
+        error(p.rate_line, p.rate_path,
+              "rate " + p.rate_text + " cannot be counted exactly by sliding_window: count × " +
+                  "window in ms = " + std::to_string(p.value.rate.count) + " × " +
+                  std::to_string(w) + " is above " + std::string(two_53) +
+                  " (use a shorter window or fixed_window)");
+      return;
+    }
+    if (algo == algorithm::sliding_log) {
+      // One stored stamp per unit, read whole on every check: memory and time grow with N.
+      if (p.value.rate.count > max_log_units)
+        error(p.rate_line, p.rate_path,
+              "rate " + p.rate_text + " is too large for sliding_log, which stores one " +
+                  "timestamp per unit: the count must be at most " +
+                  std::to_string(max_log_units) + " (use sliding_window or token_bucket)");
+      return;
+    }
+    if (is_window(algo)) return;
     const std::int64_t period = p.value.rate.period.count();
     const std::int64_t g = std::gcd(p.value.rate.count, period);
     const std::int64_t units = period / g;
@@ -488,6 +513,29 @@ class loader {
       p.usable = true;
     }
     return p;
+  }
+
+  /// A header field the gateway sets on forwarded requests (`shadow_header`,
+  /// `decision_time_header`): an HTTP token that is not one the proxy frames, routes or
+  /// identifies by, nor a rate-limit field of its own.
+  std::optional<std::string> gateway_header(const entry& e, const std::string& path) {
+    auto h = header_name(e, path);
+    if (!h) return std::nullopt;
+    std::string lower = *h;
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    static const std::set<std::string> reserved{
+        "host",       "content-length",    "transfer-encoding",     "connection",
+        "te",         "trailer",           "upgrade",               "keep-alive",
+        "proxy-connection", "x-forwarded-for", "via",               "expect",
+        "retry-after", "ratelimit",        "ratelimit-policy",      "x-ratelimit-limit",
+        "x-ratelimit-remaining", "x-ratelimit-reset"};
+    if (reserved.contains(lower)) {
+      error(e.line, path,
+            "'" + *h + "' is managed by the gateway; choose another name, such as X-Sluice-Shadow");
+      return std::nullopt;
+    }
+    return h;
   }
 
   std::optional<limit_src> parse_limit(const YAML::Node& n, const std::string& path, int line) {
@@ -559,9 +607,9 @@ class loader {
                                   {"gcra", algorithm::gcra}});
       if (a) {
         l.value.algorithm = *a;
-        if (*a != algorithm::token_bucket)
+        if (*a == algorithm::gcra)
           error(e->line, p,
-                std::string("algorithm ") + algorithm_name(*a) + " is not supported yet");
+                "algorithm gcra is not supported yet (token_bucket gives the same limits)");
       } else {
         l.usable = false;
       }
@@ -1247,7 +1295,7 @@ load_result loader::run(const YAML::Node& root) {
     return fail();
   }
   static const std::vector<std::string> keys{
-      "listen",    "admin",    "workers", "store",    "headers", "retry_after_jitter",
+      "listen",    "admin",    "workers", "store",    "headers", "retry_after_jitter", "shadow_header", "decision_time_header",
       "upstreams", "identity", "plans",   "api_keys", "routes", "api_keys_file"};
   auto top = fields(root, "", 1, keys);
   auto r = std::make_shared<rules>();
@@ -1273,6 +1321,12 @@ load_result loader::run(const YAML::Node& root) {
   if (const entry* e = top->find("retry_after_jitter")) {
     if (auto d = duration(*e, "retry_after_jitter", "retry_after_jitter", std::chrono::hours{1}))
       r->retry_after_jitter = *d;
+  }
+  if (const entry* e = top->find("shadow_header")) {
+    if (auto h = gateway_header(*e, "shadow_header")) r->shadow_header = *h;
+  }
+  if (const entry* e = top->find("decision_time_header")) {
+    if (auto h = gateway_header(*e, "decision_time_header")) r->decision_time_header = *h;
   }
   if (const entry* e = top->find("upstreams")) parse_upstreams(*e, *r);
   if (const entry* e = top->find("identity")) parse_identity(*e, *r);

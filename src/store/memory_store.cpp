@@ -107,6 +107,7 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
   std::vector<bool> admits(n);
   limiter::check_outcome out;
   out.allowed = true;
+  out.now_ms = now;
   for (std::size_t i = 0; i < n; ++i) {
     const auto& l = req.limits[i];
     auto& sh = impl_->shards[idx[i]];

@@ -651,6 +651,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     }
     check_outcome out;
     out.allowed = r->element[0]->integer == 1;
+    out.now_ms = r->element[1]->integer;  // the store time the script decided at
     out.limits.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
       redisReply* const* e = r->element + 2 + 5 * i;

@@ -26,6 +26,7 @@ struct gateway_stats {
   std::uint64_t fail_open = 0;      ///< store failures answered by forwarding
   std::uint64_t fail_closed = 0;    ///< store failures answered with 503
   std::uint64_t local = 0;          ///< store failures decided by the local limiter
+  std::uint64_t shadow_rejections = 0; ///< requests a shadow limit would have refused
   std::uint64_t bad_requests = 0;   ///< 400/401/404 answered by the gateway
   std::uint64_t upstream_errors = 0;///< 502/504
   std::uint64_t reloads = 0;        ///< snapshots swapped in after start

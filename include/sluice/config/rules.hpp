@@ -192,6 +192,14 @@ struct rules {
   /// `retry_after_jitter:` up to this much random delay is added to Retry-After (never
   /// subtracted, so it stays honest); 0 = none.
   std::chrono::milliseconds retry_after_jitter{0};
+  /// `shadow_header:` when set, a forwarded request that a shadow limit would have refused
+  /// carries this field, listing those limits' names (comma-separated, declaration order);
+  /// "" = not marked. The client never sees it.
+  std::string shadow_header;
+  /// `decision_time_header:` when set, every forwarded request of a limited route carries this
+  /// field with the store time its check was decided at (ms since the Unix epoch): what the
+  /// accuracy harness (bench/accuracy.sh) measures limits against. "" = not sent.
+  std::string decision_time_header;
   std::map<std::string, upstream> upstreams;
   identity_settings identity;
   std::map<std::string, plan> plans;

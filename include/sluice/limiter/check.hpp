@@ -70,6 +70,9 @@ struct limit_outcome {
 struct check_outcome {
   bool allowed = false;              ///< every enforced limit admitted; all were debited
   std::vector<limit_outcome> limits;
+  /// The store time the check was decided at, ms since the Unix epoch (Redis TIME or the
+  /// memory store's clock); 0 when unknown. `decision_time_header` forwards it.
+  std::int64_t now_ms = 0;
 };
 
 /// A batch of limits decided in one atomic store operation.

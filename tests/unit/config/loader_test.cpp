@@ -205,10 +205,10 @@ TEST(design_example, loads_with_the_written_values) {
   EXPECT_EQ(fallback.on_store_failure, failure_policy::fail_open);
 }
 
-TEST(design_example, as_written_reports_only_the_unsupported_algorithm) {
-  EXPECT_EQ(diags(design_example),
-            std::vector<std::string>{"rules.yaml:28: plans.pro.limits[1].algorithm: "
-                                     "algorithm fixed_window is not supported yet"});
+TEST(design_example, as_written_loads_with_its_fixed_window) {
+  auto r = load_ok(design_example);
+  EXPECT_EQ(r->plans.at("pro").limits.at(1).algorithm, algorithm::fixed_window);
+  EXPECT_EQ(r->plans.at("pro").limits.at(1).params.rate.count, 100000);
 }
 
 TEST(design_example, redis_cluster_is_parsed_and_reported_as_not_supported) {
@@ -489,8 +489,6 @@ TEST(c05, fixed_window_with_zero_rate_is_refused) {
       diags(c05_with("rate: 2/1m\n        burst: 2\n        plans: {pro: {rate: 5/1m, burst: 5}}",
                      "algorithm: fixed_window\n        rate: 0/1m")),
       (std::vector<std::string>{
-          "rules.yaml:13: routes[0].limits[0].algorithm: algorithm fixed_window is not "
-          "supported yet",
           "rules.yaml:14: routes[0].limits[0].rate: rate 0/1m never refills: the count must "
           "be at least 1",
       }));
@@ -760,7 +758,8 @@ const mistake mistake_table[] = {
      UP "routes:\n"
         "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, "
         "algorithm: gcra}]}\n",
-     {"rules.yaml:3: routes[0].limits[0].algorithm: algorithm gcra is not supported yet"}},
+     {"rules.yaml:3: routes[0].limits[0].algorithm: algorithm gcra is not supported yet "
+      "(token_bucket gives the same limits)"}},
     {"unknown_identity_kind",
      UP "routes:\n"
         "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, by: "
@@ -883,8 +882,7 @@ const mistake mistake_table[] = {
      UP "routes:\n"
         "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, algorithm: "
         "fixed_window, rate: 5/1m, burst: 5}]}\n",
-     {"rules.yaml:3: routes[0].limits[0].algorithm: algorithm fixed_window is not supported yet",
-      "rules.yaml:3: routes[0].limits[0].burst: burst applies only to token_bucket and gcra; a "
+     {"rules.yaml:3: routes[0].limits[0].burst: burst applies only to token_bucket and gcra; a "
       "fixed_window limit admits the count of its rate per window"}},
     {"plan_limit_checked_against_every_route",
      UP "plans: {free: {limits: [{name: a, rate: 10/1m, burst: 2}]}}\n"
@@ -1184,6 +1182,95 @@ TEST(parse_rate, forms) {
                           "9007199254740993/1s"})
     EXPECT_EQ(parse_rate(bad), std::nullopt) << bad;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Window algorithms (issue 5): accepted per limit, with the parameters each can honour.
+
+#define ALGO_UP "upstreams: {api: {url: http://127.0.0.1:8081}}\n"
+
+TEST(algorithms, every_window_algorithm_is_accepted) {
+  auto r = load_ok(ALGO_UP "routes:\n"
+                      "  - name: r\n"
+                      "    match: {path_prefix: /}\n"
+                      "    upstream: api\n"
+                      "    limits:\n"
+                      "      - {name: a, algorithm: fixed_window, rate: 5/1m}\n"
+                      "      - {name: b, algorithm: sliding_window, rate: 3/1m}\n"
+                      "      - {name: c, algorithm: sliding_log, rate: 10/1s, mode: shadow}\n"
+                      "      - {name: d, rate: 5/1m, burst: 5}\n");
+  ASSERT_EQ(r->routes.at(0).limits.size(), 4u);
+  EXPECT_EQ(r->routes[0].limits[0].algorithm, algorithm::fixed_window);
+  EXPECT_EQ(r->routes[0].limits[1].algorithm, algorithm::sliding_window);
+  EXPECT_EQ(r->routes[0].limits[2].algorithm, algorithm::sliding_log);
+  EXPECT_EQ(r->routes[0].limits[2].mode, limit_mode::shadow);
+  EXPECT_EQ(r->routes[0].limits[3].algorithm, algorithm::token_bucket);
+}
+
+TEST(algorithms, parameters_an_algorithm_cannot_honour_are_errors_with_their_path) {
+  auto one = [](const std::string& limit) {
+    return diags(ALGO_UP "routes:\n  - {name: r, match: {path_prefix: /}, upstream: api, limits: [" +
+                 limit + "]}\n");
+  };
+  EXPECT_EQ(one("{name: a, algorithm: fixed_window, rate: 5/0ms}"),
+            std::vector<std::string>{
+                "rules.yaml:3: routes[0].limits[0].rate: rate 5/0ms: the period is shorter than 1ms"});
+  EXPECT_EQ(one("{name: a, algorithm: sliding_window, rate: 0/1m}"),
+            std::vector<std::string>{
+                "rules.yaml:3: routes[0].limits[0].rate: rate 0/1m never refills: the count must "
+                "be at least 1"});
+  EXPECT_EQ(one("{name: a, rate: 0/1m, burst: 5}"),
+            std::vector<std::string>{
+                "rules.yaml:3: routes[0].limits[0].rate: rate 0/1m never refills: the count must "
+                "be at least 1"});
+  EXPECT_EQ(one("{name: a, algorithm: sliding_window, rate: 200000000/1d}"),
+            std::vector<std::string>{
+                "rules.yaml:3: routes[0].limits[0].rate: rate 200000000/1d cannot be counted "
+                "exactly by sliding_window: count × window in ms = 200000000 × 86400000 is above "
+                "2^53 = 9007199254740992 (use a shorter window or fixed_window)"});
+  EXPECT_EQ(one("{name: a, algorithm: fixed_window, rate: 9007199254740993/1s}"),
+            std::vector<std::string>{
+                "rules.yaml:3: routes[0].limits[0].rate: rate 9007199254740993/1s: the count is "
+                "above 2^53 = 9007199254740992, the largest integer the store arithmetic "
+                "represents exactly"});
+  EXPECT_EQ(one("{name: a, algorithm: sliding_log, rate: 100001/1h}"),
+            std::vector<std::string>{
+                "rules.yaml:3: routes[0].limits[0].rate: rate 100001/1h is too large for "
+                "sliding_log, which stores one timestamp per unit: the count must be at most "
+                "100000 (use sliding_window or token_bucket)"});
+  EXPECT_TRUE(one("{name: a, algorithm: sliding_window, rate: 100000/1d}").empty());
+  EXPECT_TRUE(one("{name: a, algorithm: fixed_window, rate: 9007199254740992/1d}").empty());
+}
+
+TEST(algorithms, plan_overrides_of_a_window_limit_are_checked_too) {
+  EXPECT_EQ(diags(ALGO_UP "plans: {free: {limits: []}}\n"
+                     "routes:\n"
+                     "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, "
+                     "algorithm: sliding_window, rate: 5/1m, plans: {free: {rate: "
+                     "200000000/1d}}}]}\n"),
+            std::vector<std::string>{
+                "rules.yaml:4: routes[0].limits[0].plans.free.rate: rate 200000000/1d cannot be "
+                "counted exactly by sliding_window: count × window in ms = 200000000 × 86400000 "
+                "is above 2^53 = 9007199254740992 (use a shorter window or fixed_window)"});
+}
+
+TEST(shadow_header, is_read_and_validated) {
+  auto r = load_ok(ALGO_UP "shadow_header: X-Sluice-Shadow\n"
+                      "routes: [{name: r, match: {path_prefix: /}, upstream: api}]\n");
+  EXPECT_EQ(r->shadow_header, "X-Sluice-Shadow");
+  EXPECT_EQ(load_ok(ALGO_UP "routes: [{name: r, match: {path_prefix: /}, upstream: api}]\n")
+                ->shadow_header,
+            "");
+  EXPECT_EQ(diags(ALGO_UP "shadow_header: \"X Shadow\"\n"
+                     "routes: [{name: r, match: {path_prefix: /}, upstream: api}]\n"),
+            std::vector<std::string>{"rules.yaml:2: shadow_header: invalid header name 'X "
+                                     "Shadow': a header name is an HTTP token"});
+  EXPECT_EQ(diags(ALGO_UP "shadow_header: Content-Length\n"
+                     "routes: [{name: r, match: {path_prefix: /}, upstream: api}]\n"),
+            std::vector<std::string>{"rules.yaml:2: shadow_header: 'Content-Length' is managed by "
+                                     "the gateway; choose another name, such as X-Sluice-Shadow"});
+}
+
+#undef ALGO_UP
 
 }  // namespace
 }  // namespace sluice::config
