@@ -34,6 +34,8 @@
 
 #include "sluice/http/server.hpp"
 
+#include "sluice/log_throttle.hpp"
+
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -53,6 +55,7 @@
 #include <sys/socket.h>
 
 #include <array>
+#include <atomic>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -378,7 +381,13 @@ asio::awaitable<void> accept_loop(impl_ptr self) {
     if (self->stopping || !self->acceptor.is_open()) co_return;
     if (ec) {
       // EMFILE, ENOBUFS...: back off a little instead of spinning.
-      spdlog::warn("accept failed: {}", ec.message());
+      // Throttled: running out of descriptors fails every accept, and one line per failure
+      // would flood the log exactly when the host is under pressure.
+      static sluice::log_throttle throttle;
+      std::uint64_t suppressed = 0;
+      if (throttle.admit(suppressed)) {
+        spdlog::warn("accept failed: {} ({} similar lines suppressed)", ec.message(), suppressed);
+      }
       asio::steady_timer pause(self->ioc);
       pause.expires_after(std::chrono::milliseconds(50));
       co_await pause.async_wait(use_tuple);

@@ -1,11 +1,9 @@
 #pragma once
 /// @file
-/// Logging helpers: spdlog set-up and a rate limiter for hot-path log lines (store errors,
-/// fail-open), so an outage produces a bounded number of lines, not one per request.
+/// Logging helpers: spdlog set-up and the hot-path log throttle.
 
-#include <atomic>
-#include <chrono>
-#include <cstdint>
+#include "sluice/log_throttle.hpp"
+
 #include <string_view>
 
 namespace sluice::observability {
@@ -13,21 +11,7 @@ namespace sluice::observability {
 /// Configures the default spdlog logger (stderr, level from `level`: trace..off).
 void setup_logging(std::string_view level);
 
-/// Admits at most one event per `interval` (thread-safe, lock-free); counts the suppressed
-/// ones so the next admitted line can say how many were dropped.
-class log_throttle {
- public:
-  explicit log_throttle(std::chrono::milliseconds interval = std::chrono::seconds(1))
-      : interval_ms_(interval.count()) {}
-
-  /// True when this event may be logged. `suppressed` receives the number of events
-  /// dropped since the last admitted one.
-  bool admit(std::uint64_t& suppressed);
-
- private:
-  std::int64_t interval_ms_;
-  std::atomic<std::int64_t> next_ms_{0};
-  std::atomic<std::uint64_t> dropped_{0};
-};
+/// The hot-path log throttle (defined in the base library so every room can use it).
+using log_throttle = sluice::log_throttle;
 
 }  // namespace sluice::observability
