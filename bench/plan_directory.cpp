@@ -53,6 +53,8 @@ struct miss_result {
   std::vector<double> latencies_us;
   std::size_t found = 0, errors = 0;
   double wall_s = 0;
+  unsigned coroutines = 0, finished = 0;
+  clock_type::time_point end{};
 };
 
 // `concurrency` coroutines each doing `per` sequential HGETs of random keys (a fraction
@@ -72,6 +74,7 @@ asio::awaitable<void> hgets(sluice::store::redis_directory& dir, std::string has
     if (!r) ++out->errors;
     else if (*r) ++out->found;
   }
+  if (++out->finished == out->coroutines) out->end = clock_type::now();
 }
 
 miss_result run_misses(std::uint16_t port, const std::string& hash, std::size_t keys,
@@ -84,11 +87,13 @@ miss_result run_misses(std::uint16_t port, const std::string& hash, std::size_t 
   dir.start();
   while (!dir.connected()) ioc.run_one_for(std::chrono::milliseconds(10));
   miss_result out;
+  out.coroutines = concurrency;
   const auto t0 = clock_type::now();
   for (unsigned c = 0; c < concurrency; ++c)
     asio::co_spawn(ioc, hgets(dir, hash, keys, per, absent, 1000 + c, &out), asio::detached);
-  ioc.run_for(std::chrono::seconds(120));
-  out.wall_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  while (out.finished < concurrency && clock_type::now() - t0 < std::chrono::seconds(120))
+    ioc.run_one_for(std::chrono::milliseconds(100));
+  out.wall_s = std::chrono::duration<double>(out.end - t0).count();
   dir.stop();
   return out;
 }
