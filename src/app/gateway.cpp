@@ -349,7 +349,6 @@ class gateway_handler final : public http::request_handler {
   shared_state& shared_;
   std::shared_ptr<store::counter_store> store_;
   http::upstream_pool pool_;
-  std::mt19937_64 jitter_{std::random_device{}()};  // Retry-After jitter; this worker's only
   std::shared_ptr<store::redis_directory> directory_;  // null without a redis store
   std::unique_ptr<identity::plan_cache> cache_;        // this worker's directory cache
   std::string cache_hash_;                             // the hash cache_ holds entries of
