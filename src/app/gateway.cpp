@@ -114,6 +114,14 @@ class gateway_handler final : public http::request_handler {
     const config::rules& rules = *snap->rules;
     const unsigned version = req.version();
 
+    // Methods are case-sensitive (RFC 9110 §9.1): `post` is not POST, and letting it fall
+    // through to another route would skip the POST route's limits. Refuse it instead.
+    if (std::any_of(req.method_string().begin(), req.method_string().end(),
+                    [](char c) { return c >= 'a' && c <= 'z'; })) {
+      shared_.count.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      co_return problem(version, bhttp::status::bad_request, "Bad Request",
+                        "method names are case-sensitive and sluice routes upper-case methods");
+    }
     auto target = http::canonicalize(req.target());
     if (!target) {
       shared_.count.bad_requests.fetch_add(1, std::memory_order_relaxed);
@@ -349,10 +357,10 @@ class gateway_handler final : public http::request_handler {
   shared_state& shared_;
   std::shared_ptr<store::counter_store> store_;
   http::upstream_pool pool_;
+  std::mt19937_64 jitter_{std::random_device{}()};  // Retry-After jitter; this worker's only
   std::shared_ptr<store::redis_directory> directory_;  // null without a redis store
   std::unique_ptr<identity::plan_cache> cache_;        // this worker's directory cache
   std::string cache_hash_;                             // the hash cache_ holds entries of
-  std::mt19937_64 jitter_{std::random_device{}()};  // Retry-After jitter; this worker's only
 };
 
 std::pair<std::string, std::uint16_t> split_host_port(const std::string& text) {
@@ -441,6 +449,21 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
     impl_->memory = std::make_shared<store::memory_store>();
   }
 
+  if (endpoint.port() != 0) {
+    // Workers share the port with SO_REUSEPORT, which would also let this process join a
+    // port another process already listens on (the kernel would then split connections
+    // between two gateways). Probe with a plain bind first so that is "address in use".
+    asio::io_context probe_ioc;
+    asio::ip::tcp::acceptor probe(probe_ioc);
+    boost::system::error_code ec;
+    probe.open(endpoint.protocol(), ec);
+    if (!ec) probe.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) probe.bind(endpoint, ec);
+    if (ec) {
+      throw std::runtime_error("cannot listen on " + endpoint.address().to_string() + ":" +
+                               std::to_string(endpoint.port()) + ": " + ec.message());
+    }
+  }
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<impl::worker>();
     if (impl_->memory) {

@@ -12,6 +12,8 @@
 
 #include "sluice/config/loader.hpp"
 
+#include <boost/asio/ip/address.hpp>
+
 #include "config/text.hpp"
 #include "sluice/config/key_file.hpp"
 
@@ -371,10 +373,21 @@ class loader {
     if (!s) return std::nullopt;
     std::string why;
     auto a = text::parse_address(*s, allow_zero, why);
-    if (!a)
+    if (!a) {
       error(e.line, path,
             "invalid address '" + *s + "': " + why +
                 " (expected host:port, such as 0.0.0.0:8080 or [::1]:8080)");
+      return a;
+    }
+    boost::system::error_code ec;
+    if (allow_zero && (boost::asio::ip::make_address(a->host, ec), ec)) {
+      // A listening address is bound as written: a host name would fail only at start-up.
+      error(e.line, path,
+            "invalid address '" + *s +
+                "': a listening address must be an IP address, such as 127.0.0.1:8080 or "
+                "[::1]:8080 (host names are not resolved)");
+      return std::nullopt;
+    }
     return a;
   }
 
@@ -914,36 +927,6 @@ class loader {
     if (const entry* d = m->find("directory")) parse_directory(*d, r);
   }
 
-  void parse_plans(const entry& e) {
-    auto m = mapping(e.value, "plans", e.line, nullptr, true);
-    if (!m) return;
-    static const std::vector<std::string> keys{"limits"};
-    for (const entry& pe : m->entries) {
-      plan_src p;
-      p.name = pe.key;
-      p.path = join("plans", pe.key);
-      if (auto pm = fields(pe.value, p.path, pe.line, keys, true)) {
-        if (const entry* l = pm->find("limits"))
-          p.limits = parse_limits(*l, join(p.path, "limits"));
-      }
-      plans_.push_back(std::move(p));
-    }
-  }
-
-  void parse_api_keys(const entry& e) {
-    auto m = mapping(e.value, "api_keys", e.line, nullptr, true);
-    if (!m) return;
-    for (const entry& ke : m->entries) {
-      const std::string path = join("api_keys", ke.key);
-      if (ke.key.empty()) {
-        error(ke.key_line, "api_keys", "an API key must not be empty");
-        continue;
-      }
-      if (auto s = string(ke.value, path, ke.line))
-        api_keys_.push_back({ke.key, *s, path, ke.line});
-    }
-  }
-
   /// `identity.directory:` a Redis hash of key → plan behind a per-worker cache.
   void parse_directory(const entry& e, rules& r) {
     static const std::vector<std::string> keys{"type", "hash", "cache_ttl", "negative_ttl",
@@ -974,6 +957,36 @@ class loader {
     if (const entry* c = m->find("cache_size")) {
       if (auto v = integer(*c, join(path, "cache_size"), "cache_size", 1, 100'000'000))
         r.identity.directory.cache_size = static_cast<std::size_t>(*v);
+    }
+  }
+
+  void parse_plans(const entry& e) {
+    auto m = mapping(e.value, "plans", e.line, nullptr, true);
+    if (!m) return;
+    static const std::vector<std::string> keys{"limits"};
+    for (const entry& pe : m->entries) {
+      plan_src p;
+      p.name = pe.key;
+      p.path = join("plans", pe.key);
+      if (auto pm = fields(pe.value, p.path, pe.line, keys, true)) {
+        if (const entry* l = pm->find("limits"))
+          p.limits = parse_limits(*l, join(p.path, "limits"));
+      }
+      plans_.push_back(std::move(p));
+    }
+  }
+
+  void parse_api_keys(const entry& e) {
+    auto m = mapping(e.value, "api_keys", e.line, nullptr, true);
+    if (!m) return;
+    for (const entry& ke : m->entries) {
+      const std::string path = join("api_keys", ke.key);
+      if (ke.key.empty()) {
+        error(ke.key_line, "api_keys", "an API key must not be empty");
+        continue;
+      }
+      if (auto s = string(ke.value, path, ke.line))
+        api_keys_.push_back({ke.key, *s, path, ke.line});
     }
   }
 

@@ -248,7 +248,7 @@ routes:
 
 TEST(defaults, other_spellings_load) {
   auto r = load_ok(R"(listen: "[::1]:0"
-admin: localhost:9090
+admin: "[::1]:9090"
 workers: 4
 store: {type: memory, timeout: 250ms, password_env: SLUICE_REDIS_PASSWORD, local_share: 0.25}
 headers: []
@@ -274,7 +274,7 @@ routes:
   ASSERT_TRUE(r);
   EXPECT_EQ(r->listen_host, "::1");
   EXPECT_EQ(r->listen_port, 0);
-  EXPECT_EQ(r->admin_host, "localhost");
+  EXPECT_EQ(r->admin_host, "::1");
   EXPECT_EQ(r->admin_port, 9090);
   EXPECT_EQ(r->workers, 4u);
   EXPECT_EQ(r->store.timeout, 250ms);
@@ -825,6 +825,10 @@ const mistake mistake_table[] = {
      UP "listen: \"::1:8080\"\n",
      {"rules.yaml:2: listen: invalid address '::1:8080': an IPv6 address is written in brackets, "
       "such as [::1]:8080 (expected host:port, such as 0.0.0.0:8080 or [::1]:8080)"}},
+    {"listen_host_name",
+     UP "listen: localhost:8080\n",
+     {"rules.yaml:2: listen: invalid address 'localhost:8080': a listening address must be an IP "
+      "address, such as 127.0.0.1:8080 or [::1]:8080 (host names are not resolved)"}},
     {"store_port_out_of_range",
      UP "store: {type: redis, address: \"127.0.0.1:65536\"}\n",
      {"rules.yaml:2: store.address: invalid address '127.0.0.1:65536': port 65536 is out of range "
