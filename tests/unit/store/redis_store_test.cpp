@@ -130,10 +130,10 @@ TEST(redis_store, an_error_reply_is_a_store_error) {
   store::redis_store s(ioc.get_executor(), settings_for(server));
   s.start();
   ASSERT_TRUE(wait_connected(ioc, s));
-  server.command({"SET", "{k}:wrongtype", "x"});
-  server.command({"DEL", "{k}:wrongtype"});
-  server.command({"LPUSH", "{k}:wrongtype", "x"});  // GET on a list: WRONGTYPE inside the script
-  auto r = check_once(ioc, s, request("{k}:wrongtype", 1, 1000, 1));
+  // Over maxmemory with noeviction, Redis refuses a script that may write: an -OOM reply.
+  server.command({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
+  server.command({"CONFIG", "SET", "maxmemory", "1"});
+  auto r = check_once(ioc, s, request("{k}:oom", 1, 1000, 1));
   ASSERT_TRUE(r.result);
   ASSERT_FALSE(r.result->has_value());
   EXPECT_EQ(r.result->error(), make_error_code(errc::store_error));
