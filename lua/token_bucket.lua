@@ -1,7 +1,9 @@
 -- sluice check script, part: token bucket (algorithm id 0), in exact integer units.
 --   a = refill_per_ms (units per ms), b = units_per_token, c = burst (tokens)
--- State per key: the string "<level units> <stamp ms>", re-armed with PX = time to full on
--- every call, or deleted when full. Mirrors src/limiter/token_bucket.cpp operation for
+-- State per key: the string "<level units> <stamp ms> <units per token>", re-armed with
+-- PX = time to full on every call, or deleted when full. A level written under another rate
+-- (a reload changed it) is rescaled to this rate's units, so the balance carries over in
+-- tokens; a state without the third field is read in the current units. Mirrors src/limiter/token_bucket.cpp operation for
 -- operation.
 algorithms[0] = {
   validate = function(refill, upt, burst, cost)
@@ -15,10 +17,12 @@ algorithms[0] = {
     local lvl = cap  -- a missing bucket is full
     local raw = get_string(key)
     if raw then
-      local l, s = string.match(raw, '^(%-?%d+) (%-?%d+)$')
+      local l, s, u = string.match(raw, '^(%-?%d+) (%-?%d+) ?(%d*)$')
       if l then
         l = tonumber(l)
         s = tonumber(s)
+        u = tonumber(u)
+        if u and u > 0 and u ~= upt then l = math.floor(l / u * upt) end
         if l > cap then l = cap end
         if l < 0 then l = 0 end
         local elapsed = now - s
@@ -42,7 +46,7 @@ algorithms[0] = {
       ttl = ceil_div(st.cap - after, st.refill)
       if ttl < 1 then ttl = 1 end
     end
-    put(key, int(after) .. ' ' .. int(st.now), ttl)
+    put(key, int(after) .. ' ' .. int(st.now) .. ' ' .. int(st.upt), ttl)
 
     local retry = 0
     if st.level < st.need then retry = ceil_div(st.need - st.level, st.refill) end

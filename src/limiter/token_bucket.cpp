@@ -5,6 +5,7 @@
 #include "sluice/limiter/token_bucket.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace sluice::limiter {
 
@@ -14,7 +15,16 @@ std::int64_t refilled_level(const bucket_state* state, const bucket_params& p,
   if (state == nullptr) return cap;  // a missing (or expired) bucket is full
   // Clamp a stored level into [0, cap]: a burst lowered by a config reload, or a corrupt value,
   // must not carry more (or fewer than zero) units than the bucket can hold.
-  const std::int64_t level = std::clamp<std::int64_t>(state->level, 0, cap);
+  std::int64_t stored = state->level;
+  if (state->units_per_token > 0 && state->units_per_token != p.units_per_token) {
+    // Written under another rate: the same balance in tokens, in this rate's units, rounded
+    // down. Computed in doubles exactly as the script does (the same IEEE operations), so
+    // both stores agree; only a fraction of one unit can be lost.
+    stored = static_cast<std::int64_t>(std::floor(static_cast<double>(stored) /
+                                                  static_cast<double>(state->units_per_token) *
+                                                  static_cast<double>(p.units_per_token)));
+  }
+  const std::int64_t level = std::clamp<std::int64_t>(stored, 0, cap);
   // A clock stepped back counts as no time (DESIGN.md, "Fine points").
   const std::int64_t elapsed = std::max<std::int64_t>(0, now_ms - state->stamp_ms);
   // elapsed * refill may overflow (and is inexact above 2^53 in Lua): compare the elapsed time

@@ -179,7 +179,7 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       } else {
         auto& e = sh.buckets[l.key];
         e.kind = l.algorithm;
-        e.state = {after, now};
+        e.state = {after, now, l.bucket.units_per_token};
         e.log.reset();
         e.expires_at_ms = now + limiter::ttl_ms(after, l.bucket);
       }
@@ -256,7 +256,8 @@ std::optional<std::string> memory_store::peek_state(const std::string& key) cons
       return out;
     }
     default:
-      return std::to_string(e.state.level) + " " + std::to_string(e.state.stamp_ms);
+      return std::to_string(e.state.level) + " " + std::to_string(e.state.stamp_ms) + " " +
+             std::to_string(e.state.units_per_token);
   }
 }
 

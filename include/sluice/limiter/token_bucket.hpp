@@ -14,6 +14,10 @@ namespace sluice::limiter {
 struct bucket_state {
   std::int64_t level = 0;
   std::int64_t stamp_ms = 0;
+  /// The units per token the level was written in (0: unknown, read as the current one). A
+  /// reload that changes the rate changes the unit; the level is then rescaled, so a
+  /// balance carries over in tokens (case c16).
+  std::int64_t units_per_token = 0;
 };
 
 /// The level of a bucket at `now_ms`: lazy refill `min(capacity, level + elapsed * refill)`,

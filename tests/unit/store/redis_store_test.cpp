@@ -335,7 +335,7 @@ TEST(redis_store, stalled_server_times_out_without_replay) {
   ASSERT_TRUE(next.result && next.result->has_value()) << next.result->error().message();
   EXPECT_FALSE((*next.result)->allowed);
   EXPECT_EQ((*next.result)->limits[0].remaining, 0);
-  EXPECT_EQ(server.command({"GET", "{c10}:b"}).str, "500 " + std::to_string(t0 + 500));
+  EXPECT_EQ(server.command({"GET", "{c10}:b"}).str, "500 " + std::to_string(t0 + 500) + " 20000");
   EXPECT_EQ(s.stats().checks, 1u);
 }
 
