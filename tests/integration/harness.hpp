@@ -83,9 +83,15 @@ inline void expect_row(const client_response& r, unsigned status, long long limi
                        const std::string& what) {
   SCOPED_TRACE(what);
   EXPECT_EQ(r.status, status) << r.body;
-  if (limit >= 0) EXPECT_EQ(r.header("X-RateLimit-Limit"), std::to_string(limit));
-  if (remaining >= 0) EXPECT_EQ(r.header("X-RateLimit-Remaining"), std::to_string(remaining));
-  if (reset >= 0) EXPECT_EQ(r.header("X-RateLimit-Reset"), std::to_string(reset));
+  if (limit >= 0) {
+    EXPECT_EQ(r.header("X-RateLimit-Limit"), std::to_string(limit));
+  }
+  if (remaining >= 0) {
+    EXPECT_EQ(r.header("X-RateLimit-Remaining"), std::to_string(remaining));
+  }
+  if (reset >= 0) {
+    EXPECT_EQ(r.header("X-RateLimit-Reset"), std::to_string(reset));
+  }
   if (retry_after >= 0) {
     EXPECT_EQ(r.header("Retry-After"), std::to_string(retry_after));
   } else if (status < 300) {

@@ -196,7 +196,9 @@ TEST_P(identity_http, c13_part_b_with_unknown_key_reject) {
   EXPECT_EQ(r.header("Content-Type"), "application/problem+json");
   EXPECT_EQ(from(w, p20, "GET", "/v1/items", {{"X-API-Key", "key-z"}}).status, 401u);
   EXPECT_EQ(w.upstream.request_count(), 0u);
-  if (GetParam() == store_kind::redis) EXPECT_TRUE(scan(w, "sl:*").empty());
+  if (GetParam() == store_kind::redis) {
+    EXPECT_TRUE(scan(w, "sl:*").empty());
+  }
   expect_row(from(w, p20, "GET", "/v1/items", {{"X-API-Key", "key-a"}}), 200, 3, 2, -1, -1, "known");
 }
 

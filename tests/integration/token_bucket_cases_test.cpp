@@ -229,7 +229,9 @@ TEST_P(token_bucket_cases, c06_ttl_refreshed_on_every_write) {
   const bool redis = GetParam() == store_kind::redis;
   schedule s;
   expect_row(w.get("/v1/items", key_a), 200, 2, 1, 10, -1, "t=0");
-  if (redis) EXPECT_LE(w.pttl(key), 10000 + 1000);
+  if (redis) {
+    EXPECT_LE(w.pttl(key), 10000 + 1000);
+  }
   s.at(5.5);
   expect_row(w.get("/v1/items", key_a), 200, 2, 0, 15, -1, "t=5.5");
   if (redis) {
@@ -239,7 +241,9 @@ TEST_P(token_bucket_cases, c06_ttl_refreshed_on_every_write) {
   s.at(10.5);
   expect_row(w.get("/v1/items", key_a), 200, 2, 0, -1, -1, "t=10.5 first");
   expect_row(w.get("/v1/items", key_a), 429, 2, 0, -1, 10, "t=10.5 second");
-  if (redis) EXPECT_NEAR(bucket_state(w.raw(key)).first, 500, 60);  // 0.05 token
+  if (redis) {  // 0.05 token
+    EXPECT_NEAR(bucket_state(w.raw(key)).first, 500, 60);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(stores, token_bucket_cases,

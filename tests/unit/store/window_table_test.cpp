@@ -459,7 +459,9 @@ TEST_F(window_table, random_sequences_agree_and_keep_promises) {
           EXPECT_TRUE(probe(now + a.retry_after_ms, cost));
           EXPECT_FALSE(probe(now + a.retry_after_ms - 1, cost));
         }
-        if (a.remaining > 0) EXPECT_TRUE(probe(now, a.remaining));
+        if (a.remaining > 0) {
+          EXPECT_TRUE(probe(now, a.remaining));
+        }
         if (a.remaining < quota) {
           EXPECT_FALSE(probe(now, a.remaining + 1));
           EXPECT_GT(a.next_ms, 0);
@@ -469,7 +471,9 @@ TEST_F(window_table, random_sequences_agree_and_keep_promises) {
           EXPECT_EQ(a.next_ms, 0);
         }
         EXPECT_TRUE(probe(now + a.reset_ms, quota));
-        if (a.reset_ms > 0) EXPECT_FALSE(probe(now + a.reset_ms - 1, quota));
+        if (a.reset_ms > 0) {
+          EXPECT_FALSE(probe(now + a.reset_ms - 1, quota));
+        }
       }
     }
   }
