@@ -7,6 +7,8 @@
 
 #include "sluice/store/redis_directory.hpp"
 
+#include "store/posted_handler.hpp"
+
 #include "sluice/errc.hpp"
 #include "store/hiredis_asio.hpp"
 
@@ -30,33 +32,7 @@ using value = std::optional<std::string>;
 
 namespace {
 
-// A move-only, type-erased completion handler (see redis_store.cpp for why not
-// any_completion_handler on Boost 1.81). post() never runs it inline.
-class value_handler {
- public:
-  value_handler() = default;
-  template <class H>
-  explicit value_handler(H h) : impl_(std::make_unique<model<H>>(std::move(h))) {}
-  void post(const asio::any_io_executor& fallback, error_code ec, value v) {
-    if (auto i = std::move(impl_)) i->post(fallback, ec, std::move(v));
-  }
-
- private:
-  struct concept_t {
-    virtual ~concept_t() = default;
-    virtual void post(const asio::any_io_executor& fallback, error_code ec, value v) = 0;
-  };
-  template <class H>
-  struct model final : concept_t {
-    explicit model(H h) : handler(std::move(h)) {}
-    void post(const asio::any_io_executor& fallback, error_code ec, value v) override {
-      auto ex = asio::get_associated_executor(handler, fallback);
-      asio::post(ex, asio::append(std::move(handler), ec, std::move(v)));
-    }
-    H handler;
-  };
-  std::unique_ptr<concept_t> impl_;
-};
+using value_handler = detail::posted_handler<value>;
 
 constexpr std::uintptr_t tag_auth = 1;
 constexpr std::uint64_t first_id = 1 << 20;

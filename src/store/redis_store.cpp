@@ -24,6 +24,8 @@
 // must be the one the callers' coroutines run on; nothing here locks.
 #include "sluice/store/redis_store.hpp"
 
+#include "store/posted_handler.hpp"
+
 #include "sluice/errc.hpp"
 #include "sluice/store/lua_scripts.hpp"
 #include "store/hiredis_asio.hpp"
@@ -58,37 +60,7 @@ using limiter::check_outcome;
 
 namespace {
 
-// A type-erased, move-only completion handler of a check. (Boost 1.81's
-// any_completion_handler recurses when wrapped by append/post, so this small one is used.)
-class check_handler {
- public:
-  check_handler() = default;
-  template <class Handler>
-  explicit check_handler(Handler h) : impl_(std::make_unique<model<Handler>>(std::move(h))) {}
-
-  /// Posts the completion to the handler's associated executor (`fallback` if none); never
-  /// runs it inline. Consumes the handler.
-  void post(const asio::any_io_executor& fallback, error_code ec, check_outcome out) {
-    if (auto i = std::move(impl_)) i->post(fallback, ec, std::move(out));
-  }
-
- private:
-  struct concept_t {
-    virtual ~concept_t() = default;
-    virtual void post(const asio::any_io_executor& fallback, error_code ec,
-                      check_outcome out) = 0;
-  };
-  template <class Handler>
-  struct model final : concept_t {
-    explicit model(Handler h) : handler(std::move(h)) {}
-    void post(const asio::any_io_executor& fallback, error_code ec, check_outcome out) override {
-      auto ex = asio::get_associated_executor(handler, fallback);
-      asio::post(ex, asio::append(std::move(handler), ec, std::move(out)));
-    }
-    Handler handler;
-  };
-  std::unique_ptr<concept_t> impl_;
-};
+using check_handler = detail::posted_handler<check_outcome>;
 
 constexpr std::chrono::milliseconds backoff_first{50};
 // 500 ms keeps recovery after an outage within a second (one backoff step plus a connect).
