@@ -322,9 +322,7 @@ class gateway_handler final : public http::request_handler {
     const unsigned version = req.version();
     std::string path = up.base_path + target.path;
     if (!target.query.empty()) path += "?" + target.query;
-    auto peer_text = peer.is_v6() && peer.to_v6().is_v4_mapped()
-                         ? asio::ip::make_address_v4(asio::ip::v4_mapped, peer.to_v6()).to_string()
-                         : peer.to_string();
+    const auto peer_text = identity::normalise(peer).to_string();
     http::prepare_upstream_request(req, path, peer_text);
     auto sent = co_await pool_.send(up, std::move(req));
     if (!sent) {

@@ -12,12 +12,6 @@ namespace {
 
 namespace ip = boost::asio::ip;
 
-ip::address normalise(const ip::address& a) {
-  if (a.is_v6() && a.to_v6().is_v4_mapped()) {
-    return ip::make_address_v4(ip::v4_mapped, a.to_v6());
-  }
-  return a;
-}
 
 bool in_network(const ip::address& addr, const config::cidr& net) {
   std::array<unsigned char, 16> bytes{};
@@ -82,6 +76,13 @@ std::string query_param(std::string_view query, std::string_view name) {
 }
 
 }  // namespace
+
+ip::address normalise(const ip::address& a) {
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) {
+    return ip::make_address_v4(ip::v4_mapped, a.to_v6());
+  }
+  return a;
+}
 
 bool is_trusted(const ip::address& addr, const std::vector<config::cidr>& networks) {
   const auto a = normalise(addr);

@@ -35,6 +35,10 @@ enum class caller_error {
   unknown_key,         ///< `unknown_key: reject` and the key is absent or unknown (401)
 };
 
+/// `a` with an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) turned into the IPv4 address; any
+/// other address unchanged. Every address sluice keys, logs or forwards goes through it.
+boost::asio::ip::address normalise(const boost::asio::ip::address& a);
+
 /// True when `addr` lies in one of `networks`. IPv4-mapped IPv6 addresses are compared as
 /// IPv4.
 bool is_trusted(const boost::asio::ip::address& addr, const std::vector<config::cidr>& networks);
