@@ -100,26 +100,6 @@ TEST(fixed_window, c07_persisted_window_key_is_re_armed) {
   EXPECT_EQ(w.redis->command({"EXISTS", key}).integer, 0);
 }
 
-/// c08: 100 requests on their own connections, released together, round robin over `ports`.
-std::vector<client_response> burst(const std::vector<std::uint16_t>& ports, int n) {
-  std::vector<std::unique_ptr<http_connection>> conns;
-  for (int i = 0; i < n; ++i)
-    conns.push_back(std::make_unique<http_connection>(ports[i % ports.size()]));
-  std::vector<client_response> out(n);
-  std::latch go(n + 1);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      go.arrive_and_wait();
-      out[i] = conns[i]->request("GET", "/v1/items", {{"X-API-Key", "key-a"}});
-    });
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  go.arrive_and_wait();
-  for (auto& t : threads) t.join();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
-  return out;
-}
 
 void expect_exactly_five(const std::vector<client_response>& responses, std::size_t upstream_hits,
                          config::algorithm a) {

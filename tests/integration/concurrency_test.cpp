@@ -25,26 +25,6 @@ routes:
       - {name: items_key, by: api_key, rate: 5/1m, burst: 5}
 )";
 
-/// Opens one connection per request to the given gateway ports (round robin), releases all
-/// requests together with a latch, and returns the responses.
-std::vector<client_response> burst(const std::vector<std::uint16_t>& ports, int n) {
-  std::vector<std::unique_ptr<http_connection>> conns;
-  for (int i = 0; i < n; ++i) conns.push_back(std::make_unique<http_connection>(ports[i % ports.size()]));
-  std::vector<client_response> out(n);
-  std::latch go(n + 1);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      go.arrive_and_wait();
-      out[i] = conns[i]->request("GET", "/v1/items", {{"X-API-Key", "key-a"}});
-    });
-  }
-  const auto start = std::chrono::steady_clock::now();
-  go.arrive_and_wait();
-  for (auto& t : threads) t.join();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
-  return out;
-}
 
 void expect_exactly_five(const std::vector<client_response>& responses, std::size_t upstream_hits) {
   std::map<std::string, int> remaining_of_200;

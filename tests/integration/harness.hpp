@@ -13,9 +13,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <latch>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace sluice::test {
 
@@ -111,6 +113,28 @@ inline void expect_row(const client_response& r, unsigned status, long long limi
 inline std::pair<long long, long long> bucket_state(const redis_reply& r) {
   auto space = r.str.find(' ');
   return {std::stoll(r.str.substr(0, space)), std::stoll(r.str.substr(space + 1))};
+}
+
+/// Case c08's burst: opens one connection per request to `ports` (round robin), releases all
+/// `n` `GET /v1/items` (X-API-Key: key-a) together with a latch, and returns the responses.
+/// Expects the whole burst to finish within 1 s.
+inline std::vector<client_response> burst(const std::vector<std::uint16_t>& ports, int n) {
+  std::vector<std::unique_ptr<http_connection>> conns;
+  for (int i = 0; i < n; ++i) conns.push_back(std::make_unique<http_connection>(ports[i % ports.size()]));
+  std::vector<client_response> out(n);
+  std::latch go(n + 1);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      go.arrive_and_wait();
+      out[i] = conns[i]->request("GET", "/v1/items", {{"X-API-Key", "key-a"}});
+    });
+  }
+  const auto start = std::chrono::steady_clock::now();
+  go.arrive_and_wait();
+  for (auto& t : threads) t.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  return out;
 }
 
 }  // namespace sluice::test
