@@ -119,6 +119,30 @@ TEST_P(proxy, upstream_rate_limit_fields_only_pass_on_unlimited_routes) {
   EXPECT_EQ(open.header("RateLimit"), "\"up\";r=7");
 }
 
+// `headers: []` sends no rate-limit field set, yet a limited route still removes the
+// upstream's own rate-limit fields, and a 429 still carries Retry-After and its problem body.
+TEST_P(proxy, headers_none_sends_no_quota_fields_but_still_strips_upstream_ones) {
+  std::string rules = c17_rules;
+  rules = "headers: []\n" + rules;
+  rules = substitute(rules, {{"rate: 100/1m, burst: 100", "rate: 1/1m, burst: 1"}});
+  world w(GetParam(), rules, 1);
+  w.upstream.set_response({200, {{"X-RateLimit-Remaining", "7"}, {"RateLimit", "\"up\";r=7"}}, {}, {}, false});
+  auto ok = w.get("/v1/items", {{"X-API-Key", "key-a"}});
+  EXPECT_EQ(ok.status, 200u);
+  for (auto name : {"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit",
+                    "RateLimit-Policy"}) {
+    EXPECT_FALSE(ok.has(name)) << name;
+  }
+  auto refused = w.get("/v1/items", {{"X-API-Key", "key-a"}});
+  EXPECT_EQ(refused.status, 429u);
+  EXPECT_EQ(refused.header("Retry-After"), "60");
+  EXPECT_EQ(refused.header("Content-Type"), "application/problem+json");
+  EXPECT_FALSE(refused.has("X-RateLimit-Remaining"));
+  EXPECT_FALSE(refused.has("RateLimit"));
+  // An unlimited route passes the upstream's fields untouched, whatever `headers:` says.
+  EXPECT_EQ(w.get("/v1/open").header("X-RateLimit-Remaining"), "7");
+}
+
 INSTANTIATE_TEST_SUITE_P(stores, proxy, testing::Values(store_kind::memory, store_kind::redis),
                          store_name);
 
