@@ -2,16 +2,23 @@
 -- (one script run = one check), whatever algorithm each limit uses.
 --
 -- Contract (include/sluice/store/lua_scripts.hpp):
---   KEYS[i]  the key of limit i
+--   KEYS[i]  the key of limit i: the bucket's own key, or the hash holding it
 --   ARGV[1]  store time override in ms; < 0 means use Redis TIME (the gateway's clock never
 --            enters the arithmetic; the override is a test seam)
 --   ARGV[2]  n, the number of limits (= #KEYS)
---   then 6 integers per limit i: algorithm id, a, b, c, cost, shadow (0|1)
+--   then 7 arguments per limit i: algorithm id, a, b, c, cost, shadow (0|1), and the field
+--   of the bucket in hash KEYS[i] ('' = the bucket is KEYS[i] itself)
 -- Reply: {allowed, now_ms, then per limit: admits, remaining, reset_ms, retry_after_ms, next_ms}
 --
 -- All-or-nothing: every limit is validated and read before anything is written; an enforced
 -- limit is debited only if every enforced limit admits, a shadow limit iff it admits alone
 -- (evaluated as if it were the only limit), and a refused request debits nothing.
+--
+-- Sweep (hash layout): a field whose bucket went idle (full, or both window counts 0) stays
+-- in its hash until the hash expires. So that a hash that never goes quiet does not fill up
+-- with them, each check that creates a field samples 2 random fields of that hash and deletes
+-- the idle ones — deleting an idle field changes no decision. Every field created is
+-- eventually idle, so at most about half of a hash's fields are idle ones in the long run.
 
 local now = tonumber(ARGV[1])
 if now == nil or now < 0 then
@@ -20,31 +27,33 @@ if now == nil or now < 0 then
 end
 
 local n = tonumber(ARGV[2])
-if n == nil or n ~= #KEYS or #ARGV ~= 2 + 6 * n then
+if n == nil or n ~= #KEYS or #ARGV ~= 2 + 7 * n then
   return redis.error_reply('ERR sluice check: bad arguments')
 end
 
-local algo, state, admits, shadow = {}, {}, {}, {}
+local algo, state, admits, shadow, slot, params = {}, {}, {}, {}, {}, {}
 local allowed = true
 
 -- Phase 1: validate and read every limit, decide.
 for i = 1, n do
-  local base = 2 + (i - 1) * 6
+  local base = 2 + (i - 1) * 7
   local id = tonumber(ARGV[base + 1])
   local a = tonumber(ARGV[base + 2])
   local b = tonumber(ARGV[base + 3])
   local c = tonumber(ARGV[base + 4])
   local cost = tonumber(ARGV[base + 5])
   shadow[i] = ARGV[base + 6] == '1'
+  slot[i] = {key = KEYS[i], field = ARGV[base + 7]}
+  params[i] = {a, b, c}
   algo[i] = id and algorithms[id]
-  if not (algo[i] and a and b and c and cost) then
+  if not (algo[i] and a and b and c and cost) or (slot[i].field ~= '' and not algo[i].idle) then
     return redis.error_reply('ERR sluice check: bad limit ' .. i)
   end
   local why = algo[i].validate(a, b, c, cost)
   if why then
     return redis.error_reply('ERR sluice check: limit ' .. i .. ': ' .. why)
   end
-  state[i], admits[i] = algo[i].read(KEYS[i], a, b, c, cost, now)
+  state[i], admits[i] = algo[i].read(slot[i], a, b, c, cost, now)
   if not shadow[i] and not admits[i] then allowed = false end
 end
 
@@ -53,11 +62,25 @@ local reply = {allowed and 1 or 0, now}
 for i = 1, n do
   local debit
   if shadow[i] then debit = admits[i] else debit = allowed end
-  local remaining, reset, retry, nxt = algo[i].write(KEYS[i], state[i], debit)
+  local remaining, reset, retry, nxt = algo[i].write(slot[i], state[i], debit)
   reply[#reply + 1] = admits[i] and 1 or 0
   reply[#reply + 1] = remaining
   reply[#reply + 1] = reset
   reply[#reply + 1] = retry
   reply[#reply + 1] = nxt
+end
+
+-- Phase 3: sweep the hashes in which a field was created.
+for i = 1, n do
+  local sl = slot[i]
+  if sl.created then
+    local p = params[i]
+    local sample = redis.call('HRANDFIELD', sl.key, 2, 'WITHVALUES')
+    for j = 1, #sample - 1, 2 do
+      if sample[j] ~= sl.field and algo[i].idle(sample[j + 1], p[1], p[2], p[3], now) then
+        redis.call('HDEL', sl.key, sample[j])
+      end
+    end
+  end
 end
 return reply

@@ -29,25 +29,55 @@ local function int(x)
   return string.format('%.0f', x)
 end
 
--- GET that reads a key of another type (left by a limit whose algorithm changed) as missing.
-local function get_string(key)
-  local raw = redis.pcall('GET', key)
+-- A bucket's place (a "slot"): {key = KEYS[i], field = its field argument}. With field '' the
+-- state is the key's own string value (store.layout: key); otherwise it is field `field` of
+-- the hash `key` (store.layout: hash), which holds buckets of one limit and namespace.
+
+-- The stored string of a slot, or nil. A key of another type (left by a limit whose algorithm
+-- or layout changed) reads as missing.
+local function get_string(slot)
+  local raw
+  if slot.field == '' then
+    raw = redis.pcall('GET', slot.key)
+  else
+    raw = redis.pcall('HGET', slot.key, slot.field)
+  end
   if type(raw) ~= 'string' then return nil end
   return raw
 end
 
--- Stores `value` with expiry `ttl` ms (at least 1), or deletes the key when ttl <= 0: every
--- call re-arms the expiry (refusals too), which also repairs a key left without one (c07).
-local function put(key, value, ttl)
-  if ttl <= 0 then
-    redis.call('DEL', key)
-  else
-    redis.call('SET', key, value, 'PX', int(ttl))
+-- Stores `value` with expiry `ttl` ms (at least 1), or deletes it when ttl <= 0: every call
+-- re-arms the expiry (refusals too), which also repairs a key left without one (c07).
+-- A hash's expiry is raised to `ttl` when it is lower or missing, never lowered: it is the
+-- latest Reset of its fields, so when it fires every field in it reads as idle anyway.
+-- Marks `slot.created` when a new hash field was made (the driver then sweeps; see sweep).
+local function put(slot, value, ttl)
+  local key = slot.key
+  if slot.field == '' then
+    if ttl <= 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('SET', key, value, 'PX', int(ttl))
+    end
+    return
   end
+  if ttl <= 0 then
+    redis.call('HDEL', key, slot.field)  -- an emptied hash is removed by Redis
+    return
+  end
+  local made = redis.pcall('HSET', key, slot.field, value)
+  if type(made) == 'table' then  -- a key of another type: replace it
+    redis.call('DEL', key)
+    made = redis.call('HSET', key, slot.field, value)
+  end
+  if made == 1 then slot.created = true end
+  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, int(ttl)) end
 end
 
 -- Algorithms by id (the first per-limit argument): each has
 --   validate(a, b, c, cost) -> nil or an error text (checked before anything is read)
---   read(key, a, b, c, cost, now) -> state, admits   (reads only)
---   write(key, state, debit) -> remaining, reset_ms, retry_after_ms, next_ms
+--   read(slot, a, b, c, cost, now) -> state, admits   (reads only)
+--   write(slot, state, debit) -> remaining, reset_ms, retry_after_ms, next_ms
+--   idle(raw, a, b, c, now) -> whether a stored string reads as an untouched bucket at `now`
+--     (full; both window counts 0), so deleting it changes nothing (packable algorithms only)
 local algorithms = {}

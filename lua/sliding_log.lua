@@ -1,6 +1,6 @@
 -- sluice check script, part: sliding log (algorithm id 3), exact over any rolling window.
 --   a = window_ms (P), b = limit (N), c = 0
--- State per key: a list of timestamps in ms, one per admitted unit, oldest first (a list, not
+-- State per key (never packed into a hash): a list of timestamps in ms, one per admitted unit, oldest first (a list, not
 -- a sorted set: the store clock is clamped so stamps are appended in order, and a listpack of
 -- integers costs about 10 bytes per unit). An entry stamped t counts while now - t < P.
 -- PEXPIRE = time until the newest entry expires, on every call. Mirrors the sliding-log part
@@ -22,7 +22,8 @@ algorithms[3] = {
     return nil
   end,
 
-  read = function(key, w, lim, c, cost, now)
+  read = function(slot, w, lim, c, cost, now)
+    local key = slot.key
     local raw = redis.pcall('LRANGE', key, 0, -1)
     local entries = {}
     local wrong_type = false
@@ -39,7 +40,8 @@ algorithms[3] = {
     return st, log_wait(entries, first, w, lim, now, cost) == 0
   end,
 
-  write = function(key, st, debit)
+  write = function(slot, st, debit)
+    local key = slot.key
     local w, lim, now, cost = st.w, st.lim, st.now, st.cost
     local retry = log_wait(st.entries, st.first, w, lim, now, cost)
     if st.wrong_type then redis.call('DEL', key) end

@@ -58,8 +58,8 @@ local function window_wait(c, w, lim, now, need, sliding)
   return to_end + e
 end
 
-local function window_read(key, w, lim, cost, now, sliding)
-  local raw = get_string(key)
+-- The stored {index, current, previous} of `raw` (nils when absent or unreadable).
+local function window_parse(raw, sliding)
   local si, sc, sp
   if raw then
     if sliding then
@@ -74,12 +74,24 @@ local function window_read(key, w, lim, cost, now, sliding)
       sp = tonumber(sp)
     end
   end
+  return si, sc, sp
+end
+
+local function window_read(slot, w, lim, cost, now, sliding)
+  local si, sc, sp = window_parse(get_string(slot), sliding)
   local c, now_eff = window_counts(si, sc, sp, w, lim, now, sliding)
   local st = {w = w, lim = lim, cost = cost, now = now_eff, before = c, sliding = sliding}
   return st, window_wait(c, w, lim, now_eff, cost, sliding) == 0
 end
 
-local function window_write(key, st, debit)
+-- Whether a stored window state counts nothing at `now` (both counts 0).
+local function window_idle(raw, w, lim, now, sliding)
+  local si, sc, sp = window_parse(raw, sliding)
+  local c = window_counts(si, sc, sp, w, lim, now, sliding)
+  return c.current == 0 and c.previous == 0
+end
+
+local function window_write(slot, st, debit)
   local w, lim, now, sliding = st.w, st.lim, st.now, st.sliding
   local b = st.before
   local a = {index = b.index, current = b.current, previous = b.previous}
@@ -101,6 +113,6 @@ local function window_write(key, st, debit)
   -- The state matters exactly until Reset: then both counts read as 0.
   local value = int(a.index) .. ':' .. int(a.current)
   if sliding then value = value .. ':' .. int(a.previous) end
-  put(key, value, reset)
+  put(slot, value, reset)
   return remaining, reset, retry, nxt
 end

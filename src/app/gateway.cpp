@@ -440,6 +440,8 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
     redis.host = rules->store.host;
     redis.port = rules->store.port;
     redis.command_timeout = rules->store.timeout;
+    redis.layout.packed = rules->store.layout == config::store_settings::layout_kind::hash;
+    redis.layout.hash_groups = rules->store.hash_groups;
     if (!rules->store.password_env.empty()) {
       if (const char* pw = std::getenv(rules->store.password_env.c_str())) redis.password = pw;
     }

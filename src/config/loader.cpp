@@ -752,8 +752,9 @@ class loader {
   // --- sections --------------------------------------------------------------------------
 
   void parse_store(const entry& e, rules& r) {
-    static const std::vector<std::string> keys{"type",    "address",      "nodes",
-                                               "timeout", "password_env", "local_share"};
+    static const std::vector<std::string> keys{"type",         "address",     "nodes",
+                                               "timeout",      "password_env", "local_share",
+                                               "layout",       "hash_groups"};
     auto m = fields(e.value, "store", e.line, keys, true);
     if (!m) return;
     if (const entry* t = m->find("type")) {
@@ -810,6 +811,16 @@ class loader {
         else
           r.store.local_share = v;
       }
+    }
+    if (const entry* l = m->find("layout")) {
+      auto k = choice<store_settings::layout_kind>(
+          l->value, "store.layout", l->line, "store layout",
+          {{"hash", store_settings::layout_kind::hash}, {"key", store_settings::layout_kind::key}});
+      if (k) r.store.layout = *k;
+    }
+    if (const entry* g = m->find("hash_groups")) {
+      if (auto v = integer(*g, "store.hash_groups", "hash_groups", 1, 16'777'216))
+        r.store.hash_groups = static_cast<std::uint32_t>(*v);
     }
   }
 

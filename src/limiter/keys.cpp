@@ -60,4 +60,57 @@ std::string bucket_key(std::string_view limit_name, key_namespace ns, std::strin
   return key;
 }
 
+namespace {
+
+std::uint64_t fnv1a64(std::string_view text) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+// Position of the '|' before <enc> in `sl:{<limit>|<ns>|<enc>}`, or npos when `key` does not
+// have that shape.
+std::size_t enc_separator(std::string_view key) {
+  if (key.size() < key_prefix.size() + 6 || key.substr(0, key_prefix.size()) != key_prefix ||
+      key[key_prefix.size()] != '{' || key.back() != '}')
+    return std::string_view::npos;
+  const auto bar = key.rfind('|');
+  if (bar == std::string_view::npos || bar < key_prefix.size() + 3 || bar + 2 >= key.size() ||
+      key[bar - 2] != '|')
+    return std::string_view::npos;
+  return bar;
+}
+
+}  // namespace
+
+store_address packed_address(std::string_view bucket_key, std::uint32_t groups) {
+  const auto bar = enc_separator(bucket_key);
+  if (bar == std::string_view::npos || groups == 0) return {std::string(bucket_key), {}};
+  const std::string_view enc = bucket_key.substr(bar + 1, bucket_key.size() - bar - 2);
+  static constexpr char hex[] = "0123456789abcdef";
+  char digits[16];
+  int n = 0;
+  for (std::uint64_t g = fnv1a64(enc) % groups; n == 0 || g != 0; g >>= 4) digits[n++] = hex[g & 0xf];
+  store_address out;
+  out.key.reserve(bar + 3 + n);
+  out.key.append(bucket_key.substr(0, bar + 1));
+  out.key.push_back('#');
+  while (n > 0) out.key.push_back(digits[--n]);
+  out.key.push_back('}');
+  out.field.assign(enc);
+  return out;
+}
+
+std::string unpacked_key(std::string_view group_key, std::string_view field) {
+  const auto bar = enc_separator(group_key);
+  if (bar == std::string_view::npos || group_key[bar + 1] != '#') return std::string(group_key);
+  std::string out(group_key.substr(0, bar + 1));
+  out.append(field);
+  out.push_back('}');
+  return out;
+}
+
 }  // namespace sluice::limiter

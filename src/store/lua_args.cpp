@@ -2,6 +2,8 @@
 // the Redis store and the table tests cannot disagree about it.
 #include "sluice/store/lua_scripts.hpp"
 
+#include "sluice/limiter/keys.hpp"
+
 namespace sluice::lua {
 
 int algorithm_id(config::algorithm a) noexcept {
@@ -20,11 +22,27 @@ int algorithm_id(config::algorithm a) noexcept {
   return -1;
 }
 
-void append_check_args(const limiter::check_request& req, std::vector<std::string>& out) {
-  out.reserve(out.size() + 2 + 6 * req.limits.size());
-  out.push_back(std::to_string(req.now_ms_override));
-  out.push_back(std::to_string(req.limits.size()));
+void append_check_command(const limiter::check_request& req, const key_layout& layout,
+                          std::vector<std::string>& out) {
+  const std::size_t n = req.limits.size();
+  out.reserve(out.size() + 3 + 8 * n);
+  out.push_back(std::to_string(n));
+  std::vector<std::string> fields;
+  fields.reserve(n);
   for (const auto& l : req.limits) {
+    if (layout.packed && l.algorithm != config::algorithm::sliding_log) {
+      auto at = limiter::packed_address(l.key, layout.hash_groups);
+      out.push_back(std::move(at.key));
+      fields.push_back(std::move(at.field));
+    } else {
+      out.push_back(l.key);
+      fields.emplace_back();
+    }
+  }
+  out.push_back(std::to_string(req.now_ms_override));
+  out.push_back(std::to_string(n));
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& l = req.limits[i];
     out.push_back(std::to_string(algorithm_id(l.algorithm)));
     if (l.algorithm == config::algorithm::token_bucket) {
       out.push_back(std::to_string(l.bucket.refill_per_ms));
@@ -37,6 +55,7 @@ void append_check_args(const limiter::check_request& req, std::vector<std::strin
     }
     out.push_back(std::to_string(l.cost));
     out.emplace_back(l.shadow ? "1" : "0");
+    out.push_back(std::move(fields[i]));
   }
 }
 

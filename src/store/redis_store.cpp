@@ -515,12 +515,10 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     const std::uint64_t id = next_id++;
     pending p;
     const std::size_t n = req.limits.size();
-    p.argv.reserve(5 + 6 * n);
+    p.argv.reserve(5 + 8 * n);
     p.argv.emplace_back("EVALSHA");
     p.argv.push_back(sha);
-    p.argv.push_back(std::to_string(n));
-    for (const auto& l : req.limits) p.argv.push_back(l.key);
-    lua::append_check_args(req, p.argv);  // the script's ARGV (lua_scripts.hpp)
+    lua::append_check_command(req, settings.layout, p.argv);  // KEYS and ARGV (lua_scripts.hpp)
     for (const auto& l : req.limits) p.bursts.push_back(l.bucket.quota(l.algorithm));
     p.handler = std::move(handler);
     p.probe = probe;

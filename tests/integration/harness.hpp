@@ -3,6 +3,7 @@
 // and a compact request helper. Every test runs a real upstream, a real gateway and, for the
 // redis store, a real redis-server on free loopback ports.
 
+#include "support/bucket_view.hpp"
 #include "support/gateway_fixture.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
@@ -68,9 +69,12 @@ struct world {
     return c.request(method, target, headers);
   }
 
-  /// The raw stored string of a bucket (redis only).
-  redis_reply raw(const std::string& key) const { return redis->command({"GET", key}); }
-  long long pttl(const std::string& key) const { return redis->command({"PTTL", key}).integer; }
+  /// The buckets in this world's Redis under the default layout (hash groups; redis only).
+  bucket_view buckets() const { return {*redis, lua::key_layout{}}; }
+  /// The raw stored string of the bucket `key` (a bucket_key(); redis only).
+  redis_reply raw(const std::string& key) const { return buckets().get(key); }
+  /// PTTL of the Redis key holding the bucket `key` (its group hash; redis only).
+  long long pttl(const std::string& key) const { return buckets().pttl(key); }
 
   store_kind kind;
   upstream_server upstream;

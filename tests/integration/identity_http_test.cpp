@@ -23,17 +23,9 @@ client_response from(const world& w, const std::string& peer, const std::string&
   return c.request(method, target, headers);
 }
 
-/// Every key matching `pattern`, by SCAN (redis only).
+/// Every bucket whose key matches `pattern` (redis only; group hashes listed by bucket).
 std::set<std::string> scan(const world& w, const std::string& pattern) {
-  std::set<std::string> out;
-  std::string cursor = "0";
-  do {
-    auto r = w.redis->command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
-    if (r.type != redis_reply::kind::array || r.elements.size() != 2) break;
-    cursor = r.elements[0].str;
-    for (const auto& k : r.elements[1].elements) out.insert(k.str);
-  } while (cursor != "0");
-  return out;
+  return w.buckets().buckets(pattern);
 }
 
 std::string key(const std::string& limit, limiter::key_namespace ns, const std::string& v) {

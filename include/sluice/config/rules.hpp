@@ -137,6 +137,12 @@ struct store_settings {
   std::chrono::milliseconds timeout{5};  ///< deadline of one check
   std::string password_env;              ///< name of the env variable holding the password
   double local_share = 1.0;              ///< `local` policy: share of each limit per instance
+  /// `layout`: how buckets are kept in Redis. hash (default): as fields of `hash_groups`
+  /// hashes per limit and identity namespace (~4x less memory per bucket); key: one key per
+  /// bucket. Read at start (a reload does not move existing buckets).
+  enum class layout_kind { hash, key };
+  layout_kind layout = layout_kind::hash;
+  std::uint32_t hash_groups = 65536;     ///< `hash_groups`: 1 .. 16,777,216
 };
 
 /// An IPv4 or IPv6 network in CIDR notation (`trusted_proxies` entries).

@@ -5,6 +5,7 @@
 
 #include "sluice/config/rules.hpp"
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -32,5 +33,26 @@ std::string bucket_key(std::string_view limit_name, key_namespace ns, std::strin
 
 /// The prefix every sluice key starts with (for SCAN in tests and operations).
 inline constexpr std::string_view key_prefix = "sl:";
+
+/// Where a bucket's state lives in Redis: the string value of `key` (`field` empty), or
+/// field `field` of the hash `key`.
+struct store_address {
+  std::string key;
+  std::string field;
+};
+
+/// The hash layout (`store.layout: hash`, the default): the bucket `sl:{<limit>|<ns>|<enc>}`
+/// (a bucket_key()) lives as field `<enc>` of the hash `sl:{<limit>|<ns>|#<g>}`, where <g> is
+/// the lower-case hex of FNV-1a-64(<enc>) mod `groups` (FNV-1a: Fowler, Noll, Vo; 64-bit
+/// offset basis 0xcbf29ce484222325, prime 0x100000001b3). Small hashes are stored by Redis
+/// as listpacks, so a bucket costs its field and value plus a share of the hash instead of
+/// a key, a value object and two dict entries. '#' never starts an <enc> (which starts with
+/// `r` or `x`), so a group key never equals a bucket key of the key layout. `groups` >= 1;
+/// a key not shaped like a bucket_key() is returned unpacked (`field` empty).
+store_address packed_address(std::string_view bucket_key, std::uint32_t groups);
+
+/// Inverse of packed_address() for listing buckets: the bucket_key() of field `field` of the
+/// group hash `group_key`; `group_key` itself when it is not a group key.
+std::string unpacked_key(std::string_view group_key, std::string_view field);
 
 }  // namespace sluice::limiter

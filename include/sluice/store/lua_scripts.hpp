@@ -5,6 +5,7 @@
 
 #include "sluice/limiter/check.hpp"
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,26 +16,41 @@ namespace sluice::lua {
 /// `fixed_window.lua`, `sliding_window.lua`, `sliding_log.lua`) and the driver `check.lua`,
 /// concatenated. Decides a batch of limits of any mix of algorithms atomically.
 ///
-/// KEYS[i]: key of limit i. ARGV[1]: store time override in ms (-1: use Redis TIME).
-/// ARGV[2]: n. Then 6 integers per limit i: algorithm id (algorithm_id()), a, b, c, cost,
-/// shadow (0|1), where (a, b, c) = (refill_per_ms, units_per_token, burst) for the token
-/// bucket and (window_ms, window limit, 0) for the window algorithms. Reply: an array of
-/// integers {allowed, now_ms, then per limit: admits, remaining, reset_ms, retry_after_ms,
-/// next_ms}. A refused request writes nothing but expiries; bad arguments are an error reply
-/// before anything is written. State per key (every write re-arms PX = the limit's Reset, or
-/// deletes the key when Reset is 0):
-/// - token bucket: string "<level units> <stamp ms>";
+/// KEYS[i]: the key of limit i's bucket, or the hash holding it. ARGV[1]: store time override
+/// in ms (-1: use Redis TIME). ARGV[2]: n. Then 7 arguments per limit i: algorithm id
+/// (algorithm_id()), a, b, c, cost, shadow (0|1), field, where (a, b, c) = (refill_per_ms,
+/// units_per_token, burst) for the token bucket and (window_ms, window limit, 0) for the window
+/// algorithms, and field is the bucket's field in hash KEYS[i] ("" = KEYS[i] is the bucket).
+/// Reply: an array of integers {allowed, now_ms, then per limit: admits, remaining, reset_ms,
+/// retry_after_ms, next_ms}. A refused request writes nothing but expiries; bad arguments are
+/// an error reply before anything is written. State per bucket (every write re-arms the expiry
+/// to the limit's Reset — a hash's only upwards — or deletes the bucket when Reset is 0):
+/// - token bucket: string "<level units> <stamp ms> <units per token>";
 /// - fixed window: string "<window index>:<count>";
 /// - sliding window: string "<window index>:<current>:<previous>";
-/// - sliding log: list of ms stamps, one per admitted unit, oldest first.
+/// - sliding log: list of ms stamps, one per admitted unit, oldest first (never in a hash).
+/// In a hash, a check that creates a field deletes up to 2 randomly sampled idle fields.
 std::string_view check() noexcept;
 
 /// The script's algorithm id of `a`: token_bucket 0, fixed_window 1, sliding_window 2,
 /// sliding_log 3 (gcra is not offered: -1).
 int algorithm_id(config::algorithm a) noexcept;
 
-/// Appends the script's ARGV for `req` (everything after the keys): the time override, n,
-/// then 6 integers per limit, as documented at check().
-void append_check_args(const limiter::check_request& req, std::vector<std::string>& out);
+/// How buckets are laid out in Redis (`store.layout` and `store.hash_groups`).
+struct key_layout {
+  /// true (`layout: hash`, the default): buckets are fields of group hashes
+  /// (limiter::packed_address); false (`layout: key`): one key per bucket.
+  bool packed = true;
+  /// Hashes per limit and identity namespace in the hash layout. Redis keeps a hash compact
+  /// (a listpack) up to `hash-max-listpack-entries` fields (128 by default): size it to about
+  /// active identities / 64.
+  std::uint32_t hash_groups = 65536;
+};
+
+/// Appends everything after the script's name or SHA for `req` under `layout`: numkeys, the
+/// KEYS (one per limit) and the ARGV documented at check(). Sliding-log buckets are never
+/// packed (a log is a list of its own).
+void append_check_command(const limiter::check_request& req, const key_layout& layout,
+                          std::vector<std::string>& out);
 
 }  // namespace sluice::lua

@@ -4,6 +4,7 @@
 /// io_context, running the embedded Lua scripts with EVALSHA.
 
 #include "sluice/store/counter_store.hpp"
+#include "sluice/store/lua_scripts.hpp"
 
 #include <chrono>
 #include <memory>
@@ -24,6 +25,8 @@ struct redis_settings {
   unsigned breaker_failures = 5;
   /// How long the breaker stays open before it lets one probe check through.
   std::chrono::milliseconds breaker_cool_down{500};
+  /// How buckets are laid out in Redis (hash groups by default; lua_scripts.hpp).
+  lua::key_layout layout;
 };
 
 /// A Redis store bound to one executor (a worker's io_context).

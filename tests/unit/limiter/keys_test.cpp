@@ -63,5 +63,42 @@ TEST(bucket_key, hashed_and_raw_forms_cannot_collide) {
   EXPECT_NE(hashed, raw);
 }
 
+// The hash layout: FNV-1a 64 of the bucket's <enc> mod the group count, in hex (values
+// computed independently from the published FNV-1a parameters).
+TEST(packed_address, groups_buckets_by_fnv1a_of_the_identity_part) {
+  auto a = packed_address("sl:{items_key|k|rkey-a}", 65536);
+  EXPECT_EQ(a.key, "sl:{items_key|k|#9746}");
+  EXPECT_EQ(a.field, "rkey-a");
+  EXPECT_EQ(packed_address("sl:{free_minute|k|rkey-0000001}", 65536).key,
+            "sl:{free_minute|k|#2e2e}");
+  EXPECT_EQ(packed_address("sl:{items_key|k|rkey-a}", 1).key, "sl:{items_key|k|#0}");
+  // The whole address is a function of the bucket key: same bucket, same place.
+  EXPECT_EQ(packed_address(bucket_key("l", key_namespace::ip, "::1"), 7).key,
+            packed_address(bucket_key("l", key_namespace::ip, "::1"), 7).key);
+}
+
+TEST(packed_address, round_trips_and_never_meets_a_bucket_key) {
+  for (const std::string& v : {std::string("key-a"), std::string("203.0.113.20"),
+                               std::string("a b c"), std::string(60, 'z')}) {
+    const auto key = bucket_key("docs", key_namespace::header, v);
+    const auto at = packed_address(key, 1024);
+    EXPECT_EQ(unpacked_key(at.key, at.field), key);
+    EXPECT_NE(at.key, key);
+    EXPECT_EQ(at.key.find("sl:{docs|h|#"), 0u) << at.key;
+    // A group key's identity part starts with '#', which no bucket_key() part does.
+    EXPECT_EQ(at.field.front() == 'r' || at.field.front() == 'x', true);
+  }
+}
+
+TEST(packed_address, keys_of_another_shape_stay_whole) {
+  for (const std::string k :
+       {"plain", "{a}:b", "sl:{nobar}", "sl:{a|b}", "sl:{a|k|}", "x:{a|k|rv}"}) {
+    const auto at = packed_address(k, 16);
+    EXPECT_EQ(at.key, k);
+    EXPECT_TRUE(at.field.empty()) << k;
+  }
+  EXPECT_EQ(unpacked_key("sl:{a|k|rv}", "f"), "sl:{a|k|rv}");  // not a group key
+}
+
 }  // namespace
 }  // namespace sluice::limiter

@@ -4,6 +4,7 @@
 #include "sluice/store/lua_scripts.hpp"
 #include "sluice/store/memory_store.hpp"
 #include "sluice/store/redis_store.hpp"
+#include "support/bucket_view.hpp"
 #include "support/redis_server.hpp"
 
 #include <gtest/gtest.h>
@@ -22,8 +23,9 @@
 #include <vector>
 
 // One table of token-bucket sequences (the regression cases' values, in ms of store time),
-// decided by the memory store, by the Lua script run directly on a real redis-server, and by
-// the redis_store (hiredis async) — all three must give the same outcomes, step for step.
+// decided by the memory store, by the Lua script run directly on a real redis-server under
+// both key layouts (a key per bucket; buckets packed into hashes, one or many per hash), and
+// by the redis_store (hiredis async) — all must give the same outcomes, step for step.
 
 namespace sluice {
 namespace {
@@ -187,7 +189,7 @@ check_request make_request(const table_case& c, const std::string& prefix, std::
   check_request req;
   for (const auto& l : c.limits) {
     limiter::limit_check lc;
-    lc.key = "{" + prefix + ":" + c.name + "}:" + l.name;
+    lc.key = limiter::bucket_key(l.name, limiter::key_namespace::global, prefix + "." + c.name);
     lc.bucket = l.params();
     lc.cost = cost;
     lc.shadow = l.shadow;
@@ -197,14 +199,22 @@ check_request make_request(const table_case& c, const std::string& prefix, std::
 }
 
 // The script, run directly with EVAL on the fixture's server (a synchronous connection).
+// The layouts every Redis-side test runs under: a key per bucket, and packed into hashes.
+const lua::key_layout per_key{false, 65536};
+const lua::key_layout packed{true, 65536};
+const lua::key_layout all_in_one_hash{true, 1};  // every bucket of a limit in one hash
+
+std::string layout_name(const lua::key_layout& l) {
+  return !l.packed ? "key" : l.hash_groups == 1 ? "hash1" : "hash";
+}
+
 std::optional<check_outcome> run_lua(test::redis_server& server, const check_request& req,
-                                     std::int64_t now_ms, std::string* error) {
-  std::vector<std::string> argv = {"EVAL", std::string(lua::check()),
-                                   std::to_string(req.limits.size())};
-  for (const auto& l : req.limits) argv.push_back(l.key);
+                                     std::int64_t now_ms, std::string* error,
+                                     const lua::key_layout& layout) {
+  std::vector<std::string> argv = {"EVAL", std::string(lua::check())};
   check_request timed = req;
   timed.now_ms_override = now_ms;
-  lua::append_check_args(timed, argv);
+  lua::append_check_command(timed, layout, argv);
   redis_reply r = server.command(argv);
   if (r.type != redis_reply::kind::array || r.elements.size() != 2 + 5 * req.limits.size()) {
     *error = "unexpected reply: " + r.str;
@@ -305,52 +315,61 @@ TEST_F(token_bucket_table, memory_store) {
 }
 
 TEST_F(token_bucket_table, lua_script) {
-  for (const auto& c : table()) {
-    for (std::size_t s = 0; s < c.steps.size(); ++s) {
-      std::string error;
-      auto got = run_lua(*server_, make_request(c, "lua", c.steps[s].cost),
-                         epoch_ms + c.steps[s].t_ms, &error);
-      ASSERT_TRUE(got) << c.name << " step " << s << ": " << error;
-      expect_step(c, s, "lua", *got);
+  for (const auto& layout : {per_key, packed, all_in_one_hash}) {
+    const std::string name = "lua-" + layout_name(layout);
+    for (const auto& c : table()) {
+      for (std::size_t s = 0; s < c.steps.size(); ++s) {
+        std::string error;
+        auto got = run_lua(*server_, make_request(c, name, c.steps[s].cost),
+                           epoch_ms + c.steps[s].t_ms, &error, layout);
+        ASSERT_TRUE(got) << c.name << " step " << s << ": " << error;
+        expect_step(c, s, name.c_str(), *got);
+      }
     }
   }
 }
 
 TEST_F(token_bucket_table, redis_store) {
-  boost::asio::io_context ioc;
-  store::redis_settings settings;
-  settings.port = server_->port();
-  settings.command_timeout = std::chrono::milliseconds(1000);
-  store::redis_store rs(ioc.get_executor(), settings);
-  rs.start();
-  ASSERT_TRUE(run(ioc, wait_connected(rs)));
-  for (const auto& c : table()) {
-    for (std::size_t s = 0; s < c.steps.size(); ++s) {
-      check_request req = make_request(c, "rs", c.steps[s].cost);
-      req.now_ms_override = epoch_ms + c.steps[s].t_ms;
-      auto got = run(ioc, rs.check(req));
-      ASSERT_TRUE(got.has_value()) << c.name << " step " << s << ": " << got.error().message();
-      expect_step(c, s, "redis_store", *got);
+  for (const auto& layout : {per_key, packed}) {
+    boost::asio::io_context ioc;
+    store::redis_settings settings;
+    settings.port = server_->port();
+    settings.command_timeout = std::chrono::milliseconds(1000);
+    settings.layout = layout;
+    store::redis_store rs(ioc.get_executor(), settings);
+    rs.start();
+    ASSERT_TRUE(run(ioc, wait_connected(rs)));
+    const std::string name = "rs-" + layout_name(layout);
+    for (const auto& c : table()) {
+      for (std::size_t s = 0; s < c.steps.size(); ++s) {
+        check_request req = make_request(c, name, c.steps[s].cost);
+        req.now_ms_override = epoch_ms + c.steps[s].t_ms;
+        auto got = run(ioc, rs.check(req));
+        ASSERT_TRUE(got.has_value()) << c.name << " step " << s << ": " << got.error().message();
+        expect_step(c, s, name.c_str(), *got);
+      }
     }
+    rs.stop();
   }
-  rs.stop();
 }
 
 // The memory store and the script agree on the stored state itself, not only on the outcome.
 TEST_F(token_bucket_table, stored_state_matches) {
+  for (const auto& layout : {per_key, packed}) {
+  const test::bucket_view view{*server_, layout};
+  const std::string name = "same-" + layout_name(layout);
   for (const auto& c : table()) {
     std::int64_t now = 0;
     store::memory_store mem([&now] { return now; });
     for (std::size_t s = 0; s < c.steps.size(); ++s) {
       now = epoch_ms + c.steps[s].t_ms;
-      const auto req_m = make_request(c, "same", c.steps[s].cost);
+      const auto req_m = make_request(c, name, c.steps[s].cost);
       mem.decide(req_m);
       std::string error;
-      ASSERT_TRUE(run_lua(*server_, make_request(c, "same", c.steps[s].cost), now, &error))
-          << error;
+      ASSERT_TRUE(run_lua(*server_, req_m, now, &error, layout)) << error;
       for (const auto& l : req_m.limits) {
         auto m = mem.peek(l.key);
-        auto r = server_->command({"GET", l.key});
+        auto r = view.get(l.key);
         if (!m) {
           EXPECT_EQ(r.type, redis_reply::kind::nil) << c.name << " " << l.key;
         } else {
@@ -359,6 +378,7 @@ TEST_F(token_bucket_table, stored_state_matches) {
         }
       }
     }
+  }
   }
 }
 
@@ -373,6 +393,9 @@ TEST_F(token_bucket_table, random_sequences_agree_and_keep_promises) {
     return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
   };
   for (int round = 0; round < 40; ++round) {
+    // Even rounds a key per bucket, odd rounds packed into hashes.
+    const lua::key_layout layout = round % 2 ? packed : per_key;
+    const test::bucket_view view{*server_, layout};
     table_case c;
     c.name = "random" + std::to_string(round);
     const auto n_limits = pick(1, 3);
@@ -399,18 +422,18 @@ TEST_F(token_bucket_table, random_sequences_agree_and_keep_promises) {
       const std::int64_t cost = pick(1, min_burst);
       const auto req = make_request(c, "rnd", cost);
       // Start the script from the memory store's state (Redis expires keys in real time, the
-      // simulated clock here runs faster): copy it over without a TTL, then decide on both.
+      // simulated clock here runs faster): copy it over with a long TTL, then decide on both.
       for (const auto& lc : req.limits) {
         if (auto st = mem.peek(lc.key)) {
-          server_->command({"SET", lc.key,
-                            std::to_string(st->first) + " " + std::to_string(st->second)});
+          view.set(lc.key, std::to_string(st->first) + " " + std::to_string(st->second),
+                   30LL * 86'400'000);
         } else {
-          server_->command({"DEL", lc.key});
+          view.del(lc.key);
         }
       }
       const auto m = mem.decide(req);
       std::string error;
-      const auto l = run_lua(*server_, req, now, &error);
+      const auto l = run_lua(*server_, req, now, &error, layout);
       ASSERT_TRUE(l) << error;
       SCOPED_TRACE(c.name + " step " + std::to_string(s));
       ASSERT_EQ(m.allowed, l->allowed);
@@ -423,18 +446,22 @@ TEST_F(token_bucket_table, random_sequences_agree_and_keep_promises) {
         ASSERT_EQ(a.retry_after_ms, b.retry_after_ms);
         ASSERT_EQ(a.next_ms, b.next_ms);
         auto state = mem.peek(req.limits[i].key);
-        auto stored = server_->command({"GET", req.limits[i].key});
+        auto stored = view.get(req.limits[i].key);
         if (state) {
           const auto ttl =
               limiter::ttl_ms(state->first, req.limits[i].bucket);  // what the script armed
-          const auto pttl = server_->command({"PTTL", req.limits[i].key}).integer;
+          const auto pttl = view.pttl(req.limits[i].key);
           if (stored.type == redis_reply::kind::nil || pttl == -2) {
             // Redis expires in real time: only a key with a tiny TTL may be gone already.
             EXPECT_LE(ttl, 100);
           } else {
             ASSERT_EQ(level_and_stamp(stored.str),
                       std::to_string(state->first) + " " + std::to_string(state->second));
-            EXPECT_LE(pttl, ttl);
+            // A key's expiry is the bucket's time to full; a hash's is at least that (it
+            // only rises; the value copied in above came with a long one).
+            if (!layout.packed) {
+              EXPECT_LE(pttl, ttl);
+            }
             EXPECT_GE(pttl, std::max<std::int64_t>(0, ttl - 1'000));
           }
           // Promises, from the stored state with no further traffic.
@@ -472,16 +499,19 @@ struct lua_runner {
   test::redis_server& server;
   table_case c;
   std::string prefix;
+  lua::key_layout layout = per_key;
 
   check_outcome at(std::int64_t t_ms, std::int64_t cost = 1) {
     std::string error;
-    auto got = run_lua(server, make_request(c, prefix, cost), epoch_ms + t_ms, &error);
+    auto got = run_lua(server, make_request(c, prefix, cost), epoch_ms + t_ms, &error, layout);
     EXPECT_TRUE(got) << error;
     return got.value_or(check_outcome{});
   }
+  /// The bucket_key() of limit i.
   std::string key(std::size_t i = 0) const {
-    return "{" + prefix + ":" + c.name + "}:" + c.limits[i].name;
+    return make_request(c, prefix, 1).limits[i].key;
   }
+  test::bucket_view view() const { return {server, layout}; }
 };
 
 const table_case& find_case(const std::string& name) {
@@ -491,85 +521,176 @@ const table_case& find_case(const std::string& name) {
   throw std::runtime_error("no case " + name);
 }
 
+// Each of these runs under both layouts: the stored state is the bucket's (a key's value or a
+// hash field) and the expiry is its key's (the bucket's own key, or its group hash).
 TEST_F(token_bucket_table, c03_stored_state_keeps_fractions) {
-  lua_runner r{*server_, find_case("c03_b"), "state"};
-  for (std::int64_t t : {0, 400, 800, 1'200, 1'600}) r.at(t);
-  // 0.4 tokens (400 units of 1000 per token) at t = 1.6 — never 0 tokens at t = 1.6.
-  EXPECT_EQ(server_->command({"GET", r.key()}).str,
-            std::to_string(400) + " " + std::to_string(epoch_ms + 1'600) + " 1000");
-  auto pttl = server_->command({"PTTL", r.key()});
-  EXPECT_GT(pttl.integer, 500);
-  EXPECT_LE(pttl.integer, 600);
+  for (const auto& layout : {per_key, packed}) {
+    SCOPED_TRACE(layout_name(layout));
+    lua_runner r{*server_, find_case("c03_b"), "state-" + layout_name(layout), layout};
+    for (std::int64_t t : {0, 400, 800, 1'200, 1'600}) r.at(t);
+    // 0.4 tokens (400 units of 1000 per token) at t = 1.6 — never 0 tokens at t = 1.6.
+    EXPECT_EQ(r.view().get(r.key()).str,
+              std::to_string(400) + " " + std::to_string(epoch_ms + 1'600) + " 1000");
+    // The key's expiry is the time to full (0.6 s); a hash's is never lowered, so it is still
+    // the largest armed in this (fast-forwarded) run: the 1 s of t = 0.
+    const auto pttl = r.view().pttl(r.key());
+    EXPECT_GT(pttl, 500);
+    EXPECT_LE(pttl, layout.packed ? 1'000 : 600);
+  }
 }
 
 TEST_F(token_bucket_table, c04_balance_and_pttl) {
-  lua_runner r{*server_, find_case("c04"), "state"};
-  r.at(0, 4);
-  r.at(100, 4);
-  r.at(200, 4);
-  r.at(300, 1);
-  // 1.3 tokens, never negative; PTTL = the time to full, 8.7 s.
-  EXPECT_EQ(server_->command({"GET", r.key()}).str, "1300 " + std::to_string(epoch_ms + 300) + " 1000");
-  auto pttl = server_->command({"PTTL", r.key()});
-  EXPECT_GT(pttl.integer, 8'600);
-  EXPECT_LE(pttl.integer, 8'700);
+  for (const auto& layout : {per_key, packed}) {
+    SCOPED_TRACE(layout_name(layout));
+    lua_runner r{*server_, find_case("c04"), "state-" + layout_name(layout), layout};
+    r.at(0, 4);
+    r.at(100, 4);
+    r.at(200, 4);
+    r.at(300, 1);
+    // 1.3 tokens, never negative; PTTL = the time to full, 8.7 s.
+    EXPECT_EQ(r.view().get(r.key()).str, "1300 " + std::to_string(epoch_ms + 300) + " 1000");
+    const auto pttl = r.view().pttl(r.key());
+    EXPECT_GT(pttl, 8'600);
+    EXPECT_LE(pttl, 8'700);
+  }
 }
 
 TEST_F(token_bucket_table, c06_pttl_long_period_and_high_rate) {
-  lua_runner a{*server_, find_case("c06_a"), "state"};
-  a.at(0);
-  auto pttl_a = server_->command({"PTTL", a.key()});
-  EXPECT_GE(pttl_a.integer, 2'591'999'000);
-  EXPECT_LE(pttl_a.integer, 2'592'000'000);
+  for (const auto& layout : {per_key, packed}) {
+    SCOPED_TRACE(layout_name(layout));
+    const std::string prefix = "state-" + layout_name(layout);
+    lua_runner a{*server_, find_case("c06_a"), prefix, layout};
+    a.at(0);
+    const auto pttl_a = a.view().pttl(a.key());
+    EXPECT_GE(pttl_a, 2'591'999'000);
+    EXPECT_LE(pttl_a, 2'592'000'000);
 
-  lua_runner b{*server_, find_case("c06_b"), "state"};
-  b.at(0);
-  auto pttl_b = server_->command({"PTTL", b.key()});
-  // 1 ms: the key is gone already (-2) or expires within 1 ms.
-  EXPECT_TRUE(pttl_b.integer == -2 || (pttl_b.integer >= 0 && pttl_b.integer <= 1))
-      << pttl_b.integer;
+    lua_runner b{*server_, find_case("c06_b"), prefix, layout};
+    b.at(0);
+    const auto pttl_b = b.view().pttl(b.key());
+    // 1 ms: the key is gone already (-2) or expires within 1 ms.
+    EXPECT_TRUE(pttl_b == -2 || (pttl_b >= 0 && pttl_b <= 1)) << pttl_b;
 
-  lua_runner d{*server_, find_case("c06_d"), "state"};
-  d.at(0);
-  EXPECT_LE(server_->command({"PTTL", d.key()}).integer, 10'000);
-  d.at(5'500);
-  auto pttl_d = server_->command({"PTTL", d.key()});
-  EXPECT_GE(pttl_d.integer, 14'400);
-  EXPECT_LE(pttl_d.integer, 14'500);
-  d.at(10'500);
-  d.at(10'500);
-  EXPECT_EQ(server_->command({"GET", d.key()}).str, "500 " + std::to_string(epoch_ms + 10'500) + " 10000");
+    lua_runner d{*server_, find_case("c06_d"), prefix, layout};
+    d.at(0);
+    EXPECT_LE(d.view().pttl(d.key()), 10'000);
+    d.at(5'500);
+    const auto pttl_d = d.view().pttl(d.key());
+    EXPECT_GE(pttl_d, 14'400);
+    EXPECT_LE(pttl_d, 14'500);
+    d.at(10'500);
+    d.at(10'500);
+    EXPECT_EQ(d.view().get(d.key()).str, "500 " + std::to_string(epoch_ms + 10'500) + " 10000");
+  }
 }
 
 TEST_F(token_bucket_table, c07_persisted_key_is_repaired_by_a_refusal) {
-  lua_runner r{*server_, find_case("c07"), "state"};
-  EXPECT_EQ(r.at(0).limits[0].remaining, 1);
-  EXPECT_EQ(r.at(50).limits[0].remaining, 0);
-  ASSERT_EQ(server_->command({"PERSIST", r.key()}).integer, 1);
-  ASSERT_EQ(server_->command({"PTTL", r.key()}).integer, -1);
-  auto refused = r.at(100);
-  EXPECT_FALSE(refused.allowed);
-  EXPECT_EQ(refused.limits[0].retry_after_ms, 9'900);
-  auto pttl = server_->command({"PTTL", r.key()});
-  EXPECT_GT(pttl.integer, 0);
-  EXPECT_LE(pttl.integer, 19'900);
-  EXPECT_EQ(r.at(20'500).limits[0].remaining, 1);
-  EXPECT_EQ(r.at(20'500).limits[0].remaining, 0);
+  for (const auto& layout : {per_key, packed}) {
+    SCOPED_TRACE(layout_name(layout));
+    lua_runner r{*server_, find_case("c07"), "state-" + layout_name(layout), layout};
+    EXPECT_EQ(r.at(0).limits[0].remaining, 1);
+    EXPECT_EQ(r.at(50).limits[0].remaining, 0);
+    ASSERT_EQ(r.view().persist(r.key()), 1);
+    ASSERT_EQ(r.view().pttl(r.key()), -1);
+    auto refused = r.at(100);
+    EXPECT_FALSE(refused.allowed);
+    EXPECT_EQ(refused.limits[0].retry_after_ms, 9'900);
+    const auto pttl = r.view().pttl(r.key());
+    EXPECT_GT(pttl, 0);
+    EXPECT_LE(pttl, 19'900);
+    EXPECT_EQ(r.at(20'500).limits[0].remaining, 1);
+    EXPECT_EQ(r.at(20'500).limits[0].remaining, 0);
+  }
 }
 
 TEST_F(token_bucket_table, full_bucket_key_is_deleted) {
-  lua_runner r{*server_, find_case("multi_refusal_debits_nothing"), "del"};
-  for (std::int64_t t : {0, 10, 20, 30, 1'000}) r.at(t);
-  EXPECT_EQ(server_->command({"EXISTS", r.key(0)}).integer, 1);
-  // t = 1.1 s: `per_second` has refilled to full, `slow` refuses, so nothing is debited and
-  // the full bucket's key is deleted (full == missing), while `slow` keeps its state.
-  auto out = r.at(1'100);
-  EXPECT_FALSE(out.allowed);
-  EXPECT_EQ(out.limits[0].remaining, 10);
-  EXPECT_EQ(out.limits[0].reset_ms, 0);
-  EXPECT_EQ(out.limits[0].next_ms, 0);
-  EXPECT_EQ(server_->command({"EXISTS", r.key(0)}).integer, 0);
-  EXPECT_EQ(server_->command({"GET", r.key(1)}).str, "100 " + std::to_string(epoch_ms + 1'100) + " 1000");
+  for (const auto& layout : {per_key, packed}) {
+    SCOPED_TRACE(layout_name(layout));
+    lua_runner r{*server_, find_case("multi_refusal_debits_nothing"), "del-" + layout_name(layout),
+                 layout};
+    for (std::int64_t t : {0, 10, 20, 30, 1'000}) r.at(t);
+    EXPECT_TRUE(r.view().exists(r.key(0)));
+    // t = 1.1 s: `per_second` has refilled to full, `slow` refuses, so nothing is debited and
+    // the full bucket is deleted (full == missing), while `slow` keeps its state.
+    auto out = r.at(1'100);
+    EXPECT_FALSE(out.allowed);
+    EXPECT_EQ(out.limits[0].remaining, 10);
+    EXPECT_EQ(out.limits[0].reset_ms, 0);
+    EXPECT_EQ(out.limits[0].next_ms, 0);
+    EXPECT_FALSE(r.view().exists(r.key(0)));
+    EXPECT_EQ(r.view().get(r.key(1)).str, "100 " + std::to_string(epoch_ms + 1'100) + " 1000");
+    // An emptied group hash is gone with its last field.
+    if (layout.packed) {
+      EXPECT_EQ(server_->command({"EXISTS", r.view().where(r.key(0)).key}).integer, 0);
+    }
+  }
+}
+
+// ---- the hash layout's own rules ----------------------------------------------------------------
+
+// Buckets that share a hash: the hash's expiry is the latest Reset of its fields (raised,
+// never lowered), and an idle field is deleted by the sweep of a later field's creation while
+// live fields stay.
+TEST_F(token_bucket_table, shared_hash_expiry_rises_and_sweep_deletes_only_idle_fields) {
+  const test::bucket_view view{*server_, all_in_one_hash};
+  auto request = [](const std::string& limit, const std::string& who, std::int64_t period_ms) {
+    table_case c;
+    c.name = who;
+    c.limits.push_back({limit, 1, period_ms, 2});
+    return make_request(c, "sweep", 1);
+  };
+  std::string error;
+  // Expiry: a slow bucket (1 per 60 s, burst 2: 60 s to full after one request), then a fast
+  // one (1 per 1 s) of the same limit (as after a reload that changed its rate) in the hash.
+  const auto slow = request("expiry_limit", "slow", 60'000);
+  ASSERT_TRUE(run_lua(*server_, slow, epoch_ms, &error, all_in_one_hash)) << error;
+  const std::string expiry_hash = view.where(slow.limits[0].key).key;
+  EXPECT_GT(server_->command({"PTTL", expiry_hash}).integer, 59'000);
+  ASSERT_TRUE(run_lua(*server_, request("expiry_limit", "fast", 1'000), epoch_ms, &error,
+                      all_in_one_hash))
+      << error;
+  EXPECT_GT(server_->command({"PTTL", expiry_hash}).integer, 59'000) << "never lowered";
+  EXPECT_EQ(server_->command({"HLEN", expiry_hash}).integer, 2);
+
+  // Sweep: every bucket 1 per 1 s, burst 2. `idle` is debited at t = 0 and full (idle) from
+  // t = 1 s; at t = 30 s `live` is debited, then new buckets are made one by one. Each creation
+  // samples 2 fields: `idle` goes, `live` and every new bucket stay.
+  const auto idle = request("sweep_limit", "idle", 1'000);
+  ASSERT_TRUE(run_lua(*server_, idle, epoch_ms, &error, all_in_one_hash)) << error;
+  const std::int64_t later = epoch_ms + 30'000;
+  const auto live = request("sweep_limit", "live", 1'000);
+  ASSERT_TRUE(run_lua(*server_, live, later, &error, all_in_one_hash)) << error;
+  const std::string hash = view.where(idle.limits[0].key).key;
+  int created = 0;
+  while (created < 40 && view.exists(idle.limits[0].key)) {
+    ASSERT_TRUE(run_lua(*server_, request("sweep_limit", "new" + std::to_string(created++), 1'000),
+                        later, &error, all_in_one_hash))
+        << error;
+  }
+  EXPECT_FALSE(view.exists(idle.limits[0].key)) << "an idle field is swept";
+  EXPECT_TRUE(view.exists(live.limits[0].key));
+  for (int i = 0; i < created; ++i)
+    EXPECT_TRUE(view.exists(request("sweep_limit", "new" + std::to_string(i), 1'000).limits[0].key))
+        << i;
+  EXPECT_EQ(server_->command({"HLEN", hash}).integer, created + 1);
+  auto again = run_lua(*server_, live, later, &error, all_in_one_hash);
+  ASSERT_TRUE(again) << error;
+  EXPECT_EQ(again->limits[0].remaining, 0) << "the live bucket kept its balance";
+}
+
+// A hash-layout bucket whose group key holds another type (a string left by an operator or
+// another layout) replaces it instead of failing the check.
+TEST_F(token_bucket_table, group_key_of_another_type_is_replaced) {
+  const test::bucket_view view{*server_, packed};
+  const auto req = make_request(find_case("c02"), "wrongtype", 1);
+  const std::string hash = view.where(req.limits[0].key).key;
+  server_->command({"SET", hash, "junk"});
+  std::string error;
+  auto out = run_lua(*server_, req, epoch_ms, &error, packed);
+  ASSERT_TRUE(out) << error;
+  EXPECT_TRUE(out->allowed);
+  EXPECT_EQ(server_->command({"TYPE", hash}).str, "hash");
+  EXPECT_GT(server_->command({"PTTL", hash}).integer, 0);
 }
 
 TEST_F(token_bucket_table, script_rejects_bad_arguments) {
@@ -577,10 +698,10 @@ TEST_F(token_bucket_table, script_rejects_bad_arguments) {
   EXPECT_EQ(r.type, redis_reply::kind::error);
   // A zero refill, and a capacity above 2^53 (2 * 2^52 + 2^52 units), are refused unwritten.
   auto zero = server_->command({"EVAL", std::string(lua::check()), "1", "{bad}:k", "-1",
-                                "1", "0", "0", "1", "1", "1", "0"});
+                                "1", "0", "0", "1", "1", "1", "0", ""});
   EXPECT_EQ(zero.type, redis_reply::kind::error);
   auto huge = server_->command({"EVAL", std::string(lua::check()), "1", "{bad}:k", "-1",
-                                "1", "0", "1", "4503599627370496", "3", "1", "0"});
+                                "1", "0", "1", "4503599627370496", "3", "1", "0", ""});
   EXPECT_EQ(huge.type, redis_reply::kind::error) << huge.str;
   EXPECT_EQ(server_->command({"EXISTS", "{bad}:k"}).integer, 0);
 }
@@ -588,7 +709,7 @@ TEST_F(token_bucket_table, script_rejects_bad_arguments) {
 TEST_F(token_bucket_table, script_uses_redis_time_without_override) {
   check_request req = make_request(find_case("c02"), "time", 1);
   std::vector<std::string> argv = {"EVAL", std::string(lua::check()), "1",
-                                   req.limits[0].key, "-1", "1", "0", "1", "10000", "2", "1", "0"};
+                                   req.limits[0].key, "-1", "1", "0", "1", "10000", "2", "1", "0", ""};
   auto r = server_->command(argv);
   ASSERT_EQ(r.type, redis_reply::kind::array);
   const auto host_ms = std::chrono::duration_cast<std::chrono::milliseconds>(

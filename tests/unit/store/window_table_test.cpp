@@ -3,6 +3,7 @@
 
 #include "sluice/store/lua_scripts.hpp"
 #include "sluice/store/memory_store.hpp"
+#include "support/bucket_view.hpp"
 #include "support/redis_server.hpp"
 
 #include <gtest/gtest.h>
@@ -165,7 +166,7 @@ check_request make_request(const table_case& c, const std::string& prefix, std::
   check_request req;
   for (const auto& l : c.limits) {
     limiter::limit_check lc;
-    lc.key = "{" + prefix + ":" + c.name + "}:" + l.name;
+    lc.key = limiter::bucket_key(l.name, limiter::key_namespace::global, prefix + "." + c.name);
     lc.algorithm = l.algo;
     lc.bucket = l.params();
     lc.cost = cost;
@@ -175,14 +176,23 @@ check_request make_request(const table_case& c, const std::string& prefix, std::
   return req;
 }
 
+// The layouts the Redis-side tests run under: a key per bucket, and packed into hashes (the
+// sliding log always has a key of its own).
+const lua::key_layout per_key{false, 65536};
+const lua::key_layout packed{true, 65536};
+const lua::key_layout all_in_one_hash{true, 1};
+
+std::string layout_name(const lua::key_layout& l) {
+  return !l.packed ? "key" : l.hash_groups == 1 ? "hash1" : "hash";
+}
+
 std::optional<check_outcome> run_lua(test::redis_server& server, const check_request& req,
-                                     std::int64_t now_ms, std::string* error) {
-  std::vector<std::string> argv = {"EVAL", std::string(lua::check()),
-                                   std::to_string(req.limits.size())};
-  for (const auto& l : req.limits) argv.push_back(l.key);
+                                     std::int64_t now_ms, std::string* error,
+                                     const lua::key_layout& layout) {
+  std::vector<std::string> argv = {"EVAL", std::string(lua::check())};
   check_request timed = req;
   timed.now_ms_override = now_ms;
-  lua::append_check_args(timed, argv);
+  lua::append_check_command(timed, layout, argv);
   redis_reply r = server.command(argv);
   if (r.type != redis_reply::kind::array || r.elements.size() != 2 + 5 * req.limits.size()) {
     *error = "unexpected reply: " + r.str;
@@ -206,7 +216,7 @@ std::optional<check_outcome> run_lua(test::redis_server& server, const check_req
 
 // The stored state in the memory store's peek_state format.
 std::optional<std::string> redis_state(test::redis_server& server, const std::string& key,
-                                       algorithm a) {
+                                       algorithm a, const lua::key_layout& layout) {
   if (a == sl) {
     auto r = server.command({"LRANGE", key, "0", "-1"});
     if (r.elements.empty()) return std::nullopt;
@@ -214,21 +224,24 @@ std::optional<std::string> redis_state(test::redis_server& server, const std::st
     for (const auto& e : r.elements) out += (out.empty() ? "" : ",") + e.str;
     return out;
   }
-  auto r = server.command({"GET", key});
+  auto r = test::bucket_view{server, layout}.get(key);
   if (r.type == redis_reply::kind::nil) return std::nullopt;
   return r.str;
 }
 
-// Copies a memory-store state into redis (no TTL): Redis expires keys in real time, while the
-// simulated clock of these tests runs much faster.
+// Copies a memory-store state into redis (with a TTL of a day): Redis expires keys in real
+// time, while the simulated clock of these tests runs much faster.
 void seed_redis(test::redis_server& server, const std::string& key,
-                const std::optional<std::string>& state, algorithm a) {
-  server.command({"DEL", key});
-  if (!state) return;
+                const std::optional<std::string>& state, algorithm a,
+                const lua::key_layout& layout) {
   if (a != sl) {
-    server.command({"SET", key, *state});
+    const test::bucket_view view{server, layout};
+    view.del(key);
+    if (state) view.set(key, *state, 86'400'000);
     return;
   }
+  server.command({"DEL", key});
+  if (!state) return;
   std::vector<std::string> argv = {"RPUSH", key};
   std::string::size_type pos = 0;
   while (pos <= state->size()) {
@@ -283,31 +296,37 @@ TEST_F(window_table, memory_store) {
 }
 
 TEST_F(window_table, lua_script) {
-  for (const auto& c : table()) {
-    for (std::size_t s = 0; s < c.steps.size(); ++s) {
-      std::string error;
-      auto got = run_lua(*server_, make_request(c, "lua", c.steps[s].cost),
-                         epoch_ms + c.steps[s].t_ms, &error);
-      ASSERT_TRUE(got) << c.name << " step " << s << ": " << error;
-      expect_step(c, s, "lua", *got);
+  for (const auto& layout : {per_key, packed, all_in_one_hash}) {
+    const std::string name = "lua-" + layout_name(layout);
+    for (const auto& c : table()) {
+      for (std::size_t s = 0; s < c.steps.size(); ++s) {
+        std::string error;
+        auto got = run_lua(*server_, make_request(c, name, c.steps[s].cost),
+                           epoch_ms + c.steps[s].t_ms, &error, layout);
+        ASSERT_TRUE(got) << c.name << " step " << s << ": " << error;
+        expect_step(c, s, name.c_str(), *got);
+      }
     }
   }
 }
 
 TEST_F(window_table, stored_state_matches) {
-  for (const auto& c : table()) {
-    std::int64_t now = 0;
-    store::memory_store mem([&now] { return now; });
-    for (std::size_t s = 0; s < c.steps.size(); ++s) {
-      now = epoch_ms + c.steps[s].t_ms;
-      const auto req = make_request(c, "same", c.steps[s].cost);
-      mem.decide(req);
-      std::string error;
-      ASSERT_TRUE(run_lua(*server_, req, now, &error)) << error;
-      for (std::size_t i = 0; i < req.limits.size(); ++i) {
-        const auto& l = req.limits[i];
-        EXPECT_EQ(mem.peek_state(l.key), redis_state(*server_, l.key, l.algorithm))
-            << c.name << " step " << s << " " << l.key;
+  for (const auto& layout : {per_key, packed}) {
+    const std::string name = "same-" + layout_name(layout);
+    for (const auto& c : table()) {
+      std::int64_t now = 0;
+      store::memory_store mem([&now] { return now; });
+      for (std::size_t s = 0; s < c.steps.size(); ++s) {
+        now = epoch_ms + c.steps[s].t_ms;
+        const auto req = make_request(c, name, c.steps[s].cost);
+        mem.decide(req);
+        std::string error;
+        ASSERT_TRUE(run_lua(*server_, req, now, &error, layout)) << error;
+        for (std::size_t i = 0; i < req.limits.size(); ++i) {
+          const auto& l = req.limits[i];
+          EXPECT_EQ(mem.peek_state(l.key), redis_state(*server_, l.key, l.algorithm, layout))
+              << c.name << " step " << s << " " << l.key;
+        }
       }
     }
   }
@@ -316,25 +335,33 @@ TEST_F(window_table, stored_state_matches) {
 // c07 for every window algorithm: a key found without a TTL is re-armed by the next call (a
 // refusal too), to at most its Reset; a fixed window's key is gone after its window.
 TEST_F(window_table, persisted_keys_are_re_armed) {
+  for (const auto& layout : {per_key, packed}) {
   for (auto a : {fw, sw, sl}) {
+    SCOPED_TRACE(layout_name(layout));
     table_case c{"persist" + std::to_string(static_cast<int>(a)), {{"k", a, 2, 10'000}}, {}};
-    const auto req = make_request(c, "ttl", 1);
-    const std::string key = req.limits[0].key;
+    const auto req = make_request(c, "ttl-" + layout_name(layout), 1);
+    // The key holding the bucket: its own, or its group hash (never for the sliding log).
+    const std::string key = test::bucket_view{*server_, layout}.where(req.limits[0].key, a == sl).key;
     std::string error;
     const auto host_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
-    ASSERT_TRUE(run_lua(*server_, req, host_ms, &error)) << error;
+    ASSERT_TRUE(run_lua(*server_, req, host_ms, &error, layout)) << error;
     ASSERT_EQ(server_->command({"PERSIST", key}).integer, 1);
     ASSERT_EQ(server_->command({"PTTL", key}).integer, -1);
-    auto second = run_lua(*server_, req, host_ms + 10, &error);
+    auto second = run_lua(*server_, req, host_ms + 10, &error, layout);
     ASSERT_TRUE(second) << error;
-    auto third = run_lua(*server_, req, host_ms + 20, &error);  // refused: 2 per window
+    auto third = run_lua(*server_, req, host_ms + 20, &error, layout);  // refused: 2 per window
     ASSERT_TRUE(third);
     EXPECT_FALSE(third->allowed);
     const auto pttl = server_->command({"PTTL", key}).integer;
     EXPECT_GT(pttl, 0) << key;
-    EXPECT_LE(pttl, third->limits[0].reset_ms) << key;
+    // A key is re-armed to its Reset; a hash's expiry is never lowered: the largest armed.
+    const auto armed = layout.packed && a != sl
+                           ? std::max(second->limits[0].reset_ms, third->limits[0].reset_ms)
+                           : third->limits[0].reset_ms;
+    EXPECT_LE(pttl, armed) << key;
+  }
   }
 }
 
@@ -346,13 +373,13 @@ TEST_F(window_table, key_of_another_type_is_replaced) {
   auto req = make_request(c, "x", 1);
   req.limits[0].key = "{type}:k";
   std::string error;
-  auto got = run_lua(*server_, req, epoch_ms, &error);
+  auto got = run_lua(*server_, req, epoch_ms, &error, per_key);
   ASSERT_TRUE(got) << error;
   EXPECT_EQ(got->limits[0].remaining, 1);
   server_->command({"SET", "{type}:l", "5 7"});
   req.limits[0].algorithm = sl;
   req.limits[0].key = "{type}:l";
-  got = run_lua(*server_, req, epoch_ms, &error);
+  got = run_lua(*server_, req, epoch_ms, &error, per_key);
   ASSERT_TRUE(got) << error;
   EXPECT_EQ(got->limits[0].remaining, 1);
 }
@@ -361,10 +388,10 @@ TEST_F(window_table, script_rejects_bad_window_arguments) {
   const std::string s(lua::check());
   // Window 0 ms, limit 0, unknown algorithm, N·P above 2^53 for the sliding counter.
   for (std::vector<std::string> args :
-       {std::vector<std::string>{"1", "0", "5", "0", "1", "0"},
-        std::vector<std::string>{"1", "1000", "0", "0", "1", "0"},
-        std::vector<std::string>{"9", "1000", "5", "0", "1", "0"},
-        std::vector<std::string>{"2", "86400000", "200000000", "0", "1", "0"}}) {
+       {std::vector<std::string>{"1", "0", "5", "0", "1", "0", ""},
+        std::vector<std::string>{"1", "1000", "0", "0", "1", "0", ""},
+        std::vector<std::string>{"9", "1000", "5", "0", "1", "0", ""},
+        std::vector<std::string>{"2", "86400000", "200000000", "0", "1", "0", ""}}) {
     std::vector<std::string> argv = {"EVAL", s, "1", "{bad}:w", "-1", "1"};
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = server_->command(argv);
@@ -385,6 +412,9 @@ TEST_F(window_table, random_sequences_agree_and_keep_promises) {
     return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
   };
   for (int round = 0; round < 30; ++round) {
+    // Rounds alternate: a key per bucket, packed into hashes, all of a limit in one hash.
+    const lua::key_layout layout =
+        round % 3 == 0 ? per_key : round % 3 == 1 ? packed : all_in_one_hash;
     table_case c;
     c.name = "rnd" + std::to_string(round);
     const auto n_limits = pick(1, 3);
@@ -411,13 +441,13 @@ TEST_F(window_table, random_sequences_agree_and_keep_promises) {
       high = std::max(high, now);
       const auto req = make_request(c, "rnd", pick(1, min_quota));
       for (const auto& lc : req.limits)
-        seed_redis(*server_, lc.key, mem.peek_state(lc.key), lc.algorithm);
+        seed_redis(*server_, lc.key, mem.peek_state(lc.key), lc.algorithm, layout);
       const auto m = mem.decide(req);
       history.emplace_back(now, req);
       std::string error;
-      const auto l = run_lua(*server_, req, now, &error);
+      const auto l = run_lua(*server_, req, now, &error, layout);
       ASSERT_TRUE(l) << error;
-      SCOPED_TRACE(c.name + " step " + std::to_string(s));
+      SCOPED_TRACE(c.name + " step " + std::to_string(s) + " " + layout_name(layout));
       ASSERT_EQ(m.allowed, l->allowed);
       for (std::size_t i = 0; i < req.limits.size(); ++i) {
         const auto& a = m.limits[i];
@@ -429,7 +459,8 @@ TEST_F(window_table, random_sequences_agree_and_keep_promises) {
         ASSERT_EQ(a.reset_ms, b.reset_ms);
         ASSERT_EQ(a.retry_after_ms, b.retry_after_ms);
         ASSERT_EQ(a.next_ms, b.next_ms);
-        const auto stored = redis_state(*server_, req.limits[i].key, req.limits[i].algorithm);
+        const auto stored =
+            redis_state(*server_, req.limits[i].key, req.limits[i].algorithm, layout);
         if (stored) {
           EXPECT_EQ(mem.peek_state(req.limits[i].key), stored);
         } else {

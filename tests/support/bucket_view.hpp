@@ -1,0 +1,91 @@
+#pragma once
+/// @file
+/// Test helper: reads and pokes a bucket's stored state in a real Redis under either key
+/// layout (`store.layout`), so one test body checks both. A bucket is named by its
+/// bucket_key(); under the hash layout it is a field of a group hash (limiter::packed_address),
+/// and "the bucket's key" (PTTL, PERSIST) is that hash. Sliding-log buckets are never packed.
+/// Header-only; link redis_server.
+
+#include "sluice/limiter/keys.hpp"
+#include "sluice/store/lua_scripts.hpp"
+#include "support/redis_server.hpp"
+
+#include <set>
+#include <string>
+
+namespace sluice::test {
+
+/// A view of the buckets of one Redis under `layout`.
+struct bucket_view {
+  const redis_server& server;
+  lua::key_layout layout;
+
+  /// Where the bucket `key` lives (per key, or field of a group hash).
+  limiter::store_address where(const std::string& key, bool log = false) const {
+    if (!layout.packed || log) return {key, {}};
+    return limiter::packed_address(key, layout.hash_groups);
+  }
+  /// The stored string (nil when absent).
+  redis_reply get(const std::string& key) const {
+    const auto at = where(key);
+    if (at.field.empty()) return server.command({"GET", at.key});
+    return server.command({"HGET", at.key, at.field});
+  }
+  /// PTTL of the Redis key holding the bucket.
+  long long pttl(const std::string& key) const {
+    return server.command({"PTTL", where(key).key}).integer;
+  }
+  /// PERSIST of the Redis key holding the bucket (1 when an expiry was removed).
+  long long persist(const std::string& key) const {
+    return server.command({"PERSIST", where(key).key}).integer;
+  }
+  /// Whether the bucket itself is stored (EXISTS, or HEXISTS of its field).
+  bool exists(const std::string& key) const {
+    const auto at = where(key);
+    if (at.field.empty()) return server.command({"EXISTS", at.key}).integer == 1;
+    return server.command({"HEXISTS", at.key, at.field}).integer == 1;
+  }
+  /// Stores `value` as the bucket's state with an expiry of `px_ms` (for a hash: the hash's).
+  void set(const std::string& key, const std::string& value, long long px_ms) const {
+    const auto at = where(key);
+    if (at.field.empty()) {
+      server.command({"SET", at.key, value, "PX", std::to_string(px_ms)});
+      return;
+    }
+    // Lift the hash's expiry first: one about to expire must not take the new field with it
+    // between the HSET and the PEXPIRE. (Tests use a px_ms above any expiry the script sets.)
+    server.command({"PEXPIRE", at.key, std::to_string(px_ms)});
+    server.command({"HSET", at.key, at.field, value});
+    server.command({"PEXPIRE", at.key, std::to_string(px_ms)});
+  }
+  /// Removes the bucket's state.
+  void del(const std::string& key) const {
+    const auto at = where(key);
+    if (at.field.empty())
+      server.command({"DEL", at.key});
+    else
+      server.command({"HDEL", at.key, at.field});
+  }
+  /// Every bucket stored under keys matching `pattern` (SCAN), as bucket_key()s: the fields
+  /// of group hashes are listed as the buckets they hold.
+  std::set<std::string> buckets(const std::string& pattern = "sl:*") const {
+    std::set<std::string> out;
+    std::string cursor = "0";
+    do {
+      auto r = server.command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+      if (r.type != redis_reply::kind::array || r.elements.size() != 2) break;
+      cursor = r.elements[0].str;
+      for (const auto& k : r.elements[1].elements) {
+        if (server.command({"TYPE", k.str}).str != "hash") {
+          out.insert(k.str);
+          continue;
+        }
+        for (const auto& f : server.command({"HKEYS", k.str}).elements)
+          out.insert(limiter::unpacked_key(k.str, f.str));
+      }
+    } while (cursor != "0");
+    return out;
+  }
+};
+
+}  // namespace sluice::test
