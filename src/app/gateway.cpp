@@ -7,6 +7,7 @@
 
 #include "sluice/app/gateway.hpp"
 
+#include "request_counters.hpp"
 #include "sluice/errc.hpp"
 
 #include "sluice/http/headers.hpp"
@@ -33,6 +34,7 @@
 #include <cstdlib>
 #include <condition_variable>
 #include <future>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <random>
@@ -56,11 +58,11 @@ struct snapshot {
   std::uint64_t generation;
 };
 
+// Process-wide counters that no request touches; per-request counts are each worker's own
+// (request_counters), summed when read.
 struct counters {
-  std::atomic<std::uint64_t> requests{0}, allowed{0}, rejected{0}, unlimited{0}, fail_open{0},
-      fail_closed{0}, local{0}, bad_requests{0}, upstream_errors{0}, reloads{0},
-      reload_failures{0};
-  std::atomic<std::uint64_t> shadow_rejections{0};  // requests a shadow limit would refuse
+  std::atomic<std::uint64_t> reloads{0}, reload_failures{0};
+  std::atomic<std::int64_t> loaded_unix_ms{0};  // when the snapshot in force was installed
 };
 
 /// State shared by every worker: the current snapshot, counters, the local fallback store.
@@ -108,7 +110,7 @@ class gateway_handler final : public http::request_handler {
       : shared_(shared), store_(std::move(store)), pool_(ex), directory_(std::move(directory)) {}
 
   asio::awaitable<response> handle(request req, http::request_context ctx) override {
-    shared_.count.requests.fetch_add(1, std::memory_order_relaxed);
+    counters_.requests.add();
     // One snapshot decides the whole request, whatever reloads happen meanwhile.
     const std::shared_ptr<const snapshot> snap = shared_.current.load();
     const config::rules& rules = *snap->rules;
@@ -118,28 +120,29 @@ class gateway_handler final : public http::request_handler {
     // through to another route would skip the POST route's limits. Refuse it instead.
     if (std::any_of(req.method_string().begin(), req.method_string().end(),
                     [](char c) { return c >= 'a' && c <= 'z'; })) {
-      shared_.count.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      counters_.bad_requests.add();
       co_return problem(version, bhttp::status::bad_request, "Bad Request",
                         "method names are case-sensitive and sluice routes upper-case methods");
     }
     auto target = http::canonicalize(req.target());
     if (!target) {
-      shared_.count.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      counters_.bad_requests.add();
       co_return problem(version, bhttp::status::bad_request, "Bad Request",
                         "the request target cannot be made canonical");
     }
     const config::route* route = snap->router.match(req.method_string(), req[bhttp::field::host], target->path);
     if (route == nullptr) {
-      shared_.count.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      counters_.bad_requests.add();
       co_return problem(version, bhttp::status::not_found, "Not Found", "no route matches");
     }
+    route_counters& counted = counters_.of(rules, snap->generation, *route);
 
     const auto peer = ctx.peer.address();
     const auto client = identity::client_address(peer, req, rules.identity.trusted_proxies);
     // API key → plan: inline map, key file, then the store-backed directory (cached).
     auto presented = identity::presented_key(rules, req, target->query);
     if (std::holds_alternative<identity::caller_error>(presented)) {
-      shared_.count.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      counters_.bad_requests.add();
       co_return problem(version, bhttp::status::bad_request, "Bad Request",
                         "an identity header was sent twice with different values");
     }
@@ -149,7 +152,7 @@ class gateway_handler final : public http::request_handler {
       plan = co_await directory_plan(rules.identity.directory, key);
     auto identified = identity::make_caller(rules, std::move(key), std::move(plan), client);
     if (auto* err = std::get_if<identity::caller_error>(&identified)) {
-      shared_.count.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      counters_.bad_requests.add();
       if (*err == identity::caller_error::unknown_key) {
         auto res = problem(version, bhttp::status::unauthorized, "Unauthorized",
                            "a valid API key is required");
@@ -194,7 +197,7 @@ class gateway_handler final : public http::request_handler {
     for (const config::limit* l : limits) {
       auto id = identity::limit_identity(*l, who, rules, req);
       if (!id) {
-        shared_.count.bad_requests.fetch_add(1, std::memory_order_relaxed);
+        counters_.bad_requests.add();
         co_return problem(version, bhttp::status::bad_request, "Bad Request",
                           "an identity header was sent twice with different values");
       }
@@ -207,21 +210,23 @@ class gateway_handler final : public http::request_handler {
 
     const config::upstream& up = rules.upstreams.at(route->upstream);
     if (check.limits.empty()) {
-      shared_.count.unlimited.fetch_add(1, std::memory_order_relaxed);
-      co_return co_await forward(std::move(req), *target, up, peer, false, {});
+      counted.unlimited.add();
+      co_return co_await forward(std::move(req), *target, up, peer, false, {}, &counted);
     }
 
+    const auto asked = std::chrono::steady_clock::now();
     auto decided = co_await store_->check(check);
+    counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
     if (!decided) {
       switch (route->on_store_failure) {
         case config::failure_policy::fail_open: {
-          shared_.count.fail_open.fetch_add(1, std::memory_order_relaxed);
+          counted.fail_open.add();
           log_store_failure(decided.error(), route->name, "fail_open");
           // Nothing true can be said about the quota: no quota fields.
-          co_return co_await forward(std::move(req), *target, up, peer, true, {});
+          co_return co_await forward(std::move(req), *target, up, peer, true, {}, &counted);
         }
         case config::failure_policy::fail_closed: {
-          shared_.count.fail_closed.fetch_add(1, std::memory_order_relaxed);
+          counted.fail_closed.add();
           log_store_failure(decided.error(), route->name, "fail_closed");
           auto res = problem(version, bhttp::status::service_unavailable,
                              "Rate Limiter Unavailable",
@@ -230,7 +235,7 @@ class gateway_handler final : public http::request_handler {
           co_return res;
         }
         case config::failure_policy::local: {
-          shared_.count.local.fetch_add(1, std::memory_order_relaxed);
+          counted.local.add();
           log_store_failure(decided.error(), route->name, "local");
           for (std::size_t i = 0; i < check.limits.size(); ++i) {
             check.limits[i].bucket = scaled(*limits[i]->find_params(who.plan),
@@ -250,7 +255,7 @@ class gateway_handler final : public http::request_handler {
       req.set(rules.decision_time_header, std::to_string(outcome.now_ms));
     const auto shadow_hits = limiter::shadow_violations(applied, outcome);
     if (!shadow_hits.empty()) {
-      shared_.count.shadow_rejections.fetch_add(1, std::memory_order_relaxed);
+      counted.shadow_limited.add();
       if (!rules.shadow_header.empty()) {
         std::string names;
         for (const auto& n : shadow_hits) names += (names.empty() ? "" : ", ") + n;
@@ -259,7 +264,7 @@ class gateway_handler final : public http::request_handler {
     }
     auto fields = limiter::quota_headers(applied, outcome, rules.headers);
     if (!outcome.allowed) {
-      shared_.count.rejected.fetch_add(1, std::memory_order_relaxed);
+      counted.limited.add();
       // `retry_after_jitter:` only ever adds to the honest wait.
       const auto retry = limiter::jittered_retry_after(
           limiter::retry_after_seconds(applied, outcome), rules.retry_after_jitter, jitter_());
@@ -271,8 +276,18 @@ class gateway_handler final : public http::request_handler {
       res.set(bhttp::field::retry_after, std::to_string(retry));
       co_return res;
     }
-    shared_.count.allowed.fetch_add(1, std::memory_order_relaxed);
-    co_return co_await forward(std::move(req), *target, up, peer, true, std::move(fields));
+    counted.allowed.add();
+    co_return co_await forward(std::move(req), *target, up, peer, true, std::move(fields),
+                               &counted);
+  }
+
+  /// This worker's request counters (any thread may read them).
+  const request_counters& counters() const { return counters_; }
+  /// This worker's upstream pool (its stats() may be read from any thread).
+  const http::upstream_pool& pool() const { return pool_; }
+  /// This worker's plan directory cache counters. Worker thread only.
+  identity::plan_cache::counters plan_cache_stats() const {
+    return cache_ ? cache_->stats() : identity::plan_cache::counters{};
   }
 
  private:
@@ -318,7 +333,8 @@ class gateway_handler final : public http::request_handler {
 
   asio::awaitable<response> forward(request req, http::canonical_target target,
                                     const config::upstream& up, asio::ip::address peer,
-                                    bool limited, std::vector<limiter::header_field> fields) {
+                                    bool limited, std::vector<limiter::header_field> fields,
+                                    route_counters* counted) {
     const unsigned version = req.version();
     std::string path = up.base_path + target.path;
     if (!target.query.empty()) path += "?" + target.query;
@@ -326,8 +342,8 @@ class gateway_handler final : public http::request_handler {
     http::prepare_upstream_request(req, path, peer_text);
     auto sent = co_await pool_.send(up, std::move(req));
     if (!sent) {
-      shared_.count.upstream_errors.fetch_add(1, std::memory_order_relaxed);
       const bool timeout = sent.error() == sluice::errc::upstream_timeout;
+      (timeout ? counted->gateway_timeout : counted->bad_gateway).add();
       auto res = problem(version,
                          timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway,
                          timeout ? "Gateway Timeout" : "Bad Gateway",
@@ -355,11 +371,17 @@ class gateway_handler final : public http::request_handler {
   shared_state& shared_;
   std::shared_ptr<store::counter_store> store_;
   http::upstream_pool pool_;
+  request_counters counters_;  // this worker's; summed by gateway::stats() and sample()
   std::mt19937_64 jitter_{std::random_device{}()};  // Retry-After jitter; this worker's only
   std::shared_ptr<store::redis_directory> directory_;  // null without a redis store
   std::unique_ptr<identity::plan_cache> cache_;        // this worker's directory cache
   std::string cache_hash_;                             // the hash cache_ holds entries of
 };
+
+std::int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 std::pair<std::string, std::uint16_t> split_host_port(const std::string& text) {
   auto colon = text.rfind(':');
@@ -421,11 +443,37 @@ struct gateway::impl {
     if (answer.wait_for(std::chrono::seconds(1)) != std::future_status::ready) return {};
     return answer.get();
   }
+
+  /// What a scrape reads on a worker's own thread: its store's counters and its plan
+  /// directory cache's (plain counters, owned by the worker).
+  struct worker_sample {
+    store::store_stats store;
+    identity::plan_cache::counters plan_cache;
+  };
+  std::mutex sample_mutex;                  // one scrape at a time; guards last_samples
+  std::vector<worker_sample> last_samples;  // per worker: the last read (counters never go back)
+
+  /// Worker `i`'s sample, read on its thread while it runs. A worker that does not answer
+  /// within 1 s (or one stopping) gets its last sample again. sample_mutex held.
+  worker_sample sample_of(std::size_t i) {
+    worker& w = *workers[i];
+    if (last_samples.size() < workers.size()) last_samples.resize(workers.size());
+    if (!started) return last_samples[i] = {w.store->stats(), w.handler->plan_cache_stats()};
+    if (stopped) return last_samples[i];
+    auto shared = std::make_shared<std::promise<worker_sample>>();
+    auto answer = shared->get_future();
+    asio::post(w.ioc, [shared, wp = &w] {
+      shared->set_value({wp->store->stats(), wp->handler->plan_cache_stats()});
+    });
+    if (answer.wait_for(std::chrono::seconds(1)) != std::future_status::ready) return last_samples[i];
+    return last_samples[i] = answer.get();
+  }
 };
 
 gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options options)
     : impl_(std::make_unique<impl>()) {
   impl_->shared.current.store(std::make_shared<const snapshot>(rules, 1));
+  impl_->shared.count.loaded_unix_ms = unix_ms_now();
 
   unsigned n = options.workers ? options.workers : rules->workers;
   if (n == 0) n = std::max(1u, std::thread::hardware_concurrency());
@@ -552,6 +600,7 @@ asio::ip::tcp::endpoint gateway::endpoint() const {
 void gateway::reload(std::shared_ptr<const config::rules> rules) {
   const auto gen = impl_->generation.fetch_add(1) + 1;
   impl_->shared.current.store(std::make_shared<const snapshot>(std::move(rules), gen));
+  impl_->shared.count.loaded_unix_ms = unix_ms_now();
   impl_->shared.count.reloads.fetch_add(1);
 }
 
@@ -562,27 +611,30 @@ gateway::current_rules gateway::current() const {
   return {snap->rules, snap->generation};
 }
 
-gateway_stats gateway::stats() const {
-  gateway_stats s;
-  const auto& c = impl_->shared.count;
-  s.requests = c.requests.load();
-  s.allowed = c.allowed.load();
-  s.rejected = c.rejected.load();
-  s.unlimited = c.unlimited.load();
-  s.fail_open = c.fail_open.load();
-  s.fail_closed = c.fail_closed.load();
-  s.local = c.local.load();
-  s.bad_requests = c.bad_requests.load();
-  s.upstream_errors = c.upstream_errors.load();
-  s.reloads = c.reloads.load();
-  s.reload_failures = c.reload_failures.load();
-  s.shadow_rejections = c.shadow_rejections.load();
-  s.generation = impl_->generation.load();
-  bool first = true;
-  for (const auto& w : impl_->workers) {
-    if (impl_->memory && !first) break;  // one shared memory store: count it once
-    first = false;
-    auto st = impl_->store_stats_of(*w);
+observability::metrics_sample gateway::sample() const {
+  observability::metrics_sample s;
+  const auto snap = impl_->shared.current.load();
+  std::map<std::string, observability::route_counts> routes;
+  for (const auto& r : snap->rules->routes) routes[r.name].route = r.name;  // present at 0
+  std::lock_guard lock(impl_->sample_mutex);
+  for (std::size_t i = 0; i < impl_->workers.size(); ++i) {
+    const auto& w = *impl_->workers[i];
+    const request_counters& c = w.handler->counters();
+    c.add_to(routes);
+    s.bad_requests += c.bad_requests.value();
+    s.store_check.add(c.store_check.read());
+    const auto pool = w.handler->pool().stats();
+    s.upstream.connects += pool.connects;
+    s.upstream.reuses += pool.reuses;
+    s.upstream.failures += pool.failures;
+    s.upstream.retries += pool.retries;
+    const auto ws = impl_->sample_of(i);
+    s.plan_cache_hits += ws.plan_cache.hits;
+    s.plan_cache_negative_hits += ws.plan_cache.negative_hits;
+    s.plan_cache_misses += ws.plan_cache.misses;
+    s.plan_cache_evictions += ws.plan_cache.evictions;
+    if (impl_->memory && i > 0) continue;  // one shared memory store: count it once
+    const auto& st = ws.store;
     s.store.checks += st.checks;
     s.store.timeouts += st.timeouts;
     s.store.errors += st.errors;
@@ -592,14 +644,43 @@ gateway_stats gateway::stats() const {
     s.store.late_replies += st.late_replies;
     s.store.connect_failures += st.connect_failures;
     s.store.breaker_opens += st.breaker_opens;
-    s.store.connected = s.store.connected || st.connected;
-    // The least healthy worker's breaker (open > half-open > closed).
-    if (st.breaker == store::breaker_state::open ||
-        (st.breaker == store::breaker_state::half_open &&
-         s.store.breaker == store::breaker_state::closed)) {
-      s.store.breaker = st.breaker;
-    }
+    ++s.store_connections;
+    if (st.connected) ++s.store_connected;
+    ++s.breaker[static_cast<std::size_t>(st.breaker)];
   }
+  s.store.connected = s.store_connected > 0;
+  // The least healthy connection's breaker (open > half-open > closed).
+  using bs = store::breaker_state;
+  s.store.breaker = s.breaker[static_cast<std::size_t>(bs::open)] ? bs::open
+                    : s.breaker[static_cast<std::size_t>(bs::half_open)] ? bs::half_open
+                                                                          : bs::closed;
+  for (auto& [name, r] : routes) s.routes.push_back(std::move(r));
+  s.reloads = impl_->shared.count.reloads.load();
+  s.reload_failures = impl_->shared.count.reload_failures.load();
+  s.generation = snap->generation;
+  s.config_loaded_unix_ms = impl_->shared.count.loaded_unix_ms.load();
+  return s;
+}
+
+gateway_stats gateway::stats() const {
+  const auto m = sample();
+  gateway_stats s;
+  for (const auto& w : impl_->workers) s.requests += w->handler->counters().requests.value();
+  for (const auto& r : m.routes) {
+    s.allowed += r.allowed;
+    s.rejected += r.limited;
+    s.unlimited += r.unlimited;
+    s.fail_open += r.fail_open;
+    s.fail_closed += r.fail_closed;
+    s.local += r.local;
+    s.shadow_rejections += r.shadow_limited;
+    s.upstream_errors += r.bad_gateway + r.gateway_timeout;
+  }
+  s.bad_requests = m.bad_requests;
+  s.reloads = m.reloads;
+  s.reload_failures = m.reload_failures;
+  s.generation = impl_->generation.load();
+  s.store = m.store;
   return s;
 }
 

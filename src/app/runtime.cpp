@@ -8,6 +8,7 @@
 
 #include "sluice/config/loader.hpp"
 #include "sluice/observability/admin.hpp"
+#include "sluice/observability/metrics.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -75,6 +76,9 @@ struct runtime::impl : observability::admin_backend {
   observability::admin_reload_result reload() override {
     auto r = reload("admin");
     return {r.ok, r.generation, std::move(r.diagnostics)};
+  }
+  std::optional<std::string> metrics() override {
+    return observability::exposition(gw->sample());
   }
 };
 

@@ -9,6 +9,7 @@
 
 #include "sluice/http/server.hpp"
 #include "sluice/limiter/guarantee.hpp"
+#include "sluice/observability/metrics.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -247,10 +248,10 @@ class admin_handler final : public http::request_handler {
                      json::serialize(o) + "\n", "application/json");
       }
       if (path == "/metrics") {
-        // Prometheus exposition: the metrics room fills admin_backend::metrics().
+        // Prometheus exposition (metrics.hpp), built from a fresh sample per scrape.
         if (!get) return not_allowed("GET, HEAD");
         if (auto text = backend_->metrics()) {
-          return reply(v, bhttp::status::ok, std::move(*text), "text/plain; version=0.0.4");
+          return reply(v, bhttp::status::ok, std::move(*text), exposition_content_type);
         }
       }
       return reply(v, bhttp::status::not_found, "not found\n", "text/plain");

@@ -587,7 +587,10 @@ TEST_P(reload_cases, admin_endpoints) {
   EXPECT_EQ(w.admin("GET", "/admin/reload").status, 405u);
   EXPECT_EQ(w.admin("POST", "/healthz").status, 405u);
   EXPECT_EQ(w.admin("GET", "/nope").status, 404u);
-  EXPECT_EQ(w.admin("GET", "/metrics").status, 404u);  // until the metrics room fills it
+  auto metrics = w.admin("GET", "/metrics");  // its content: metrics_test.cpp
+  EXPECT_EQ(metrics.status, 200u);
+  EXPECT_EQ(metrics.header("Content-Type"), "text/plain; version=0.0.4");
+  EXPECT_NE(metrics.body.find("\nsluice_config_generation 2\n"), std::string::npos) << metrics.body;
 
   if (GetParam() == store_kind::redis) {
     w.redis->kill();

@@ -5,6 +5,7 @@
 /// request under one immutable rules snapshot that can be swapped at any time.
 
 #include "sluice/config/rules.hpp"
+#include "sluice/observability/metrics.hpp"
 #include "sluice/store/counter_store.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
@@ -17,7 +18,8 @@
 
 namespace sluice::app {
 
-/// Process-wide counters (for the metrics room and tests). Monotonic.
+/// Process-wide counters, summed over the workers (for tests and logs; the metrics room reads
+/// gateway::sample()). Monotonic.
 struct gateway_stats {
   std::uint64_t requests = 0;       ///< requests handled (any status)
   std::uint64_t allowed = 0;        ///< limited requests admitted by the store
@@ -78,6 +80,14 @@ class gateway {
 
   /// A snapshot of the counters. Thread-safe.
   gateway_stats stats() const;
+
+  /// Everything `GET /metrics` reports, summed over the workers at the time of the call:
+  /// per-route request counts (every route of the rules in force, at 0 if unused, and every
+  /// route name seen since start), store, upstream, reload and plan cache counters. Per-worker
+  /// store and plan cache counters are read on each worker's thread (a worker that does not
+  /// answer within 1 s contributes its previous values). Thread-safe; concurrent calls are
+  /// serialised. Never on a worker's thread (it would wait for itself).
+  observability::metrics_sample sample() const;
 
   /// The rules in force and their generation, read together from one snapshot (the admin
   /// endpoint's view). Thread-safe.

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// The admin listener (DESIGN.md, `admin:`): `GET /healthz`, `GET /readyz`,
-/// `GET /admin/config`, `POST /admin/reload`, and the place of `GET /metrics`.
+/// `GET /admin/config`, `POST /admin/reload` and `GET /metrics`.
 /// It runs on its own io_context and thread, away from the workers, so an admin request
 /// (a reload parses and validates a whole file) never delays a client request.
 
@@ -40,8 +40,9 @@ class admin_backend {
   virtual config_view current_config() = 0;
   /// Reloads the rules file (same effect as a file event or SIGHUP).
   virtual admin_reload_result reload() = 0;
-  /// Prometheus text exposition for `GET /metrics`; nullopt while metrics are not built
-  /// (the endpoint then answers 404).
+  /// Prometheus text exposition for `GET /metrics` (observability::exposition()); nullopt
+  /// when the backend publishes no metrics (the endpoint then answers 404). May throw; the
+  /// listener then answers 500.
   virtual std::optional<std::string> metrics() { return std::nullopt; }
 };
 
@@ -59,7 +60,8 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
 /// - `GET /admin/config`: 200, config_json().
 /// - `POST /admin/reload`: 200 `{"reloaded":true,"generation":N}`, or 422
 ///   `{"reloaded":false,"generation":N,"diagnostics":[...]}` (the running config stays).
-/// - `GET /metrics`: the backend's exposition (text/plain; version=0.0.4), 404 until then.
+/// - `GET /metrics`: the backend's Prometheus exposition (text/plain; version=0.0.4), or 404
+///   when the backend publishes none.
 ///
 /// Threading: construct, start(), stop() and local_endpoint() from one controlling thread;
 /// requests are served on the listener's own thread.

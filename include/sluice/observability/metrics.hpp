@@ -1,0 +1,143 @@
+#pragma once
+/// @file
+/// Prometheus metrics (DESIGN.md, observability room): the per-worker recording primitives
+/// the request path holds, the sample the gateway assembles at scrape time, and its text
+/// exposition for `GET /metrics`.
+///
+/// Nothing here is shared between workers on the request path: each worker owns its
+/// counters and histogram (single writer, no locked instruction), and a scrape sums them.
+/// The exposition is built from a fresh sample on every scrape (prometheus-cpp's
+/// MetricFamily and TextSerializer), so no Prometheus object is touched per request.
+
+#include "sluice/http/upstream_pool.hpp"
+#include "sluice/store/counter_store.hpp"
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::observability {
+
+/// The Content-Type of the text exposition (Prometheus text format 0.0.4).
+inline constexpr std::string_view exposition_content_type = "text/plain; version=0.0.4";
+
+/// A monotonic counter with one writer thread and any number of readers.
+///
+/// add() is a relaxed load and store (no locked read-modify-write): it must only be called
+/// from the thread that owns the counter (a worker's). value() is safe from any thread and
+/// sees every add() of that thread eventually.
+class owned_counter {
+ public:
+  /// Adds `n`. Owner thread only.
+  void add(std::uint64_t n = 1) noexcept {
+    v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  /// The current value. Any thread.
+  std::uint64_t value() const noexcept { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint64_t> v_{0};
+};
+
+/// Upper bounds, in seconds, of the store check duration histogram's buckets (then +Inf).
+/// From 100 µs (a loopback Redis round trip) to 1 s, around the usual few-ms deadlines.
+inline constexpr std::array<double, 12> duration_bounds_seconds = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0};
+
+/// A histogram's counts, read from one or summed over several recorders.
+struct histogram_counts {
+  /// Observations per bucket, not cumulative: buckets[i] counts values in
+  /// (bounds[i-1], bounds[i]]; the last element counts values above every bound.
+  std::array<std::uint64_t, duration_bounds_seconds.size() + 1> buckets{};
+  double sum_seconds = 0;  ///< sum of the observed values, seconds
+
+  /// Observations in every bucket.
+  std::uint64_t count() const noexcept;
+  /// Adds `other`'s counts and sum.
+  void add(const histogram_counts& other) noexcept;
+};
+
+/// A duration histogram with the fixed buckets of duration_bounds_seconds, one writer
+/// thread (observe()) and readers on any thread (read()). An observation costs a short scan
+/// of 12 bounds and two owned_counter adds.
+class duration_histogram {
+ public:
+  /// Records one duration (negative counts as 0). Owner thread only.
+  void observe(std::chrono::nanoseconds d) noexcept;
+  /// The counts so far. Any thread; a read racing an observe() may miss its sum or its
+  /// bucket, never count one twice.
+  histogram_counts read() const noexcept;
+
+ private:
+  std::array<owned_counter, duration_bounds_seconds.size() + 1> buckets_;
+  owned_counter sum_ns_;
+};
+
+/// What one route's requests came to, summed over workers. Route names come from the rules
+/// file, so the label set is bounded by the operator, never by callers.
+struct route_counts {
+  std::string route;              ///< the route's `name:`
+  std::uint64_t allowed = 0;      ///< admitted by a decision (the store's, or the local limiter's)
+  std::uint64_t limited = 0;      ///< refused with 429 (store or local limiter)
+  std::uint64_t unlimited = 0;    ///< forwarded with no limit applying
+  std::uint64_t fail_open = 0;    ///< store failed, forwarded undecided (`fail_open`)
+  std::uint64_t fail_closed = 0;  ///< store failed, answered 503 (`fail_closed`)
+  std::uint64_t local = 0;        ///< store failed, decided by the local limiter (`local`)
+  std::uint64_t shadow_limited = 0;   ///< a shadow limit would have refused (decision unchanged)
+  std::uint64_t bad_gateway = 0;      ///< upstream unreachable or malformed: 502
+  std::uint64_t gateway_timeout = 0;  ///< upstream did not answer in time: 504
+};
+
+/// Everything `GET /metrics` reports, sampled at scrape time (app::gateway::sample()).
+struct metrics_sample {
+  std::vector<route_counts> routes;  ///< every route name seen since start, sorted by name
+  std::uint64_t bad_requests = 0;    ///< 400/401/404 answered by the gateway before a decision
+  store::store_stats store;          ///< counters summed over the store connections
+  unsigned store_connections = 0;    ///< store connections sampled (one per worker; memory: 1)
+  unsigned store_connected = 0;      ///< of those, connected now
+  /// Store connections per breaker state, indexed by store::breaker_state.
+  std::array<unsigned, 3> breaker{};
+  histogram_counts store_check;      ///< duration of every store check, any outcome
+  http::pool_stats upstream;         ///< upstream pools, summed over workers
+  std::uint64_t reloads = 0;         ///< rules snapshots swapped in after start
+  std::uint64_t reload_failures = 0; ///< reloads refused (the running rules stayed)
+  std::uint64_t generation = 0;      ///< generation of the rules in force (1 at start)
+  /// When the rules in force were swapped in (or loaded at start): Unix time, milliseconds.
+  std::int64_t config_loaded_unix_ms = 0;
+  /// Plan directory caches (`identity.directory`), summed over workers.
+  std::uint64_t plan_cache_hits = 0, plan_cache_negative_hits = 0, plan_cache_misses = 0,
+                plan_cache_evictions = 0;
+};
+
+/// The Prometheus text exposition (format 0.0.4, exposition_content_type) of `sample`:
+///
+/// - `sluice_requests_total{route,decision}` — decision: allowed, limited, unlimited,
+///   fail_open, fail_closed (a `local` decision counts as allowed or limited);
+/// - `sluice_failure_policy_applied_total{route,policy}` — policy: fail_open, fail_closed,
+///   local (store checks that failed and the route's policy answered);
+/// - `sluice_shadow_limited_total{route}`, `sluice_bad_requests_total`;
+/// - `sluice_upstream_errors_total{route,status}` (status 502, 504),
+///   `sluice_upstream_connections_opened_total`, `sluice_upstream_connection_reuses_total`,
+///   `sluice_upstream_retries_total`;
+/// - `sluice_store_checks_total`, `sluice_store_timeouts_total`, `sluice_store_errors_total`,
+///   `sluice_store_unavailable_total`, `sluice_store_late_replies_total`,
+///   `sluice_store_reconnects_total`, `sluice_store_connect_failures_total`,
+///   `sluice_store_script_loads_total`, `sluice_store_breaker_opens_total`,
+///   `sluice_store_connected`, `sluice_store_breaker_state{state}` (closed, open, half_open:
+///   connections in that state), `sluice_store_check_duration_seconds` (histogram);
+/// - `sluice_config_reloads_total{result}` (ok, failed), `sluice_config_generation`,
+///   `sluice_config_last_reload_success_timestamp_seconds`;
+/// - `sluice_plan_cache_lookups_total{result}` (hit, negative_hit, miss),
+///   `sluice_plan_cache_evictions_total`;
+/// - `sluice_build_info{version}` (always 1).
+///
+/// Every family is present even at zero (a counter that exists from the start rates
+/// correctly). Throws only std::bad_alloc.
+std::string exposition(const metrics_sample& sample);
+
+}  // namespace sluice::observability

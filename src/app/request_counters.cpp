@@ -1,0 +1,46 @@
+// Per-worker request counters (see request_counters.hpp).
+
+#include "request_counters.hpp"
+
+namespace sluice::app {
+
+route_counters& request_counters::named(const std::string& name) {
+  auto& slot = by_name_[name];
+  if (!slot) slot = std::make_unique<route_counters>();
+  return *slot;
+}
+
+route_counters& request_counters::of(const config::rules& rules, std::uint64_t generation,
+                                     const config::route& route) {
+  const auto index = static_cast<std::size_t>(&route - rules.routes.data());
+  if (generation != generation_ || index >= by_index_.size()) {
+    // A reload (or a request still deciding under the previous snapshot): index this
+    // snapshot's routes. Counters are never removed, so references stay valid.
+    std::lock_guard lock(mutex_);
+    by_index_.clear();
+    by_index_.reserve(rules.routes.size());
+    for (const auto& r : rules.routes) by_index_.push_back(&named(r.name));
+    generation_ = generation;
+    if (index >= by_index_.size()) return named(route.name);  // not of this snapshot
+  }
+  return *by_index_[index];
+}
+
+void request_counters::add_to(std::map<std::string, observability::route_counts>& out) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [name, c] : by_name_) {
+    auto& r = out[name];
+    r.route = name;
+    r.allowed += c->allowed.value();
+    r.limited += c->limited.value();
+    r.unlimited += c->unlimited.value();
+    r.fail_open += c->fail_open.value();
+    r.fail_closed += c->fail_closed.value();
+    r.local += c->local.value();
+    r.shadow_limited += c->shadow_limited.value();
+    r.bad_gateway += c->bad_gateway.value();
+    r.gateway_timeout += c->gateway_timeout.value();
+  }
+}
+
+}  // namespace sluice::app

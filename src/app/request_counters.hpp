@@ -1,0 +1,54 @@
+#pragma once
+// One worker's request counters, per route and overall, for gateway_stats and the metrics
+// room. Private to the app room.
+//
+// Why per worker: the workers share no cache line on the request path (DESIGN.md, "no locks
+// on the hot path"). Each counter has one writer, its worker, and is read by the scraper with
+// relaxed loads; the sums are formed at scrape time (gateway::sample(), gateway::stats()).
+
+#include "sluice/config/rules.hpp"
+#include "sluice/observability/metrics.hpp"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace sluice::app {
+
+/// One route's counters in one worker (meanings: observability::route_counts).
+struct route_counters {
+  observability::owned_counter allowed, limited, unlimited, fail_open, fail_closed, local,
+      shadow_limited, bad_gateway, gateway_timeout;
+};
+
+/// One worker's counters. The owned_counter members and of() are used on the worker's thread
+/// only; add_to() and the counters' value() from any thread.
+class request_counters {
+ public:
+  observability::owned_counter requests;      ///< every request handled
+  observability::owned_counter bad_requests;  ///< 400/401/404 before a decision
+  observability::duration_histogram store_check;  ///< store check durations
+
+  /// The counters of `route`, an element of `rules.routes` of the snapshot numbered
+  /// `generation`. Worker thread only. O(1) while the generation stays; the first call
+  /// after a reload re-indexes the routes by name (counts follow a route's name across
+  /// reloads), taking the mutex the scraper takes.
+  route_counters& of(const config::rules& rules, std::uint64_t generation,
+                     const config::route& route);
+
+  /// Adds this worker's counts for every route name it has seen into `out`. Any thread.
+  void add_to(std::map<std::string, observability::route_counts>& out) const;
+
+ private:
+  route_counters& named(const std::string& name);  // mutex_ held
+
+  mutable std::mutex mutex_;  // guards by_name_'s structure (never taken per request)
+  std::map<std::string, std::unique_ptr<route_counters>> by_name_;
+  std::uint64_t generation_ = 0;              // worker thread only
+  std::vector<route_counters*> by_index_;     // rules.routes index -> counters
+};
+
+}  // namespace sluice::app

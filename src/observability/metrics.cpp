@@ -1,0 +1,270 @@
+// Prometheus exposition of a metrics_sample.
+//
+// The families are assembled from the sample on every scrape and serialised with
+// prometheus-cpp's TextSerializer, instead of keeping prometheus::Counter objects that the
+// workers would update: those are shared atomics (a compare-and-swap loop on a double), which
+// every worker would contend for on every request. Here the request path only touches its
+// own worker's counters, and the cost of summing them is paid by the scraper, once.
+//
+// Names follow the Prometheus conventions (https://prometheus.io/docs/practices/naming/):
+// one `sluice_` prefix, `_total` on counters, base units (seconds), labels bounded by the
+// rules file (route names, decisions, policies), never by callers.
+
+#include "sluice/observability/metrics.hpp"
+
+#include "sluice/version.hpp"
+
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+
+#include <limits>
+#include <utility>
+
+namespace sluice::observability {
+
+std::uint64_t histogram_counts::count() const noexcept {
+  std::uint64_t n = 0;
+  for (auto b : buckets) n += b;
+  return n;
+}
+
+void histogram_counts::add(const histogram_counts& other) noexcept {
+  for (std::size_t i = 0; i < buckets.size(); ++i) buckets[i] += other.buckets[i];
+  sum_seconds += other.sum_seconds;
+}
+
+namespace {
+
+// The bounds in nanoseconds, so that observe() compares integers.
+constexpr auto bounds_ns = [] {
+  std::array<std::int64_t, duration_bounds_seconds.size()> ns{};
+  for (std::size_t i = 0; i < ns.size(); ++i)
+    ns[i] = static_cast<std::int64_t>(duration_bounds_seconds[i] * 1e9 + 0.5);
+  return ns;
+}();
+
+}  // namespace
+
+void duration_histogram::observe(std::chrono::nanoseconds d) noexcept {
+  const std::int64_t ns = d.count() < 0 ? 0 : d.count();
+  std::size_t i = 0;
+  while (i < bounds_ns.size() && ns > bounds_ns[i]) ++i;  // `le`: a value on a bound is in it
+  buckets_[i].add();
+  sum_ns_.add(static_cast<std::uint64_t>(ns));
+}
+
+histogram_counts duration_histogram::read() const noexcept {
+  histogram_counts h;
+  for (std::size_t i = 0; i < buckets_.size(); ++i) h.buckets[i] = buckets_[i].value();
+  h.sum_seconds = static_cast<double>(sum_ns_.value()) / 1e9;
+  return h;
+}
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily family(std::string name, std::string help, MetricType type) {
+  return MetricFamily{std::move(name), std::move(help), type, {}};
+}
+
+void add_counter(MetricFamily& f, double value, std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  m.counter.value = value;
+  f.metric.push_back(std::move(m));
+}
+
+void add_gauge(MetricFamily& f, double value, std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  m.gauge.value = value;
+  f.metric.push_back(std::move(m));
+}
+
+MetricFamily counter(std::string name, std::string help, double value) {
+  auto f = family(std::move(name), std::move(help), MetricType::Counter);
+  add_counter(f, value);
+  return f;
+}
+
+MetricFamily gauge(std::string name, std::string help, double value) {
+  auto f = family(std::move(name), std::move(help), MetricType::Gauge);
+  add_gauge(f, value);
+  return f;
+}
+
+double d(std::uint64_t v) { return static_cast<double>(v); }
+
+std::vector<MetricFamily> families(const metrics_sample& s) {
+  std::vector<MetricFamily> out;
+
+  // Requests, per route (DESIGN.md: every degraded mode has a counter, and a fail_closed 503
+  // is told apart from a quota 429).
+  {
+    auto requests = family("sluice_requests_total",
+                           "Requests that matched a route, by route and by what they came to "
+                           "(a decision of the local limiter counts as allowed or limited).",
+                           MetricType::Counter);
+    auto policy = family("sluice_failure_policy_applied_total",
+                         "Store checks that failed and were answered by the route's failure "
+                         "policy.",
+                         MetricType::Counter);
+    auto shadow = family("sluice_shadow_limited_total",
+                         "Requests a shadow limit would have refused (the decision is "
+                         "unchanged).",
+                         MetricType::Counter);
+    auto upstream = family("sluice_upstream_errors_total",
+                           "Requests answered 502 (upstream unreachable or malformed) or 504 "
+                           "(upstream timeout) by the gateway.",
+                           MetricType::Counter);
+    for (const auto& r : s.routes) {
+      auto by = [&](const char* label, const char* value) {
+        return std::vector<ClientMetric::Label>{{"route", r.route}, {label, value}};
+      };
+      add_counter(requests, d(r.allowed), by("decision", "allowed"));
+      add_counter(requests, d(r.limited), by("decision", "limited"));
+      add_counter(requests, d(r.unlimited), by("decision", "unlimited"));
+      add_counter(requests, d(r.fail_open), by("decision", "fail_open"));
+      add_counter(requests, d(r.fail_closed), by("decision", "fail_closed"));
+      add_counter(policy, d(r.fail_open), by("policy", "fail_open"));
+      add_counter(policy, d(r.fail_closed), by("policy", "fail_closed"));
+      add_counter(policy, d(r.local), by("policy", "local"));
+      add_counter(shadow, d(r.shadow_limited), {{"route", r.route}});
+      add_counter(upstream, d(r.bad_gateway), by("status", "502"));
+      add_counter(upstream, d(r.gateway_timeout), by("status", "504"));
+    }
+    out.push_back(std::move(requests));
+    out.push_back(std::move(policy));
+    out.push_back(std::move(shadow));
+    out.push_back(std::move(upstream));
+  }
+  out.push_back(counter("sluice_bad_requests_total",
+                        "Requests the gateway refused before any limit was decided (400 "
+                        "malformed or ambiguous, 401 unknown API key, 404 no route).",
+                        d(s.bad_requests)));
+
+  out.push_back(counter("sluice_upstream_connections_opened_total",
+                        "TCP connections opened to upstreams.", d(s.upstream.connects)));
+  out.push_back(counter("sluice_upstream_connection_reuses_total",
+                        "Requests sent on a pooled keep-alive upstream connection.",
+                        d(s.upstream.reuses)));
+  out.push_back(counter("sluice_upstream_retries_total",
+                        "Idempotent requests re-sent on a fresh connection after a stale "
+                        "pooled one failed.",
+                        d(s.upstream.retries)));
+
+  // The counter store.
+  const auto& st = s.store;
+  out.push_back(counter("sluice_store_checks_total", "Checks decided by the counter store.",
+                        d(st.checks)));
+  out.push_back(counter("sluice_store_timeouts_total",
+                        "Store checks that missed their deadline (store.timeout).",
+                        d(st.timeouts)));
+  out.push_back(counter("sluice_store_errors_total",
+                        "Store checks that failed with an error reply, a protocol error or a "
+                        "disconnection.",
+                        d(st.errors)));
+  out.push_back(counter("sluice_store_unavailable_total",
+                        "Store checks refused at once (not connected, or the breaker is open).",
+                        d(st.unavailable)));
+  out.push_back(counter("sluice_store_late_replies_total",
+                        "Store replies that arrived after their check's deadline (dropped).",
+                        d(st.late_replies)));
+  out.push_back(counter("sluice_store_reconnects_total",
+                        "Store connections established after the first one.",
+                        d(st.reconnects)));
+  out.push_back(counter("sluice_store_connect_failures_total",
+                        "Store connection attempts that failed.", d(st.connect_failures)));
+  out.push_back(counter("sluice_store_script_loads_total",
+                        "SCRIPT LOADs sent (at connection and after NOSCRIPT).",
+                        d(st.script_loads)));
+  out.push_back(counter("sluice_store_breaker_opens_total",
+                        "Times a store connection's circuit breaker opened.",
+                        d(st.breaker_opens)));
+  out.push_back(gauge("sluice_store_connected",
+                      "Store connections (one per worker; the memory store counts as one) "
+                      "connected now.",
+                      d(s.store_connected)));
+  {
+    auto f = family("sluice_store_breaker_state",
+                    "Store connections whose circuit breaker is in this state.",
+                    MetricType::Gauge);
+    add_gauge(f, d(s.breaker[static_cast<std::size_t>(store::breaker_state::closed)]),
+              {{"state", "closed"}});
+    add_gauge(f, d(s.breaker[static_cast<std::size_t>(store::breaker_state::open)]),
+              {{"state", "open"}});
+    add_gauge(f, d(s.breaker[static_cast<std::size_t>(store::breaker_state::half_open)]),
+              {{"state", "half_open"}});
+    out.push_back(std::move(f));
+  }
+  {
+    auto f = family("sluice_store_check_duration_seconds",
+                    "Time from sending a check to the store to its outcome (decided, failed or "
+                    "timed out), seconds.",
+                    MetricType::Histogram);
+    ClientMetric m;
+    std::uint64_t cumulative = 0;
+    for (std::size_t i = 0; i < s.store_check.buckets.size(); ++i) {
+      cumulative += s.store_check.buckets[i];
+      const double bound = i < duration_bounds_seconds.size()
+                               ? duration_bounds_seconds[i]
+                               : std::numeric_limits<double>::infinity();
+      m.histogram.bucket.push_back({cumulative, bound});
+    }
+    m.histogram.sample_count = cumulative;  // equal to the +Inf bucket, as the format requires
+    m.histogram.sample_sum = s.store_check.sum_seconds;
+    f.metric.push_back(std::move(m));
+    out.push_back(std::move(f));
+  }
+
+  // The rules in force.
+  {
+    auto f = family("sluice_config_reloads_total",
+                    "Rules file reloads, by result (failed: the file was refused and the "
+                    "running rules stayed).",
+                    MetricType::Counter);
+    add_counter(f, d(s.reloads), {{"result", "ok"}});
+    add_counter(f, d(s.reload_failures), {{"result", "failed"}});
+    out.push_back(std::move(f));
+  }
+  out.push_back(gauge("sluice_config_generation",
+                      "Generation of the rules in force (1 at start, +1 per reload).",
+                      d(s.generation)));
+  out.push_back(gauge("sluice_config_last_reload_success_timestamp_seconds",
+                      "Unix time at which the rules in force were loaded or swapped in.",
+                      static_cast<double>(s.config_loaded_unix_ms) / 1000.0));
+
+  // The plan directory's per-worker caches.
+  {
+    auto f = family("sluice_plan_cache_lookups_total",
+                    "API key lookups in the plan directory cache, by result (miss: a store "
+                    "round trip follows).",
+                    MetricType::Counter);
+    add_counter(f, d(s.plan_cache_hits), {{"result", "hit"}});
+    add_counter(f, d(s.plan_cache_negative_hits), {{"result", "negative_hit"}});
+    add_counter(f, d(s.plan_cache_misses), {{"result", "miss"}});
+    out.push_back(std::move(f));
+  }
+  out.push_back(counter("sluice_plan_cache_evictions_total",
+                        "Plan directory cache entries evicted to stay within cache_size.",
+                        d(s.plan_cache_evictions)));
+
+  {
+    auto f = family("sluice_build_info", "The running sluice build (value always 1).",
+                    MetricType::Gauge);
+    add_gauge(f, 1, {{"version", std::string(sluice::version)}});
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string exposition(const metrics_sample& sample) {
+  return prometheus::TextSerializer{}.Serialize(families(sample));
+}
+
+}  // namespace sluice::observability

@@ -1,0 +1,176 @@
+// The metrics room's primitives and text exposition: single-writer counters, the duration
+// histogram's bucket edges, and the exact text of a sample (Prometheus text format 0.0.4).
+#include "sluice/observability/metrics.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+
+namespace sluice::observability {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(owned_counter, adds_on_its_thread_and_reads_anywhere) {
+  owned_counter c;
+  std::thread writer([&] {
+    for (int i = 0; i < 100000; ++i) c.add();
+    c.add(5);
+  });
+  writer.join();
+  EXPECT_EQ(c.value(), 100005u);
+}
+
+TEST(duration_histogram, a_value_on_a_bound_is_in_that_bucket) {
+  duration_histogram h;
+  h.observe(-5ns);      // counts as 0: first bucket
+  h.observe(100us);     // exactly 0.0001 s: first bucket (le)
+  h.observe(101us);     // second bucket (0.00025)
+  h.observe(5ms);       // exactly 0.005: its own bucket
+  h.observe(1s);        // exactly the last bound
+  h.observe(1001ms);    // above every bound: +Inf
+  const auto c = h.read();
+  EXPECT_EQ(c.count(), 6u);
+  EXPECT_EQ(c.buckets[0], 2u);
+  EXPECT_EQ(c.buckets[1], 1u);
+  EXPECT_EQ(c.buckets[5], 1u);   // 0.005
+  EXPECT_EQ(c.buckets[11], 1u);  // 1
+  EXPECT_EQ(c.buckets[12], 1u);  // +Inf
+  EXPECT_DOUBLE_EQ(c.sum_seconds, 0.0001 + 0.000101 + 0.005 + 1 + 1.001);
+
+  histogram_counts total;
+  total.add(c);
+  total.add(c);
+  EXPECT_EQ(total.count(), 12u);
+  EXPECT_EQ(total.buckets[0], 4u);
+}
+
+metrics_sample example() {
+  metrics_sample s;
+  route_counts search;
+  search.route = "search";
+  search.allowed = 3;
+  search.limited = 2;
+  search.fail_open = 4;
+  search.local = 1;
+  search.shadow_limited = 6;
+  search.bad_gateway = 7;
+  search.gateway_timeout = 8;
+  s.routes.push_back(search);
+  s.bad_requests = 9;
+  s.store.checks = 10;
+  s.store.timeouts = 11;
+  s.store.errors = 12;
+  s.store.unavailable = 13;
+  s.store.late_replies = 14;
+  s.store.reconnects = 15;
+  s.store.connect_failures = 16;
+  s.store.script_loads = 17;
+  s.store.breaker_opens = 18;
+  s.store_connections = 4;
+  s.store_connected = 3;
+  s.breaker = {2, 1, 1};
+  s.store_check.buckets[0] = 1;
+  s.store_check.buckets[3] = 2;
+  s.store_check.buckets[12] = 1;
+  s.store_check.sum_seconds = 2.5;
+  s.upstream.connects = 19;
+  s.upstream.reuses = 20;
+  s.upstream.retries = 21;
+  s.reloads = 22;
+  s.reload_failures = 23;
+  s.generation = 24;
+  s.config_loaded_unix_ms = 1700000000250;
+  s.plan_cache_hits = 25;
+  s.plan_cache_negative_hits = 26;
+  s.plan_cache_misses = 27;
+  s.plan_cache_evictions = 28;
+  return s;
+}
+
+TEST(exposition, every_family_with_help_type_and_exact_values) {
+  const std::string text = exposition(example());
+  for (const char* line : {
+           "# TYPE sluice_requests_total counter\n",
+           "sluice_requests_total{route=\"search\",decision=\"allowed\"} 3\n",
+           "sluice_requests_total{route=\"search\",decision=\"limited\"} 2\n",
+           "sluice_requests_total{route=\"search\",decision=\"unlimited\"} 0\n",
+           "sluice_requests_total{route=\"search\",decision=\"fail_open\"} 4\n",
+           "sluice_requests_total{route=\"search\",decision=\"fail_closed\"} 0\n",
+           "sluice_failure_policy_applied_total{route=\"search\",policy=\"fail_open\"} 4\n",
+           "sluice_failure_policy_applied_total{route=\"search\",policy=\"fail_closed\"} 0\n",
+           "sluice_failure_policy_applied_total{route=\"search\",policy=\"local\"} 1\n",
+           "sluice_shadow_limited_total{route=\"search\"} 6\n",
+           "sluice_upstream_errors_total{route=\"search\",status=\"502\"} 7\n",
+           "sluice_upstream_errors_total{route=\"search\",status=\"504\"} 8\n",
+           "sluice_bad_requests_total 9\n",
+           "sluice_upstream_connections_opened_total 19\n",
+           "sluice_upstream_connection_reuses_total 20\n",
+           "sluice_upstream_retries_total 21\n",
+           "sluice_store_checks_total 10\n",
+           "sluice_store_timeouts_total 11\n",
+           "sluice_store_errors_total 12\n",
+           "sluice_store_unavailable_total 13\n",
+           "sluice_store_late_replies_total 14\n",
+           "sluice_store_reconnects_total 15\n",
+           "sluice_store_connect_failures_total 16\n",
+           "sluice_store_script_loads_total 17\n",
+           "sluice_store_breaker_opens_total 18\n",
+           "# TYPE sluice_store_connected gauge\n",
+           "sluice_store_connected 3\n",
+           "sluice_store_breaker_state{state=\"closed\"} 2\n",
+           "sluice_store_breaker_state{state=\"open\"} 1\n",
+           "sluice_store_breaker_state{state=\"half_open\"} 1\n",
+           "# TYPE sluice_store_check_duration_seconds histogram\n",
+           "sluice_store_check_duration_seconds_count 4\n",
+           "sluice_store_check_duration_seconds_sum 2.5\n",
+           "sluice_store_check_duration_seconds_bucket{le=\"0.0001\"} 1\n",
+           "sluice_store_check_duration_seconds_bucket{le=\"0.0005\"} 1\n",
+           "sluice_store_check_duration_seconds_bucket{le=\"0.001\"} 3\n",
+           "sluice_store_check_duration_seconds_bucket{le=\"1\"} 3\n",
+           "sluice_store_check_duration_seconds_bucket{le=\"+Inf\"} 4\n",
+           "sluice_config_reloads_total{result=\"ok\"} 22\n",
+           "sluice_config_reloads_total{result=\"failed\"} 23\n",
+           "sluice_config_generation 24\n",
+           "sluice_config_last_reload_success_timestamp_seconds 1700000000.25\n",
+           "sluice_plan_cache_lookups_total{result=\"hit\"} 25\n",
+           "sluice_plan_cache_lookups_total{result=\"negative_hit\"} 26\n",
+           "sluice_plan_cache_lookups_total{result=\"miss\"} 27\n",
+           "sluice_plan_cache_evictions_total 28\n",
+           "sluice_build_info{version=\"" SLUICE_VERSION "\"} 1\n",
+       }) {
+    EXPECT_TRUE(contains(text, line)) << "missing: " << line << "in:\n" << text;
+  }
+  // Every family has one HELP and one TYPE line, and the text ends with a line feed.
+  std::size_t help = 0, type = 0;
+  for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
+  for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
+  EXPECT_EQ(help, type);
+  EXPECT_EQ(help, 26u);
+  EXPECT_EQ(text.back(), '\n');
+}
+
+TEST(exposition, no_routes_still_lists_every_family) {
+  const std::string text = exposition(metrics_sample{});
+  EXPECT_TRUE(contains(text, "# TYPE sluice_requests_total counter\n"));
+  EXPECT_FALSE(contains(text, "sluice_requests_total{"));
+  EXPECT_TRUE(contains(text, "sluice_store_checks_total 0\n"));
+  EXPECT_TRUE(contains(text, "sluice_store_check_duration_seconds_bucket{le=\"+Inf\"} 0\n"));
+}
+
+TEST(exposition, label_values_are_escaped) {
+  metrics_sample s;
+  route_counts r;
+  r.route = "a\"b\\c";
+  s.routes.push_back(r);
+  const std::string text = exposition(s);
+  EXPECT_TRUE(contains(text, "sluice_shadow_limited_total{route=\"a\\\"b\\\\c\"} 0\n")) << text;
+}
+
+}  // namespace
+}  // namespace sluice::observability
