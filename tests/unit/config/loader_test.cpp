@@ -112,6 +112,8 @@ TEST(design_example, loads_with_the_written_values) {
   EXPECT_EQ(r->store.timeout, 5ms);
   EXPECT_EQ(r->store.password_env, "");
   EXPECT_DOUBLE_EQ(r->store.local_share, 1.0);
+  EXPECT_EQ(r->store.layout, store_settings::layout_kind::hash);
+  EXPECT_EQ(r->store.hash_groups, 65536u);
   EXPECT_TRUE(r->headers.x_ratelimit);
   EXPECT_TRUE(r->headers.ietf);
   EXPECT_EQ(r->retry_after_jitter, 0ms);
@@ -250,7 +252,8 @@ TEST(defaults, other_spellings_load) {
   auto r = load_ok(R"(listen: "[::1]:0"
 admin: "[::1]:9090"
 workers: 4
-store: {type: memory, timeout: 250ms, password_env: SLUICE_REDIS_PASSWORD, local_share: 0.25}
+store: {type: memory, timeout: 250ms, password_env: SLUICE_REDIS_PASSWORD, local_share: 0.25,
+        layout: key, hash_groups: 1024}
 headers: []
 retry_after_jitter: 2s
 upstreams: {api: {url: "http://[::1]:8081/base/", timeout: 30s, connect_timeout: 1s}}
@@ -280,6 +283,8 @@ routes:
   EXPECT_EQ(r->store.timeout, 250ms);
   EXPECT_EQ(r->store.password_env, "SLUICE_REDIS_PASSWORD");
   EXPECT_DOUBLE_EQ(r->store.local_share, 0.25);
+  EXPECT_EQ(r->store.layout, store_settings::layout_kind::key);
+  EXPECT_EQ(r->store.hash_groups, 1024u);
   EXPECT_FALSE(r->headers.x_ratelimit);
   EXPECT_FALSE(r->headers.ietf);
   EXPECT_EQ(r->retry_after_jitter, 2s);
@@ -860,6 +865,15 @@ const mistake mistake_table[] = {
     {"local_share_above_one",
      UP "store: {local_share: 1.5}\n",
      {"rules.yaml:2: store.local_share: local_share must be in (0, 1], got 1.5"}},
+    {"unknown_store_layout",
+     UP "store: {layout: keys}\n",
+     {"rules.yaml:2: store.layout: unknown store layout 'keys'; did you mean 'key'?"}},
+    {"hash_groups_zero",
+     UP "store:\n  type: redis\n  hash_groups: 0\n",
+     {"rules.yaml:4: store.hash_groups: hash_groups must be at least 1, got 0"}},
+    {"hash_groups_too_many",
+     UP "store: {hash_groups: 16777217}\n",
+     {"rules.yaml:2: store.hash_groups: hash_groups must be at most 16777216, got 16777217"}},
     {"unknown_header_set",
      UP "headers: [x-ratelimit, draft]\n",
      {"rules.yaml:2: headers[1]: unknown header set 'draft'; expected one of x-ratelimit, ietf"}},
