@@ -120,6 +120,12 @@ void redis_server::spawn() {
       ::dup2(null_fd, 1);
       ::dup2(null_fd, 2);
     }
+    // Nothing else of the test's crosses exec: an inherited listening socket (an upstream
+    // fixture's, say) would stay open in redis-server after the test closed it, and a client
+    // would then connect to a port nobody serves and hang.
+    if (::close_range(3, ~0U, 0) != 0) {
+      for (int fd = 3; fd < 4096; ++fd) ::close(fd);
+    }
     ::execvp("redis-server", argv.data());
     ::_exit(127);
   }
