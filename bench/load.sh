@@ -5,7 +5,7 @@
 #   gateway  wrk -> sluice (Redis store, 10,000 distinct API keys, two limits each: a plan limit
 #            and a route limit, bursts of 1,000,000 that are never reached) -> upstream
 # SLUICE_BENCH_WORKERS sets the gateway's workers (default 1: on 2 cores wrk, redis and the
-# upstream need the rest).
+# upstream need the rest). SLUICE_BENCH_LAYOUT sets store.layout (hash, the default, or key).
 # Prints requests/s, p99 latency, non-2xx and socket errors for each, and the ratios.
 # Usage: bench/load.sh [seconds=10] [connections=50]
 set -euo pipefail
@@ -35,7 +35,7 @@ redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT" 
 {
   echo "listen: 127.0.0.1:$GP"
   echo "workers: ${SLUICE_BENCH_WORKERS:-1}"
-  echo "store: {type: redis, address: 127.0.0.1:$RP, timeout: 50ms}"
+  echo "store: {type: redis, address: 127.0.0.1:$RP, timeout: 50ms, layout: ${SLUICE_BENCH_LAYOUT:-hash}}"
   echo "upstreams: {api: {url: \"http://127.0.0.1:$UP\"}}"
   echo "identity: {api_key: {header: X-API-Key}, unknown_key: reject}"
   echo "plans: {bench: {limits: [{name: bench_plan, rate: 1/1h, burst: 1000000}]}}"
