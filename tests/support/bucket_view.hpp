@@ -15,6 +15,17 @@
 
 namespace sluice::test {
 
+/// The layouts the Redis-side tests run under: a key per bucket; packed into hashes (the
+/// default); and every bucket of a limit in one hash (fields sharing a hash).
+inline const lua::key_layout per_key{false, 65536};
+inline const lua::key_layout packed{true, 65536};
+inline const lua::key_layout all_in_one_hash{true, 1};
+
+/// A short name of a layout for traces and key prefixes: key, hash, hash1.
+inline std::string layout_name(const lua::key_layout& l) {
+  return !l.packed ? "key" : l.hash_groups == 1 ? "hash1" : "hash";
+}
+
 /// A view of the buckets of one Redis under `layout`.
 struct bucket_view {
   const redis_server& server;

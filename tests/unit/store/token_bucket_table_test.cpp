@@ -30,6 +30,11 @@
 namespace sluice {
 namespace {
 
+using test::all_in_one_hash;
+using test::layout_name;
+using test::packed;
+using test::per_key;
+
 // The first two fields of a stored token-bucket state "<level> <stamp> <units per token>".
 std::string level_and_stamp(const std::string& state) {
   const auto first = state.find(' ');
@@ -199,15 +204,6 @@ check_request make_request(const table_case& c, const std::string& prefix, std::
 }
 
 // The script, run directly with EVAL on the fixture's server (a synchronous connection).
-// The layouts every Redis-side test runs under: a key per bucket, and packed into hashes.
-const lua::key_layout per_key{false, 65536};
-const lua::key_layout packed{true, 65536};
-const lua::key_layout all_in_one_hash{true, 1};  // every bucket of a limit in one hash
-
-std::string layout_name(const lua::key_layout& l) {
-  return !l.packed ? "key" : l.hash_groups == 1 ? "hash1" : "hash";
-}
-
 std::optional<check_outcome> run_lua(test::redis_server& server, const check_request& req,
                                      std::int64_t now_ms, std::string* error,
                                      const lua::key_layout& layout) {
@@ -356,29 +352,29 @@ TEST_F(token_bucket_table, redis_store) {
 // The memory store and the script agree on the stored state itself, not only on the outcome.
 TEST_F(token_bucket_table, stored_state_matches) {
   for (const auto& layout : {per_key, packed}) {
-  const test::bucket_view view{*server_, layout};
-  const std::string name = "same-" + layout_name(layout);
-  for (const auto& c : table()) {
-    std::int64_t now = 0;
-    store::memory_store mem([&now] { return now; });
-    for (std::size_t s = 0; s < c.steps.size(); ++s) {
-      now = epoch_ms + c.steps[s].t_ms;
-      const auto req_m = make_request(c, name, c.steps[s].cost);
-      mem.decide(req_m);
-      std::string error;
-      ASSERT_TRUE(run_lua(*server_, req_m, now, &error, layout)) << error;
-      for (const auto& l : req_m.limits) {
-        auto m = mem.peek(l.key);
-        auto r = view.get(l.key);
-        if (!m) {
-          EXPECT_EQ(r.type, redis_reply::kind::nil) << c.name << " " << l.key;
-        } else {
-          EXPECT_EQ(level_and_stamp(r.str), std::to_string(m->first) + " " + std::to_string(m->second))
-              << c.name << " step " << s;
+    const test::bucket_view view{*server_, layout};
+    const std::string name = "same-" + layout_name(layout);
+    for (const auto& c : table()) {
+      std::int64_t now = 0;
+      store::memory_store mem([&now] { return now; });
+      for (std::size_t s = 0; s < c.steps.size(); ++s) {
+        now = epoch_ms + c.steps[s].t_ms;
+        const auto req_m = make_request(c, name, c.steps[s].cost);
+        mem.decide(req_m);
+        std::string error;
+        ASSERT_TRUE(run_lua(*server_, req_m, now, &error, layout)) << error;
+        for (const auto& l : req_m.limits) {
+          auto m = mem.peek(l.key);
+          auto r = view.get(l.key);
+          if (!m) {
+            EXPECT_EQ(r.type, redis_reply::kind::nil) << c.name << " " << l.key;
+          } else {
+            EXPECT_EQ(level_and_stamp(r.str), std::to_string(m->first) + " " + std::to_string(m->second))
+                << c.name << " step " << s;
+          }
         }
       }
     }
-  }
   }
 }
 

@@ -24,6 +24,11 @@
 namespace sluice {
 namespace {
 
+using test::all_in_one_hash;
+using test::layout_name;
+using test::packed;
+using test::per_key;
+
 using config::algorithm;
 using limiter::bucket_params;
 using limiter::check_outcome;
@@ -176,16 +181,6 @@ check_request make_request(const table_case& c, const std::string& prefix, std::
   return req;
 }
 
-// The layouts the Redis-side tests run under: a key per bucket, and packed into hashes (the
-// sliding log always has a key of its own).
-const lua::key_layout per_key{false, 65536};
-const lua::key_layout packed{true, 65536};
-const lua::key_layout all_in_one_hash{true, 1};
-
-std::string layout_name(const lua::key_layout& l) {
-  return !l.packed ? "key" : l.hash_groups == 1 ? "hash1" : "hash";
-}
-
 std::optional<check_outcome> run_lua(test::redis_server& server, const check_request& req,
                                      std::int64_t now_ms, std::string* error,
                                      const lua::key_layout& layout) {
@@ -336,32 +331,32 @@ TEST_F(window_table, stored_state_matches) {
 // refusal too), to at most its Reset; a fixed window's key is gone after its window.
 TEST_F(window_table, persisted_keys_are_re_armed) {
   for (const auto& layout : {per_key, packed}) {
-  for (auto a : {fw, sw, sl}) {
-    SCOPED_TRACE(layout_name(layout));
-    table_case c{"persist" + std::to_string(static_cast<int>(a)), {{"k", a, 2, 10'000}}, {}};
-    const auto req = make_request(c, "ttl-" + layout_name(layout), 1);
-    // The key holding the bucket: its own, or its group hash (never for the sliding log).
-    const std::string key = test::bucket_view{*server_, layout}.where(req.limits[0].key, a == sl).key;
-    std::string error;
-    const auto host_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-    ASSERT_TRUE(run_lua(*server_, req, host_ms, &error, layout)) << error;
-    ASSERT_EQ(server_->command({"PERSIST", key}).integer, 1);
-    ASSERT_EQ(server_->command({"PTTL", key}).integer, -1);
-    auto second = run_lua(*server_, req, host_ms + 10, &error, layout);
-    ASSERT_TRUE(second) << error;
-    auto third = run_lua(*server_, req, host_ms + 20, &error, layout);  // refused: 2 per window
-    ASSERT_TRUE(third);
-    EXPECT_FALSE(third->allowed);
-    const auto pttl = server_->command({"PTTL", key}).integer;
-    EXPECT_GT(pttl, 0) << key;
-    // A key is re-armed to its Reset; a hash's expiry is never lowered: the largest armed.
-    const auto armed = layout.packed && a != sl
-                           ? std::max(second->limits[0].reset_ms, third->limits[0].reset_ms)
-                           : third->limits[0].reset_ms;
-    EXPECT_LE(pttl, armed) << key;
-  }
+    for (auto a : {fw, sw, sl}) {
+      SCOPED_TRACE(layout_name(layout));
+      table_case c{"persist" + std::to_string(static_cast<int>(a)), {{"k", a, 2, 10'000}}, {}};
+      const auto req = make_request(c, "ttl-" + layout_name(layout), 1);
+      // The key holding the bucket: its own, or its group hash (never for the sliding log).
+      const std::string key = test::bucket_view{*server_, layout}.where(req.limits[0].key, a == sl).key;
+      std::string error;
+      const auto host_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+      ASSERT_TRUE(run_lua(*server_, req, host_ms, &error, layout)) << error;
+      ASSERT_EQ(server_->command({"PERSIST", key}).integer, 1);
+      ASSERT_EQ(server_->command({"PTTL", key}).integer, -1);
+      auto second = run_lua(*server_, req, host_ms + 10, &error, layout);
+      ASSERT_TRUE(second) << error;
+      auto third = run_lua(*server_, req, host_ms + 20, &error, layout);  // refused: 2 per window
+      ASSERT_TRUE(third);
+      EXPECT_FALSE(third->allowed);
+      const auto pttl = server_->command({"PTTL", key}).integer;
+      EXPECT_GT(pttl, 0) << key;
+      // A key is re-armed to its Reset; a hash's expiry is never lowered: the largest armed.
+      const auto armed = layout.packed && a != sl
+                             ? std::max(second->limits[0].reset_ms, third->limits[0].reset_ms)
+                             : third->limits[0].reset_ms;
+      EXPECT_LE(pttl, armed) << key;
+    }
   }
 }
 
