@@ -14,11 +14,11 @@
 -- limit is debited only if every enforced limit admits, a shadow limit iff it admits alone
 -- (evaluated as if it were the only limit), and a refused request debits nothing.
 --
--- Sweep (hash layout): a field whose bucket went idle (full, or both window counts 0) stays
--- in its hash until the hash expires. So that a hash that never goes quiet does not fill up
--- with them, each check that creates a field samples 2 random fields of that hash and deletes
--- the idle ones — deleting an idle field changes no decision. Every field created is
--- eventually idle, so at most about half of a hash's fields are idle ones in the long run.
+-- Sweep (hash layout): a field past its expiry stays in its hash until the hash expires. So
+-- that a hash that never goes quiet does not fill up with them, each check that creates a
+-- field samples 2 random fields of that hash and deletes the expired ones — an expired field
+-- reads as missing, so deleting it changes no decision. Every field created expires some
+-- time, so at most about half of a busy hash's fields are expired ones in the long run.
 
 local now = tonumber(ARGV[1])
 if now == nil or now < 0 then
@@ -31,7 +31,7 @@ if n == nil or n ~= #KEYS or #ARGV ~= 2 + 7 * n then
   return redis.error_reply('ERR sluice check: bad arguments')
 end
 
-local algo, state, admits, shadow, slot, params = {}, {}, {}, {}, {}, {}
+local algo, state, admits, shadow, slot = {}, {}, {}, {}, {}
 local allowed = true
 
 -- Phase 1: validate and read every limit, decide.
@@ -43,10 +43,9 @@ for i = 1, n do
   local c = tonumber(ARGV[base + 4])
   local cost = tonumber(ARGV[base + 5])
   shadow[i] = ARGV[base + 6] == '1'
-  slot[i] = {key = KEYS[i], field = ARGV[base + 7]}
-  params[i] = {a, b, c}
+  slot[i] = {key = KEYS[i], field = ARGV[base + 7], now = now}
   algo[i] = id and algorithms[id]
-  if not (algo[i] and a and b and c and cost) or (slot[i].field ~= '' and not algo[i].idle) then
+  if not (algo[i] and a and b and c and cost) or (slot[i].field ~= '' and not algo[i].packable) then
     return redis.error_reply('ERR sluice check: bad limit ' .. i)
   end
   local why = algo[i].validate(a, b, c, cost)
@@ -72,15 +71,6 @@ end
 
 -- Phase 3: sweep the hashes in which a field was created.
 for i = 1, n do
-  local sl = slot[i]
-  if sl.created then
-    local p = params[i]
-    local sample = redis.call('HRANDFIELD', sl.key, 2, 'WITHVALUES')
-    for j = 1, #sample - 1, 2 do
-      if sample[j] ~= sl.field and algo[i].idle(sample[j + 1], p[1], p[2], p[3], now) then
-        redis.call('HDEL', sl.key, sample[j])
-      end
-    end
-  end
+  if slot[i].created then sweep(slot[i]) end
 end
 return reply

@@ -7,5 +7,5 @@ algorithms[2] = {
   validate = function(w, lim, c, cost) return window_validate(w, lim, c, cost, true) end,
   read = function(slot, w, lim, c, cost, now) return window_read(slot, w, lim, cost, now, true) end,
   write = window_write,
-  idle = function(raw, w, lim, c, now) return window_idle(raw, w, lim, now, true) end,
+  packable = true,
 }

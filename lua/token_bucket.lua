@@ -55,7 +55,5 @@ algorithms[0] = {
     return floor_div(after, st.upt), ceil_div(st.cap - after, st.refill), retry, nxt
   end,
 
-  idle = function(raw, refill, upt, burst, now)
-    return tb_level(raw, refill, upt, burst * upt, now) >= burst * upt
-  end,
+  packable = true,
 }

@@ -84,13 +84,6 @@ local function window_read(slot, w, lim, cost, now, sliding)
   return st, window_wait(c, w, lim, now_eff, cost, sliding) == 0
 end
 
--- Whether a stored window state counts nothing at `now` (both counts 0).
-local function window_idle(raw, w, lim, now, sliding)
-  local si, sc, sp = window_parse(raw, sliding)
-  local c = window_counts(si, sc, sp, w, lim, now, sliding)
-  return c.current == 0 and c.previous == 0
-end
-
 local function window_write(slot, st, debit)
   local w, lim, now, sliding = st.w, st.lim, st.now, st.sliding
   local b = st.before

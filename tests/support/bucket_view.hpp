@@ -36,8 +36,18 @@ struct bucket_view {
     if (!layout.packed || log) return {key, {}};
     return limiter::packed_address(key, layout.hash_groups);
   }
-  /// The stored string (nil when absent).
+  /// The stored state (nil when absent): a key's value, or a hash field's value without its
+  /// "@<expires at>" stamp (see raw() for the whole field).
   redis_reply get(const std::string& key) const {
+    auto r = raw(key);
+    if (r.type == redis_reply::kind::string && !where(key).field.empty()) {
+      const auto at = r.str.rfind('@');
+      if (at != std::string::npos) r.str.resize(at);
+    }
+    return r;
+  }
+  /// The stored value as it is: a key's value, or a hash field's "<state>@<expires at ms>".
+  redis_reply raw(const std::string& key) const {
     const auto at = where(key);
     if (at.field.empty()) return server.command({"GET", at.key});
     return server.command({"HGET", at.key, at.field});
@@ -56,8 +66,11 @@ struct bucket_view {
     if (at.field.empty()) return server.command({"EXISTS", at.key}).integer == 1;
     return server.command({"HEXISTS", at.key, at.field}).integer == 1;
   }
-  /// Stores `value` as the bucket's state with an expiry of `px_ms` (for a hash: the hash's).
-  void set(const std::string& key, const std::string& value, long long px_ms) const {
+  /// Stores `value` as the bucket's state, to expire `px_ms` after store time `now_ms`: a key
+  /// gets PX px_ms (Redis counts it in real time); a hash field gets the stamp
+  /// now_ms + px_ms and its hash an expiry of at least px_ms.
+  void set(const std::string& key, const std::string& value, long long px_ms,
+           long long now_ms) const {
     const auto at = where(key);
     if (at.field.empty()) {
       server.command({"SET", at.key, value, "PX", std::to_string(px_ms)});
@@ -66,7 +79,7 @@ struct bucket_view {
     // Lift the hash's expiry first: one about to expire must not take the new field with it
     // between the HSET and the PEXPIRE. (Tests use a px_ms above any expiry the script sets.)
     server.command({"PEXPIRE", at.key, std::to_string(px_ms)});
-    server.command({"HSET", at.key, at.field, value});
+    server.command({"HSET", at.key, at.field, value + "@" + std::to_string(now_ms + px_ms)});
     server.command({"PEXPIRE", at.key, std::to_string(px_ms)});
   }
   /// Removes the bucket's state.

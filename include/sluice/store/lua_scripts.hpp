@@ -24,12 +24,14 @@ namespace sluice::lua {
 /// Reply: an array of integers {allowed, now_ms, then per limit: admits, remaining, reset_ms,
 /// retry_after_ms, next_ms}. A refused request writes nothing but expiries; bad arguments are
 /// an error reply before anything is written. State per bucket (every write re-arms the expiry
-/// to the limit's Reset — a hash's only upwards — or deletes the bucket when Reset is 0):
+/// to the limit's Reset, or deletes the bucket when Reset is 0):
 /// - token bucket: string "<level units> <stamp ms> <units per token>";
 /// - fixed window: string "<window index>:<count>";
 /// - sliding window: string "<window index>:<current>:<previous>";
 /// - sliding log: list of ms stamps, one per admitted unit, oldest first (never in a hash).
-/// In a hash, a check that creates a field deletes up to 2 randomly sampled idle fields.
+/// In a hash a field is "<state>@<expires at, ms of store time>" and reads as missing from
+/// then on; the hash's own expiry is only ever raised (to the latest Reset written), and a
+/// check that creates a field deletes up to 2 randomly sampled expired fields of its hash.
 std::string_view check() noexcept;
 
 /// The script's algorithm id of `a`: token_bucket 0, fixed_window 1, sliding_window 2,

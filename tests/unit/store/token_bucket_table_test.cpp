@@ -422,7 +422,7 @@ TEST_F(token_bucket_table, random_sequences_agree_and_keep_promises) {
       for (const auto& lc : req.limits) {
         if (auto st = mem.peek(lc.key)) {
           view.set(lc.key, std::to_string(st->first) + " " + std::to_string(st->second),
-                   30LL * 86'400'000);
+                   30LL * 86'400'000, now);
         } else {
           view.del(lc.key);
         }
@@ -648,13 +648,15 @@ TEST_F(token_bucket_table, shared_hash_expiry_rises_and_sweep_deletes_only_idle_
   EXPECT_GT(server_->command({"PTTL", expiry_hash}).integer, 59'000) << "never lowered";
   EXPECT_EQ(server_->command({"HLEN", expiry_hash}).integer, 2);
 
-  // Sweep: every bucket 1 per 1 s, burst 2. `idle` is debited at t = 0 and full (idle) from
-  // t = 1 s; at t = 30 s `live` is debited, then new buckets are made one by one. Each creation
-  // samples 2 fields: `idle` goes, `live` and every new bucket stay.
+  // Sweep: `idle` (1 per 1 s, burst 2) is debited at t = 0 and expires (full again) at
+  // t = 1 s; at t = 30 s `live` is debited under a plan's slower rate (1 per 60 s: not full
+  // for 60 s, though it would read as full under the others' rate), then new buckets (1 per
+  // 1 s) are made one by one. Each creation samples 2 fields: `idle` goes; `live` and every new
+  // bucket stay — a field's own expiry stamp decides, not the sampling request's rate.
   const auto idle = request("sweep_limit", "idle", 1'000);
   ASSERT_TRUE(run_lua(*server_, idle, epoch_ms, &error, all_in_one_hash)) << error;
   const std::int64_t later = epoch_ms + 30'000;
-  const auto live = request("sweep_limit", "live", 1'000);
+  const auto live = request("sweep_limit", "live", 60'000);
   ASSERT_TRUE(run_lua(*server_, live, later, &error, all_in_one_hash)) << error;
   const std::string hash = view.where(idle.limits[0].key).key;
   int created = 0;
@@ -672,6 +674,41 @@ TEST_F(token_bucket_table, shared_hash_expiry_rises_and_sweep_deletes_only_idle_
   auto again = run_lua(*server_, live, later, &error, all_in_one_hash);
   ASSERT_TRUE(again) << error;
   EXPECT_EQ(again->limits[0].remaining, 0) << "the live bucket kept its balance";
+}
+
+// A hash field past its expiry reads as missing (a full bucket) whatever rate and burst the
+// reader has — exactly as an expired key does, and as the memory store forgets it — even when
+// under the reader's parameters the stored level would still be refilling.
+TEST_F(token_bucket_table, expired_field_reads_as_missing_under_new_parameters) {
+  table_case before{"expired", {{"grow_limit", 1, 1'000, 10}}, {}};
+  table_case after{"expired", {{"grow_limit", 1, 1'000, 20}}, {}};  // burst raised by a reload
+  std::int64_t now = epoch_ms;
+  store::memory_store mem([&now] { return now; });
+  std::string error;
+  // 5 of 10 spent: full again (expired) in 5 s.
+  const auto spend = make_request(before, "exp", 5);
+  mem.decide(spend);
+  ASSERT_TRUE(run_lua(*server_, spend, now, &error, packed)) << error;
+  // 6 s later, under burst 20: the bucket is gone, so a fresh one: 20 - 1 left.
+  now = epoch_ms + 6'000;
+  const auto one = make_request(after, "exp", 1);
+  const auto m = mem.decide(one);
+  const auto l = run_lua(*server_, one, now, &error, packed);
+  ASSERT_TRUE(l) << error;
+  EXPECT_EQ(m.limits[0].remaining, 19);
+  EXPECT_EQ(l->limits[0].remaining, 19);
+  // 4 s in, it has not expired: it refills towards the new burst from its stored level.
+  table_case again{"again", {{"grow_limit", 1, 1'000, 10}}, {}};
+  now = epoch_ms + 100'000;
+  mem.decide(make_request(again, "exp", 5));
+  ASSERT_TRUE(run_lua(*server_, make_request(again, "exp", 5), now, &error, packed)) << error;
+  now += 4'000;
+  table_case again_after{"again", {{"grow_limit", 1, 1'000, 20}}, {}};
+  const auto m2 = mem.decide(make_request(again_after, "exp", 1));
+  const auto l2 = run_lua(*server_, make_request(again_after, "exp", 1), now, &error, packed);
+  ASSERT_TRUE(l2) << error;
+  EXPECT_EQ(m2.limits[0].remaining, l2->limits[0].remaining);
+  EXPECT_EQ(l2->limits[0].remaining, 8);  // 5 + 4 refilled, minus 1
 }
 
 // A hash-layout bucket whose group key holds another type (a string left by an operator or

@@ -228,11 +228,11 @@ std::optional<std::string> redis_state(test::redis_server& server, const std::st
 // time, while the simulated clock of these tests runs much faster.
 void seed_redis(test::redis_server& server, const std::string& key,
                 const std::optional<std::string>& state, algorithm a,
-                const lua::key_layout& layout) {
+                const lua::key_layout& layout, std::int64_t now) {
   if (a != sl) {
     const test::bucket_view view{server, layout};
     view.del(key);
-    if (state) view.set(key, *state, 86'400'000);
+    if (state) view.set(key, *state, 86'400'000, now);
     return;
   }
   server.command({"DEL", key});
@@ -436,7 +436,7 @@ TEST_F(window_table, random_sequences_agree_and_keep_promises) {
       high = std::max(high, now);
       const auto req = make_request(c, "rnd", pick(1, min_quota));
       for (const auto& lc : req.limits)
-        seed_redis(*server_, lc.key, mem.peek_state(lc.key), lc.algorithm, layout);
+        seed_redis(*server_, lc.key, mem.peek_state(lc.key), lc.algorithm, layout, now);
       const auto m = mem.decide(req);
       history.emplace_back(now, req);
       std::string error;
