@@ -1,0 +1,85 @@
+# Install rules and the Debian package (CPack DEB) of the `sluice` executable.
+#
+# Installed: the binary, the service's rules file (config/service.yaml, a conffile in the
+# package), a systemd unit, README.md and the quick start's rules file as an example. Test and
+# benchmark executables are never installed.
+#
+# The package is built from a tree configured with CMAKE_INSTALL_PREFIX=/usr (scripts/package):
+# GNUInstallDirs then puts the system configuration directory at /etc, and the unit names
+# /usr/bin/sluice and /etc/sluice/sluice.yaml. Under any other prefix (/usr/local by default)
+# every path, the rules file's included, stays inside the prefix.
+include(GNUInstallDirs)
+
+set(SLUICE_SYSTEMD_UNITDIR "lib/systemd/system" CACHE STRING
+    "Where the systemd unit is installed: relative to the install prefix, or absolute")
+set(SLUICE_PACKAGE_MAINTAINER
+    "sluice maintainers <maintainers@users.noreply.a-seed-b61f02b3.example>"
+    CACHE STRING "The Maintainer field of the Debian package")
+
+# GNUInstallDirs maps sysconfdir outside the prefix for /usr (and / and /opt/...); follow it
+# there with an absolute destination, and stay relative (relocatable with `--prefix`) elsewhere.
+if(CMAKE_INSTALL_FULL_SYSCONFDIR STREQUAL "${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_SYSCONFDIR}")
+  set(sluice_confdir "${CMAKE_INSTALL_SYSCONFDIR}/sluice")
+else()
+  set(sluice_confdir "${CMAKE_INSTALL_FULL_SYSCONFDIR}/sluice")
+endif()
+set(SLUICE_CONFIG_PATH "${CMAKE_INSTALL_FULL_SYSCONFDIR}/sluice/sluice.yaml")
+set(SLUICE_BINARY_PATH "${CMAKE_INSTALL_FULL_BINDIR}/sluice")
+set(SLUICE_DOCDIR "${CMAKE_INSTALL_FULL_DOCDIR}")
+if(IS_ABSOLUTE "${SLUICE_SYSTEMD_UNITDIR}")
+  set(SLUICE_UNIT_PATH "${SLUICE_SYSTEMD_UNITDIR}/sluice.service")
+else()
+  set(SLUICE_UNIT_PATH "${CMAKE_INSTALL_PREFIX}/${SLUICE_SYSTEMD_UNITDIR}/sluice.service")
+endif()
+
+configure_file(${PROJECT_SOURCE_DIR}/packaging/sluice.service.in
+               ${PROJECT_BINARY_DIR}/packaging/sluice.service @ONLY)
+
+install(TARGETS sluice RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/config/service.yaml
+        DESTINATION ${sluice_confdir} RENAME sluice.yaml)
+install(FILES ${PROJECT_BINARY_DIR}/packaging/sluice.service DESTINATION ${SLUICE_SYSTEMD_UNITDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/config/sluice.yaml DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
+
+# --- Debian package ---------------------------------------------------------------------------
+# dpkg does not treat /etc files as conffiles by itself (debhelper would list them): say so.
+file(WRITE ${PROJECT_BINARY_DIR}/packaging/conffiles "${SLUICE_CONFIG_PATH}\n")
+
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME sluice)
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "rate-limiting HTTP reverse proxy")
+set(CPACK_PACKAGING_INSTALL_PREFIX ${CMAKE_INSTALL_PREFIX})  # the paths the unit names
+set(CPACK_STRIP_FILES TRUE)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)                     # sluice_<version>_<arch>.deb
+set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${SLUICE_PACKAGE_MAINTAINER}")
+set(CPACK_DEBIAN_PACKAGE_SECTION httpd)
+set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
+# The extended description; CPack puts the summary above it and indents each line.
+set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
+"sluice sits in front of an HTTP API, identifies each caller (API key, user, client
+address) and decides every limit of a request in one atomic script in Redis (or in
+memory, for a single instance), then forwards the request upstream or answers 429
+with Retry-After and RateLimit headers. The systemd unit is installed disabled.")
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS redis-server)
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
+    ${PROJECT_BINARY_DIR}/packaging/conffiles
+    ${PROJECT_SOURCE_DIR}/packaging/debian/postinst
+    ${PROJECT_SOURCE_DIR}/packaging/debian/prerm
+    ${PROJECT_SOURCE_DIR}/packaging/debian/postrm)
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION TRUE)
+
+# Depends: computed from the binary's shared libraries by dpkg-shlibdeps (dpkg-dev) where it is
+# installed; otherwise the Debian bookworm packages of those libraries, named by hand.
+find_program(SLUICE_DPKG_SHLIBDEPS dpkg-shlibdeps)
+find_program(SLUICE_FILE file)
+if(SLUICE_DPKG_SHLIBDEPS AND SLUICE_FILE)
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+else()
+  string(JOIN ", " CPACK_DEBIAN_PACKAGE_DEPENDS
+    libboost-program-options1.81.0 libc6 libfmt9 libgcc-s1 libhiredis0.14
+    libprometheus-cpp-core1.0 libspdlog1.10 libssl3 libstdc++6 libyaml-cpp0.7)
+endif()
+
+include(CPack)
