@@ -13,7 +13,7 @@ include(GNUInstallDirs)
 set(SLUICE_SYSTEMD_UNITDIR "lib/systemd/system" CACHE STRING
     "Where the systemd unit is installed: relative to the install prefix, or absolute")
 set(SLUICE_PACKAGE_MAINTAINER
-    "sluice maintainers <maintainers@users.noreply.a-seed-b61f02b3.example>"
+    "sluice maintainers <maintainers@sluice.invalid>"
     CACHE STRING "The Maintainer field of the Debian package")
 
 # GNUInstallDirs maps sysconfdir outside the prefix for /usr (and / and /opt/...); follow it
