@@ -2,24 +2,33 @@
 # The accuracy harness (issue 5): K gateway processes sharing one Redis, C concurrent clients
 # on M keys for T seconds with mixed costs (1 and 3), every admitted request's store decision
 # time recorded at the upstream; per algorithm, the largest number of units admitted for a key
-# divided by what the rule promises (bench/accuracy_analysis.hpp has the definitions).
+# divided by what the rule promises (bench/accuracy_analysis.hpp has the definitions), for the
+# whole run (cold start included) and for the steady state after a warm-up of 2 windows.
 #
-#   bench/accuracy.sh [BUILD_DIR=build] [T=10] [C=32] [M=4]
+#   bench/accuracy.sh [BUILD_DIR=build] [T=10] [C=32] [M=4] [RUNS=greedy,even,edge]
 #
-# Every limit is 20 units per 1 s window (token bucket: 20/1s, burst 10); each gateway runs
-# one worker. Traffic: `greedy` (closed-loop clients, as fast as answers come) for every
-# algorithm with K = 1, 2, 4; `paced` (even: each client once every INTERVAL ms, offering
-# about 2x the limit per key) for the sliding counter; `edge` (adversarial: only in the last
-# 100 ms of each window) for the window algorithms with K = 2. Output: one line per run from
-# sluice-accuracy.
+# Each gateway runs one worker; every window is 1 s. Traffic (sluice-accuracy --mode):
+# - greedy: closed-loop clients, as fast as answers come, a random key and route per request;
+#   every algorithm with K = 1, 2, 4; every limit 20 units per 1 s (token bucket: burst 10).
+# - even: each key's requests evenly spaced at 2.5x the limit (C/M clients per key taking
+#   turns, a quarter of requests costing 3), started 600 ms into a window (so the cold start is
+#   the adversarial burst late in a window, reproducibly); the sliding counter with K = 1, 2, 4
+#   at 100/1s and at 20/1s (where one cost-3 request is 15 % of the limit), the other
+#   algorithms at 100/1s with K = 2. The steady-state ratio (after the 2-window warm-up) is
+#   the "even traffic" figure; the whole-run ratio is the cold start.
+# - edge: adversarial, only in the last 100 ms of each window; the window algorithms, K = 2,
+#   20/1s.
+# Output: one line per run from sluice-accuracy. C must be a multiple of M (even traffic).
 set -euo pipefail
 BUILD=${1:-build}
 T=${2:-10}
 C=${3:-32}
 M=${4:-4}
+RUNS=${5:-greedy,even,edge}
 SLUICE=$BUILD/sluice
 DRIVER=$BUILD/sluice-accuracy
 [[ -x $SLUICE && -x $DRIVER ]] || { echo "build sluice and sluice-accuracy in $BUILD first" >&2; exit 1; }
+(( C % M == 0 )) || { echo "C ($C) must be a multiple of M ($M)" >&2; exit 1; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 200); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; return 1; }
@@ -37,17 +46,17 @@ cleanup() {
 trap cleanup EXIT
 wait_port "$RPORT"
 
-limit_for() {
+limit_for() {  # limit_for ALGORITHM N
   case $1 in
-    token_bucket) echo '{name: acc, by: "header:X-Client", rate: 20/1s, burst: 10}' ;;
-    *) echo "{name: acc, by: \"header:X-Client\", algorithm: $1, rate: 20/1s}" ;;
+    token_bucket) echo "{name: acc, by: \"header:X-Client\", rate: $2/1s, burst: $(( $2 / 2 ))}" ;;
+    *) echo "{name: acc, by: \"header:X-Client\", algorithm: $1, rate: $2/1s}" ;;
   esac
 }
 
-run() {  # run ALGORITHM K MODE
-  local algo=$1 k=$2 mode=$3 up gateways="" limit
+run() {  # run ALGORITHM K MODE N
+  local algo=$1 k=$2 mode=$3 n=$4 up gateways="" limit extra=()
   up=$(free_port)
-  limit=$(limit_for "$algo")
+  limit=$(limit_for "$algo" "$n")
   redis-cli -p "$RPORT" FLUSHALL >/dev/null
   GW_PIDS=()
   for i in $(seq "$k"); do
@@ -68,17 +77,25 @@ YAML
     wait_port "$port"
     gateways+="${gateways:+,}127.0.0.1:$port"
   done
-  "$DRIVER" --gateways "$gateways" --upstream-port "$up" --algorithm "$algo" --rate 20 \
-    --period-ms 1000 --burst 10 --clients "$C" --keys "$M" --seconds "$T" --mode "$mode" \
-    --edge-ms 100 --interval-ms "$INTERVAL"
+  [[ $mode == even ]] && extra=(--offered 2.5 --start-phase-ms 600)
+  "$DRIVER" --gateways "$gateways" --upstream-port "$up" --algorithm "$algo" --rate "$n" \
+    --period-ms 1000 --burst $(( n / 2 )) --clients "$C" --keys "$M" --seconds "$T" --mode "$mode" \
+    --edge-ms 100 --warmup-ms 2000 "${extra[@]}"
   for p in "${GW_PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   GW_PIDS=()
 }
 
-# Paced (even) traffic offers about 2x the limit per key: C clients every INTERVAL ms on M keys.
-INTERVAL=$(( C * 1000 / (M * 40) ))
-for algo in token_bucket sliding_log fixed_window sliding_window; do
-  for k in 1 2 4; do run "$algo" "$k" greedy; done
-done
-for k in 1 2 4; do run sliding_window "$k" paced; done
-for algo in fixed_window sliding_window sliding_log; do run "$algo" 2 edge; done
+if [[ ,$RUNS, == *,greedy,* ]]; then
+  for algo in token_bucket sliding_log fixed_window sliding_window; do
+    for k in 1 2 4; do run "$algo" "$k" greedy 20; done
+  done
+fi
+if [[ ,$RUNS, == *,even,* ]]; then
+  for n in 100 20; do
+    for k in 1 2 4; do run sliding_window "$k" even "$n"; done
+  done
+  for algo in token_bucket sliding_log fixed_window; do run "$algo" 2 even 100; done
+fi
+if [[ ,$RUNS, == *,edge,* ]]; then
+  for algo in fixed_window sliding_window sliding_log; do run "$algo" 2 edge 20; done
+fi

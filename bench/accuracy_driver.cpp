@@ -3,18 +3,36 @@
 //   sluice-accuracy --gateways HOST:PORT[,HOST:PORT...] --upstream-port PORT
 //                   --algorithm token_bucket|fixed_window|sliding_window|sliding_log
 //                   --rate N --period-ms P [--burst B] [--clients C] [--keys M] [--seconds T]
-//                   [--mode greedy|paced|edge] [--interval-ms I] [--edge-ms E]
+//                   [--mode greedy|even|edge] [--offered X] [--edge-ms E]
+//                   [--warmup-ms W] [--start-phase-ms S] [--dump FILE]
 //
 // It is the upstream (a keep-alive HTTP/1.1 server on 127.0.0.1:PORT that records, for every
 // forwarded request, its X-Client key, its units (path /b costs 3, any other path 1) and the
 // store time of its decision from `X-Sluice-Decided-At`, which the gateways send with
 // `decision_time_header: X-Sluice-Decided-At`), and the C clients (one keep-alive connection
-// each, round robin over the gateways, a random key of M and a random route per request, as
-// fast as answers come: `greedy`). `--mode paced` is even traffic: each client sends once every
-// I ms, the clients phase-shifted evenly. `--mode edge` is the adversarial traffic for window
-// algorithms: clients send only in the last E ms of each aligned window (all of a window's
-// requests at its end).
-// After T seconds it prints one line: the ratios of bench/accuracy_analysis.hpp.
+// each). Traffic:
+// - `greedy`: each client sends as fast as answers come, a random key of M and a random route
+//   per request (a quarter cost 3), round robin over the gateways.
+// - `even`: each key's requests arrive evenly spaced at a constant rate (the schedule of
+//   bench/accuracy_analysis.hpp) offering X times the limit (default 2.5): one request every
+//   g = 1.5·P/(X·N) ms, the j-th at start + j·g, a quarter of them costing 3 (heavy_turn: mean
+//   1.5 units). Client c serves key c mod M (C must be a multiple of M) and the C/M clients of
+//   a key take turns, each sending every g·C/M ms; a key's clients are spread round robin over
+//   the gateways, so every gateway decides every key.
+// - `edge`: adversarial traffic for window algorithms: clients send (as in greedy) only in the
+//   last E ms of each aligned window (all of a window's requests at its end).
+// Every client starts at the same instant; with --start-phase-ms S that instant is S ms into an
+// aligned window of P on the host's real-time clock (the store's clock on loopback: Redis TIME
+// and the memory store read the same clock), so a run's cold start is reproducible.
+// After T seconds it prints one line: the ratios of bench/accuracy_analysis.hpp for the whole
+// run (`ratio`, `rolling_ratio`: the cold start included) and for the steady state after the
+// warm-up W (default 2 windows; `steady_ratio`, `steady_rolling`), the worst rolling windows
+// ("U@+Oms(B|A)/pP": U units from O ms into an aligned window, B before the boundary it spans
+// and A after, and the key's pause of P ms between its previous admission and this window), and
+// `max_send_gap_ms`: the longest time between two sends of one key after the warm-up (even traffic
+// is even only if that stays near g). --dump FILE writes every send
+// ("send KEY CLOCK_MS UNITS STATUS", host clock at the send) and every admission ("admit KEY
+// STORE_MS UNITS") for reading a worst window request by request.
 
 #include "accuracy_analysis.hpp"
 
@@ -41,6 +59,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
 using tcp = asio::ip::tcp;
+using steady = std::chrono::steady_clock;
 
 struct recorder {
   std::mutex mutex;
@@ -88,7 +107,19 @@ struct options {
   int clients = 16, keys = 4, seconds = 5;
   std::string mode = "greedy";
   std::int64_t edge_ms = 100;
-  std::int64_t interval_ms = 100;
+  double offered = 2.5;
+  std::int64_t warmup_ms = -1;       // -1: two windows
+  std::int64_t start_phase_ms = -1;  // -1: start at once
+  std::string dump;                  // file for every send and admission, or empty
+};
+
+/// One send of one key: ms since the common start (for max_send_gap_ms), the host clock.
+struct send_record {
+  int key;
+  double t_ms;
+  std::int64_t clock_ms;
+  int units;
+  unsigned status;
 };
 
 }  // namespace
@@ -125,10 +156,16 @@ int main(int argc, char** argv) {
       o.seconds = std::stoi(v);
     } else if (k == "--mode") {
       o.mode = v;
-    } else if (k == "--interval-ms") {
-      o.interval_ms = std::stoll(v);
+    } else if (k == "--offered") {
+      o.offered = std::stod(v);
     } else if (k == "--edge-ms") {
       o.edge_ms = std::stoll(v);
+    } else if (k == "--warmup-ms") {
+      o.warmup_ms = std::stoll(v);
+    } else if (k == "--start-phase-ms") {
+      o.start_phase_ms = std::stoll(v);
+    } else if (k == "--dump") {
+      o.dump = v;
     } else {
       std::cerr << "sluice-accuracy: unknown option " << k << '\n';
       return 2;
@@ -138,11 +175,21 @@ int main(int argc, char** argv) {
     std::cerr << "sluice-accuracy: --gateways and --upstream-port are required\n";
     return 2;
   }
+  if (o.mode != "greedy" && o.mode != "even" && o.mode != "edge") {
+    std::cerr << "sluice-accuracy: --mode is greedy, even or edge\n";
+    return 2;
+  }
+  if (o.mode == "even" && (o.keys < 1 || o.clients % o.keys != 0 || !(o.offered > 0))) {
+    std::cerr << "sluice-accuracy: --mode even needs --clients a multiple of --keys and "
+                 "--offered above 0\n";
+    return 2;
+  }
   sluice::bench::algo a = sluice::bench::algo::token_bucket;
   if (o.algorithm == "fixed_window") a = sluice::bench::algo::fixed_window;
   if (o.algorithm == "sliding_window") a = sluice::bench::algo::sliding_window;
   if (o.algorithm == "sliding_log") a = sluice::bench::algo::sliding_log;
   if (o.burst == 0) o.burst = o.rate;
+  if (o.warmup_ms < 0) o.warmup_ms = 2 * o.period_ms;
 
   // The upstream.
   recorder rec;
@@ -158,47 +205,74 @@ int main(int argc, char** argv) {
     }
   }).detach();
 
+  // The common start: 200 ms from now for the connections, then at the chosen phase.
+  auto start = steady::now() + std::chrono::milliseconds(200);
+  if (o.start_phase_ms >= 0) {
+    const std::int64_t at = now_ms() + 200;
+    const std::int64_t wait =
+        ((o.start_phase_ms - at % o.period_ms) % o.period_ms + o.period_ms) % o.period_ms;
+    start += std::chrono::milliseconds(wait);
+  }
+  const auto deadline = start + std::chrono::seconds(o.seconds);
+  const int per_key_clients = o.clients / std::max(1, o.keys);
+  // Even traffic: one request of a key every gap_us.
+  const std::int64_t gap_us = sluice::bench::even_gap_us(o.rate, o.period_ms, o.offered);
+
   // The clients.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.seconds);
   std::atomic<std::uint64_t> sent{0}, ok{0}, refused{0}, other{0};
+  std::mutex sends_mutex;
+  std::vector<send_record> sends;
   std::vector<std::thread> clients;
   for (int c = 0; c < o.clients; ++c) {
     clients.emplace_back([&, c] {
       std::mt19937_64 rng(static_cast<std::uint64_t>(c) * 7919 + 1);
       asio::io_context cio;
-      const auto& gw = o.gateways[static_cast<std::size_t>(c) % o.gateways.size()];
+      const bool even = o.mode == "even";
+      const int own_key = c % std::max(1, o.keys);
+      const int turn = c / std::max(1, o.keys);  // this client's turn among its key's clients
+      const std::size_t g = static_cast<std::size_t>(even ? turn : c) % o.gateways.size();
+      const auto& gw = o.gateways[g];
       tcp::resolver resolver(cio);
       tcp::socket sock(cio);
       beast::error_code ec;
       asio::connect(sock, resolver.resolve(gw.first, gw.second), ec);
       beast::flat_buffer buf;
-      const auto paced_start = std::chrono::steady_clock::now();
-      std::int64_t paced_n = 0;
-      while (!ec && std::chrono::steady_clock::now() < deadline) {
-        if (o.mode == "paced") {
-          // Even traffic: this client sends every interval_ms, phase-shifted by its index, so
-          // the clients together offer C / interval_ms requests per ms spread evenly in time.
-          const auto next = paced_start + std::chrono::milliseconds(
-                                               o.interval_ms * paced_n++ +
-                                               o.interval_ms * c / std::max(1, o.clients));
-          std::this_thread::sleep_until(next);
-        } else if (o.mode == "edge") {
-          // Wait for the last edge_ms of the current aligned window.
-          const std::int64_t t = now_ms();
-          const std::int64_t off = t % o.period_ms;
-          if (off < o.period_ms - o.edge_ms)
-            std::this_thread::sleep_for(std::chrono::milliseconds(o.period_ms - o.edge_ms - off));
+      std::vector<send_record> mine;
+      std::this_thread::sleep_until(start);
+      for (std::int64_t n = 0; !ec && steady::now() < deadline; ++n) {
+        int key = 0;
+        bool heavy = false;
+        if (even) {
+          // The key's j-th request, j = turn + n·(clients per key), at start + j·gap.
+          const std::int64_t j = turn + n * per_key_clients;
+          std::this_thread::sleep_until(start + std::chrono::microseconds(j * gap_us));
+          if (steady::now() >= deadline) break;
+          key = own_key;
+          heavy = sluice::bench::heavy_turn(static_cast<std::uint64_t>(key), j);
+        } else {
+          if (o.mode == "edge") {
+            // Wait for the last edge_ms of the current aligned window.
+            const std::int64_t t = now_ms();
+            const std::int64_t off = t % o.period_ms;
+            if (off < o.period_ms - o.edge_ms)
+              std::this_thread::sleep_for(std::chrono::milliseconds(o.period_ms - o.edge_ms - off));
+          }
+          key = static_cast<int>(rng() % static_cast<std::uint64_t>(o.keys));
+          heavy = rng() % 4 == 0;  // a quarter of requests cost 3
         }
-        const int key = static_cast<int>(rng() % static_cast<std::uint64_t>(o.keys));
-        const bool heavy = rng() % 4 == 0;  // a quarter of requests cost 3
         bhttp::request<bhttp::empty_body> req{bhttp::verb::get, heavy ? "/b" : "/a", 11};
         req.set(bhttp::field::host, "accuracy");
         req.set("X-Client", "client-" + std::to_string(key));
+        send_record rec_send{
+            key, std::chrono::duration<double, std::milli>(steady::now() - start).count(), now_ms(),
+            heavy ? 3 : 1, 0};
         bhttp::write(sock, req, ec);
         if (ec) break;
         bhttp::response<bhttp::string_body> res;
         bhttp::read(sock, buf, res, ec);
         if (ec) break;
+        rec_send.status = res.result_int();
+        mine.push_back(rec_send);
         ++sent;
         if (res.result_int() == 200) {
           ++ok;
@@ -208,28 +282,70 @@ int main(int argc, char** argv) {
           ++other;
         }
       }
+      std::lock_guard lock(sends_mutex);
+      sends.insert(sends.end(), mine.begin(), mine.end());
     });
   }
   for (auto& t : clients) t.join();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
+
+  // The longest pause between two sends of one key after the warm-up (the client's view).
+  std::map<int, std::vector<double>> send_times;
+  for (const auto& s : sends) send_times[s.key].push_back(s.t_ms);
+  double max_gap = 0;
+  for (auto& [key, ts] : send_times) {
+    std::sort(ts.begin(), ts.end());
+    for (std::size_t i = 1; i < ts.size(); ++i)
+      if (ts[i - 1] >= static_cast<double>(o.warmup_ms))
+        max_gap = std::max(max_gap, ts[i] - ts[i - 1]);
+  }
 
   std::map<std::string, std::vector<sluice::bench::admitted>> per_key;
   {
     std::lock_guard lock(rec.mutex);
     per_key = rec.per_key;
   }
-  const auto r = sluice::bench::analyse(per_key, a, o.rate, o.period_ms, o.burst);
+  if (!o.dump.empty()) {
+    if (std::FILE* f = std::fopen(o.dump.c_str(), "w")) {
+      for (const auto& s : sends)
+        std::fprintf(f, "send client-%d %lld %d %u\n", s.key, static_cast<long long>(s.clock_ms),
+                     s.units, s.status);
+      for (const auto& [key, ev] : per_key)
+        for (const auto& e : ev)
+          std::fprintf(f, "admit %s %lld %lld\n", key.c_str(), static_cast<long long>(e.t_ms),
+                       static_cast<long long>(e.units));
+      std::fclose(f);
+    }
+  }
+  const auto r = sluice::bench::analyse(per_key, a, o.rate, o.period_ms, o.burst, o.warmup_ms);
+  const auto where = [&](const sluice::bench::rolling_window& w) {
+    return std::to_string(w.units) + "@+" + std::to_string(w.start_ms % o.period_ms) + "ms(" +
+           std::to_string(w.before_edge) + "|" + std::to_string(w.units - w.before_edge) + ")/p" +
+           std::to_string(w.pause_before_ms);
+  };
+  std::string offered = "-";
+  if (o.mode == "even") {
+    char buf[32];
+    // units per key per window ÷ N: (P / gap) requests of 1.5 units on average.
+    std::snprintf(buf, sizeof buf, "%.2fx",
+                  1.5 * static_cast<double>(o.period_ms) * 1000.0 / static_cast<double>(gap_us) /
+                      static_cast<double>(o.rate));
+    offered = buf;
+  }
   std::printf(
-      "algorithm=%s K=%zu C=%d M=%d T=%d mode=%s rate=%lld/%lldms burst=%lld sent=%llu "
-      "admitted=%llu refused=%llu other=%llu untimed=%llu units=%lld ratio=%.3f "
-      "rolling_ratio=%.3f worst_key=%s\n",
+      "algorithm=%s K=%zu C=%d M=%d T=%d mode=%s offered=%s rate=%lld/%lldms burst=%lld "
+      "sent=%llu admitted=%llu refused=%llu other=%llu untimed=%llu units=%lld ratio=%.3f "
+      "rolling_ratio=%.3f worst_key=%s worst_window=%s warmup_ms=%lld steady_ratio=%.3f "
+      "steady_rolling=%.3f steady_worst_key=%s steady_window=%s max_send_gap_ms=%.1f\n",
       o.algorithm.c_str(), o.gateways.size(), o.clients, o.keys, o.seconds, o.mode.c_str(),
-      static_cast<long long>(o.rate), static_cast<long long>(o.period_ms),
+      offered.c_str(), static_cast<long long>(o.rate), static_cast<long long>(o.period_ms),
       static_cast<long long>(o.burst), static_cast<unsigned long long>(sent.load()),
       static_cast<unsigned long long>(ok.load()), static_cast<unsigned long long>(refused.load()),
       static_cast<unsigned long long>(other.load()),
       static_cast<unsigned long long>(rec.without_time.load()), static_cast<long long>(r.units),
-      r.ratio, r.rolling_ratio, r.worst_key.c_str());
+      r.ratio, r.rolling_ratio, r.worst_key.c_str(), where(r.worst_window).c_str(),
+      static_cast<long long>(r.warmup_ms), r.steady_ratio, r.steady_rolling_ratio,
+      r.steady_worst_key.c_str(), where(r.steady_worst_window).c_str(), max_gap);
   std::fflush(stdout);
   std::_Exit(0);  // detached upstream threads may still be blocked in read
 }

@@ -12,7 +12,10 @@
 namespace sluice::limiter {
 
 /// The guarantee of one algorithm with one set of parameters, in one line, e.g.
-/// "exact: at most 5 + 5/1m × w units in any interval w (token bucket, burst 5)".
+/// "exact: at most 5 + 5/1m x w units in any interval w (token bucket, burst 5)". The sliding
+/// window counter's names both cases the harness measures: its bound on even traffic (N + the
+/// largest request cost, within 1.1x while requests cost at most N/10) and on adversarial
+/// traffic (under 2x).
 /// Bounds hold across any number of gateway instances sharing one store (the exact mode);
 /// a route's `local` failure policy states its own share separately.
 std::string guarantee(config::algorithm a, const config::limit_params& p);
