@@ -1,4 +1,5 @@
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client tcp_delay_proxy
+// sluice-test-serial
 // When Redis is slow, down or restarted (issue 3; cases c10 and c11): a real redis-server
 // controlled by the test — killed, restarted, frozen with SIGSTOP, paused with CLIENT PAUSE,
 // its script cache flushed, behind a delaying or black-holing TCP proxy, or replaced by a
