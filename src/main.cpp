@@ -30,9 +30,13 @@ std::string summary(const sluice::config::rules& r) {
     for (const auto& l : p.limits) names.insert(l.name);
   for (const auto& route : r.routes)
     for (const auto& l : route.limits) names.insert(l.name);
-  std::string store = r.store.type == sluice::config::store_settings::kind::redis
-                          ? "redis " + r.store.host + ":" + std::to_string(r.store.port)
-                          : "memory";
+  std::string store = "memory";
+  if (r.store.type == sluice::config::store_settings::kind::redis) {
+    store = "redis " + r.store.host + ":" + std::to_string(r.store.port);
+    store += r.store.layout == sluice::config::store_settings::layout_kind::hash
+                 ? ", buckets in " + std::to_string(r.store.hash_groups) + " hashes per limit"
+                 : ", one key per bucket";
+  }
   return std::to_string(r.routes.size()) + " routes, " + std::to_string(names.size()) +
          " limits, " + std::to_string(r.plans.size()) + " plans, " +
          std::to_string(r.api_keys.size()) + " API keys, " +
