@@ -123,7 +123,12 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
     json::object store;
     const bool redis = rules.store.type == config::store_settings::kind::redis;
     store["type"] = redis ? "redis" : "memory";
-    if (redis) store["address"] = rules.store.host + ":" + std::to_string(rules.store.port);
+    if (redis) {
+      store["address"] = rules.store.host + ":" + std::to_string(rules.store.port);
+      const bool hash = rules.store.layout == config::store_settings::layout_kind::hash;
+      store["layout"] = hash ? "hash" : "key";
+      if (hash) store["hash_groups"] = rules.store.hash_groups;
+    }
     store["timeout_ms"] = rules.store.timeout.count();
     o["store"] = std::move(store);
   }

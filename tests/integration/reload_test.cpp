@@ -546,6 +546,10 @@ TEST_P(reload_cases, admin_endpoints) {
   EXPECT_EQ(o.at("generation").to_number<long long>(), 1);
   EXPECT_EQ(o.at("source").as_string(), file.string());
   EXPECT_EQ(o.at("store").at("type").as_string(), GetParam() == store_kind::redis ? "redis" : "memory");
+  if (GetParam() == store_kind::redis) {
+    EXPECT_EQ(o.at("store").at("layout").as_string(), "hash");
+    EXPECT_EQ(o.at("store").at("hash_groups").to_number<long long>(), 65536);
+  }
   EXPECT_EQ(o.at("api_keys").to_number<long long>(), 2);  // a count, never the keys
   EXPECT_EQ(cfg.body.find("key-a"), std::string::npos);
   const auto& route = o.at("routes").as_array().at(0).as_object();
