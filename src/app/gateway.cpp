@@ -148,9 +148,34 @@ class gateway_handler final : public http::request_handler {
     }
     std::string key = std::move(std::get<std::string>(presented));
     auto plan = identity::static_plan(rules, key);
-    if (!plan && !key.empty() && rules.identity.directory.enabled)
-      plan = co_await directory_plan(rules.identity.directory, key);
-    auto identified = identity::make_caller(rules, std::move(key), std::move(plan), client);
+    bool directory_down = false;
+    if (!plan && !key.empty() && rules.identity.directory.enabled) {
+      auto looked = co_await directory_plan(rules.identity.directory, key);
+      directory_down = looked.unavailable;
+      plan = std::move(looked.plan);
+    }
+    if (directory_down) {
+      // The key's plan cannot be read: that is a store failure, never "unknown key". The
+      // route's policy applies: fail_open forwards unlimited, fail_closed answers 503, and
+      // local limits the caller on this instance as anonymous (by client address: an
+      // unverified key must not buy a bucket of its own).
+      switch (route->on_store_failure) {
+        case config::failure_policy::fail_open:
+          counted.fail_open.add();
+          co_return co_await forward(std::move(req), *target, rules.upstreams.at(route->upstream),
+                                     peer, true, {}, &counted);
+        case config::failure_policy::fail_closed:
+          counted.fail_closed.add();
+          co_return store_unavailable(version);
+        case config::failure_policy::local:
+          break;
+      }
+    }
+    auto identified =
+        directory_down
+            ? std::variant<identity::caller, identity::caller_error>(identity::caller{
+                  identity::client_key(client, rules.identity), "anonymous", "", true})
+            : identity::make_caller(rules, std::move(key), std::move(plan), client);
     if (auto* err = std::get_if<identity::caller_error>(&identified)) {
       counters_.bad_requests.add();
       if (*err == identity::caller_error::unknown_key) {
@@ -214,9 +239,12 @@ class gateway_handler final : public http::request_handler {
       co_return co_await forward(std::move(req), *target, up, peer, false, {}, &counted);
     }
 
-    const auto asked = std::chrono::steady_clock::now();
-    auto decided = co_await store_->check(check);
-    counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
+    boost::system::result<limiter::check_outcome> decided{make_error_code(sluice::errc::store_unavailable)};
+    if (!directory_down) {  // (down: the store is known to be failing; `local` decides below)
+      const auto asked = std::chrono::steady_clock::now();
+      decided = co_await store_->check(check);
+      counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
+    }
     if (!decided) {
       switch (route->on_store_failure) {
         case config::failure_policy::fail_open: {
@@ -228,11 +256,7 @@ class gateway_handler final : public http::request_handler {
         case config::failure_policy::fail_closed: {
           counted.fail_closed.add();
           log_store_failure(decided.error(), route->name, "fail_closed");
-          auto res = problem(version, bhttp::status::service_unavailable,
-                             "Rate Limiter Unavailable",
-                             "the rate limiter cannot decide this request right now; retry later");
-          res.set(bhttp::field::retry_after, "1");
-          co_return res;
+          co_return store_unavailable(version);
         }
         case config::failure_policy::local: {
           counted.local.add();
@@ -291,16 +315,21 @@ class gateway_handler final : public http::request_handler {
   }
 
  private:
+  /// What the store-backed directory says of a key.
+  struct directory_answer {
+    std::optional<std::string> plan;  ///< the key's plan; nullopt: not in the directory
+    bool unavailable = false;         ///< the directory could not be read (nothing cached)
+  };
+
   /// The plan of `key` in the store-backed directory: from this worker's cache when fresh
   /// (no round trip), else one HGET on this worker's directory connection, cached for
-  /// `cache_ttl` (found) or `negative_ttl` (absent). A store failure leaves the key
-  /// unresolved for this request only (nothing cached), so it is treated as unknown.
-  asio::awaitable<std::optional<std::string>> directory_plan(config::directory_settings d,
-                                                             std::string key) {
+  /// `cache_ttl` (found) or `negative_ttl` (absent). A failed read (store down, timeout,
+  /// error reply) is `unavailable` for this request only: the route's failure policy applies.
+  asio::awaitable<directory_answer> directory_plan(config::directory_settings d, std::string key) {
     // Keys longer than this are never looked up: real keys are short, and a bound keeps the
     // cache's memory bounded by cache_size × this.
     constexpr std::size_t max_directory_key = 256;
-    if (key.size() > max_directory_key) co_return std::nullopt;
+    if (key.size() > max_directory_key) co_return directory_answer{};
     if (!cache_ || cache_hash_ != d.hash || cache_->capacity() != d.cache_size) {
       if (cache_) cache_->reset(d.cache_size);
       else cache_ = std::make_unique<identity::plan_cache>(d.cache_size);
@@ -309,26 +338,35 @@ class gateway_handler final : public http::request_handler {
     std::string plan;
     switch (cache_->get(key, identity::plan_cache::clock::now(), plan)) {
       case identity::cache_state::found:
-        co_return plan;
+        co_return directory_answer{std::move(plan)};
       case identity::cache_state::not_found:
-        co_return std::nullopt;
+        co_return directory_answer{};
       case identity::cache_state::miss:
         break;
     }
-    if (!directory_) co_return std::nullopt;
+    if (!directory_) co_return directory_answer{std::nullopt, true};
     auto found = co_await directory_->hget(d.hash, key);
     if (!found) {
       std::uint64_t suppressed = 0;
       if (shared_.store_failure_log.admit(suppressed))
-        spdlog::warn("plan directory lookup failed ({}); the key is treated as unknown ({} similar "
-                     "lines suppressed)", found.error().message(), suppressed);
-      co_return std::nullopt;
+        spdlog::warn("plan directory lookup failed ({}); the route's store failure policy "
+                     "applies ({} similar lines suppressed)",
+                     found.error().message(), suppressed);
+      co_return directory_answer{std::nullopt, true};
     }
     // The hash may have changed while we waited: the cache was reset for the new one.
     if (cache_hash_ == d.hash)
       cache_->put(key, *found, identity::plan_cache::clock::now(),
                   *found ? d.cache_ttl : d.negative_ttl);
-    co_return std::move(*found);
+    co_return directory_answer{std::move(*found)};
+  }
+
+  /// 503 with Retry-After 1: the `fail_closed` answer while the store cannot decide.
+  static response store_unavailable(unsigned version) {
+    auto res = problem(version, bhttp::status::service_unavailable, "Rate Limiter Unavailable",
+                       "the rate limiter cannot decide this request right now; retry later");
+    res.set(bhttp::field::retry_after, "1");
+    return res;
   }
 
   asio::awaitable<response> forward(request req, http::canonical_target target,

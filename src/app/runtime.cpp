@@ -12,9 +12,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace sluice::app {
 namespace {
@@ -27,6 +30,34 @@ asio::ip::tcp::endpoint parse_endpoint(const std::string& text) {
   std::string host = text.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   return {asio::ip::make_address(host), static_cast<std::uint16_t>(std::stoul(text.substr(colon + 1)))};
+}
+
+/// The settings a running gateway reads only at start-up (listen, admin, workers, and the
+/// store's connection and layout: everything but `store.local_share`) that differ between the
+/// rules in force and `next`, by rules-file path; `next` gets the running values, so the
+/// snapshot swapped in (and /admin/config) says what is actually in force.
+std::vector<std::string> pin_startup_settings(const config::rules& running, config::rules& next) {
+  std::vector<std::string> changed;
+  auto pin = [&changed](const char* path, auto& field, const auto& value) {
+    if (field != value) {
+      changed.emplace_back(path);
+      field = value;
+    }
+  };
+  pin("listen", next.listen_host, running.listen_host);
+  pin("listen", next.listen_port, running.listen_port);
+  pin("admin", next.admin_host, running.admin_host);
+  pin("admin", next.admin_port, running.admin_port);
+  pin("workers", next.workers, running.workers);
+  pin("store.type", next.store.type, running.store.type);
+  pin("store.address", next.store.host, running.store.host);
+  pin("store.address", next.store.port, running.store.port);
+  pin("store.timeout", next.store.timeout, running.store.timeout);
+  pin("store.password_env", next.store.password_env, running.store.password_env);
+  pin("store.layout", next.store.layout, running.store.layout);
+  pin("store.hash_groups", next.store.hash_groups, running.store.hash_groups);
+  changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
+  return changed;
 }
 
 }  // namespace
@@ -48,7 +79,16 @@ struct runtime::impl : observability::admin_backend {
     auto loaded = sluice::config::load_file(file);
     reload_outcome out;
     if (loaded.ok()) {
-      gw->reload(loaded.value);
+      auto next = std::make_shared<config::rules>(*loaded.value);
+      const auto pinned = pin_startup_settings(*gw->current().rules, *next);
+      if (!pinned.empty()) {
+        std::string names;
+        for (const auto& n : pinned) names += (names.empty() ? "" : ", ") + n;
+        spdlog::warn("reload ({}): {} changes {}, read at start-up only: the running values stay "
+                     "in force until a restart",
+                     trigger, file, names);
+      }
+      gw->reload(std::move(next));
       out.ok = true;
       out.generation = gw->current().generation;
       const auto us = std::chrono::duration_cast<std::chrono::microseconds>(

@@ -407,14 +407,16 @@ struct server::impl : listener_state {
 };
 
 server::server(asio::io_context& ioc, tcp::endpoint endpoint,
-               std::shared_ptr<request_handler> handler, session_limits limits, unsigned worker)
+               std::shared_ptr<request_handler> handler, session_limits limits, unsigned worker,
+               bool share_port)
     : impl_(std::make_shared<impl>(ioc, std::move(handler), limits, worker)) {
   auto& acc = impl_->acceptor;
   acc.open(endpoint.protocol());
   acc.set_option(tcp::acceptor::reuse_address(true));
   // Several workers (one io_context each) bind the same port; the kernel spreads connections.
   const int one = 1;
-  if (::setsockopt(acc.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+  if (share_port &&
+      ::setsockopt(acc.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
     throw boost::system::system_error(error_code(errno, boost::system::system_category()),
                                       "setsockopt(SO_REUSEPORT)");
   }

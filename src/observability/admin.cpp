@@ -282,7 +282,7 @@ admin_server::admin_server(asio::ip::tcp::endpoint endpoint, std::shared_ptr<adm
     : impl_(std::make_unique<impl>()) {
   impl_->server = std::make_unique<http::server>(
       impl_->ioc, endpoint, std::make_shared<admin_handler>(std::move(backend)),
-      http::session_limits{}, 0);
+      http::session_limits{}, 0, /*share_port=*/false);  // a port in use is an error
 }
 
 admin_server::~admin_server() { stop(); }

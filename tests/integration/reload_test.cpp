@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <iostream>
 #include <signal.h>
 #include <sstream>
@@ -524,6 +525,57 @@ TEST_P(reload_cases, reload_under_traffic) {
 
 // ---------------------------------------------------------------------------------------------
 // The admin listener.
+
+// The admin listener is a lone socket: a second gateway given an admin address another
+// process already listens on refuses to start (it must not share the port, which would send
+// /metrics, /readyz and POST /admin/reload to either process at random).
+TEST(admin_listener, refuses_an_admin_port_in_use) {
+  temp_dir dir;
+  live_world first(store_kind::memory);
+  const fs::path file = dir.path / "rules.yaml";
+  write_in_place(file, first.render(counting_rules(10)));
+  first.start(file, false);
+  auto loaded = config::load_file(file.string());
+  ASSERT_TRUE(loaded.ok());
+  app::runtime_options options;
+  options.gateway.listen = "127.0.0.1:0";
+  options.gateway.admin = "127.0.0.1:" + std::to_string(first.admin_port());
+  options.gateway.workers = 1;
+  options.watch = false;
+  try {
+    app::runtime second(file.string(), loaded.value, options);
+    second.start();
+    ADD_FAILURE() << "a second admin listener was started on port " << first.admin_port();
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("in use"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(first.admin("GET", "/healthz").status, 200u);
+}
+
+// Settings read only at start-up (listen, admin, workers, the store's connection and layout)
+// do not change on reload: the rest of the new file goes into force, those keep their
+// running values, and /admin/config shows what is in force.
+TEST_P(reload_cases, start_up_settings_keep_their_running_values) {
+  temp_dir dir;
+  live_world w(GetParam());
+  const fs::path file = dir.path / "rules.yaml";
+  write_in_place(file, w.render(counting_rules(10)));
+  w.start(file, false);
+  auto before = boost::json::parse(w.admin("GET", "/admin/config").body).as_object();
+  // A new burst (in force after the reload), and a new timeout, workers and layout (not).
+  std::string next = "workers: 7\n" + w.render(counting_rules(20));
+  const auto store_at = next.find("timeout: 250ms");
+  if (store_at != std::string::npos) next.replace(store_at, 14, "timeout: 900ms, layout: key");
+  next = std::regex_replace(next, std::regex("\\{type: memory\\}"), "{type: memory, timeout: 900ms}");
+  write_in_place(file, next);
+  ASSERT_EQ(w.admin("POST", "/admin/reload").status, 200u);
+  auto after = boost::json::parse(w.admin("GET", "/admin/config").body).as_object();
+  EXPECT_EQ(after.at("generation").to_number<long long>(), 2);
+  EXPECT_EQ(after.at("store"), before.at("store")) << boost::json::serialize(after.at("store"));
+  EXPECT_EQ(after.at("store").at("timeout_ms").to_number<long long>(),
+            GetParam() == store_kind::redis ? 250 : 5);
+  expect_row(w.get("/v1/items", key_a), 200, 20, 19, -1, -1, "the new burst is in force");
+}
 
 TEST_P(reload_cases, admin_endpoints) {
   temp_dir dir;

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace sluice::test {
@@ -266,6 +267,49 @@ void c11_load_and_expect(fault_world& w) {
 
 // c11 scenario A: CLIENT PAUSE ... ALL. (CLIENT UNPAUSE is itself held by a pause of ALL
 // clients on Redis 7.0, so the pause is 2.6 s and recovery is timed from its end.)
+// The key directory lives in the store: when it cannot be read, a valid key is never told it
+// is invalid (401) nor quietly made anonymous — the route's store failure policy applies:
+// fail_open forwards, fail_closed answers 503, local limits the caller on this instance as
+// anonymous (by client address: an unverified key buys no bucket of its own).
+TEST(store_failure, directory_unreachable_applies_the_route_policy_not_401) {
+  const std::string rules = R"(
+store: STORE
+identity:
+  api_key: {header: X-API-Key}
+  unknown_key: reject
+  directory: {type: redis, hash: "sluice:api_keys", cache_ttl: 1s, negative_ttl: 1s}
+plans: {free: {limits: []}, anonymous: {limits: [{name: anon, by: api_key, rate: 2/1h, burst: 2}]}}
+upstreams: {api: {url: UPSTREAM_URL}}
+routes:
+  - {name: open, match: {path_prefix: /v1/open}, upstream: api, on_store_failure: fail_open,
+     limits: [{name: open_key, by: api_key, rate: 100/1m, burst: 100}]}
+  - {name: closed, match: {path_prefix: /v1/closed}, upstream: api, on_store_failure: fail_closed,
+     limits: [{name: closed_key, by: api_key, rate: 100/1m, burst: 100}]}
+  - {name: local, match: {path_prefix: /v1/local}, upstream: api, on_store_failure: local}
+)";
+  fault_world w(rules, workers(1));
+  ASSERT_EQ(w.redis.command({"HSET", "sluice:api_keys", "good-key", "free"}).integer, 1);
+  EXPECT_EQ(w.get("/v1/open", "good-key").status, 200u);
+  EXPECT_EQ(w.get("/v1/open", "bad-key").status, 401u);  // the directory says: no such key
+  std::this_thread::sleep_for(1200ms);  // both cache entries expire
+  w.redis.kill();
+  auto open = w.get("/v1/open", "good-key");
+  EXPECT_EQ(open.status, 200u) << open.body;
+  EXPECT_FALSE(open.has("X-RateLimit-Remaining"));  // nothing true can be said of the quota
+  auto closed = w.get("/v1/closed", "good-key");
+  EXPECT_EQ(closed.status, 503u) << closed.body;
+  EXPECT_EQ(closed.header("Retry-After"), "1");
+  // local: the anonymous plan's 2, on this instance, keyed by the client address.
+  EXPECT_EQ(w.get("/v1/local", "good-key").status, 200u);
+  EXPECT_EQ(w.get("/v1/local", "other-key").status, 200u);
+  EXPECT_EQ(w.get("/v1/local", "good-key").status, 429u);
+  const auto st = w.stats();
+  EXPECT_EQ(st.bad_requests, 1u);  // only the real 401 above
+  EXPECT_EQ(st.fail_open, 1u);
+  EXPECT_EQ(st.fail_closed, 1u);
+  EXPECT_EQ(st.local, 3u);
+}
+
 TEST(store_failure, c11_a_client_pause) {
   fault_world w(c11_rules, fault_world::options{});
   ASSERT_EQ(w.get("/v1/open").header("X-RateLimit-Remaining"), "99");

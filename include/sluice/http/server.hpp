@@ -43,8 +43,13 @@ struct session_limits {
 /// (it runs on the io_context). Sessions run on the io_context given.
 class server {
  public:
+  /// `share_port`: bind with SO_REUSEPORT so that each worker's server listens on the same
+  /// port (the gateway's listener); false for a lone listener (the admin listener), whose bind
+  /// then fails with "address in use" when any other socket holds the port.
+  /// Throws boost::system::system_error when the socket cannot be opened, bound or listened on.
   server(boost::asio::io_context& ioc, boost::asio::ip::tcp::endpoint endpoint,
-         std::shared_ptr<request_handler> handler, session_limits limits, unsigned worker);
+         std::shared_ptr<request_handler> handler, session_limits limits, unsigned worker,
+         bool share_port = true);
   ~server();
 
   /// The bound endpoint (with the real port when 0 was asked). The constructor binds and
