@@ -61,7 +61,7 @@ for i in range(keys):
         key, field = "sl:{free_minute|k|#%x}" % (fnv1a64(enc) % 65536), enc
     else:
         key, field = "sl:{free_minute|k|%s}" % enc, ""
-    buf.append(cmd("EVALSHA", sha, "1", key, "-1", "1", algo, a, b, c, units, "0", field))
+    buf.append(cmd("EVALSHA", sha, "1", key, "-1", "1", "-1", algo, a, b, c, units, "0", field))
     if len(buf) == 10000:
         out.write(b"".join(buf)); buf = []
 out.write(b"".join(buf))

@@ -6,6 +6,11 @@
 --   ARGV[1]  store time override in ms; < 0 means use Redis TIME (the gateway's clock never
 --            enters the arithmetic; the override is a test seam)
 --   ARGV[2]  n, the number of limits (= #KEYS)
+--   ARGV[3]  stale after: Redis TIME in ms after which the check must not run (the gateway
+--            gave up on it: a check queued behind a stalled Redis must not charge a request
+--            already answered); < 0 means no bound. Always on Redis's own clock, even under a
+--            time override. A stale check writes nothing and answers the error
+--            "STALE sluice check: now <Redis TIME in ms>".
 --   then 7 arguments per limit i: algorithm id, a, b, c, cost, shadow (0|1), and the field
 --   of the bucket in hash KEYS[i] ('' = the bucket is KEYS[i] itself)
 -- Reply: {allowed, now_ms, then per limit: admits, remaining, reset_ms, retry_after_ms, next_ms}
@@ -27,8 +32,16 @@ if now == nil or now < 0 then
 end
 
 local n = tonumber(ARGV[2])
-if n == nil or n ~= #KEYS or #ARGV ~= 2 + 7 * n then
+local stale_after = tonumber(ARGV[3])
+if n == nil or stale_after == nil or n ~= #KEYS or #ARGV ~= 3 + 7 * n then
   return redis.error_reply('ERR sluice check: bad arguments')
+end
+if stale_after >= 0 then  -- on Redis's own clock, whatever the override says
+  local t = redis.call('TIME')
+  local clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if clock > stale_after then
+    return redis.error_reply('STALE sluice check: now ' .. int(clock))
+  end
 end
 
 local algo, state, admits, shadow, slot = {}, {}, {}, {}, {}
@@ -36,7 +49,7 @@ local allowed = true
 
 -- Phase 1: validate and read every limit, decide.
 for i = 1, n do
-  local base = 2 + (i - 1) * 7
+  local base = 3 + (i - 1) * 7
   local id = tonumber(ARGV[base + 1])
   local a = tonumber(ARGV[base + 2])
   local b = tonumber(ARGV[base + 3])

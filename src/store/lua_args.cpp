@@ -41,6 +41,7 @@ void append_check_command(const limiter::check_request& req, const key_layout& l
   }
   out.push_back(std::to_string(req.now_ms_override));
   out.push_back(std::to_string(n));
+  out.push_back(std::to_string(req.stale_after_ms));
   for (std::size_t i = 0; i < n; ++i) {
     const auto& l = req.limits[i];
     out.push_back(std::to_string(algorithm_id(l.algorithm)));

@@ -45,6 +45,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <optional>
 #include <atomic>
 #include <cstdint>
 #include <random>
@@ -146,6 +149,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     std::uint64_t loads_at_send = 0;  // loads_sent when it was (last) sent
     bool retried = false;
     bool probe = false;  // the one check let through by a half-open breaker
+    std::int64_t sent_wall_ms = 0;  // this host's real-time clock when it was sent
+    bool learns_clock = false;      // decided on Redis's own clock (no test override)
   };
 
   enum class conn_state { idle, connecting, ready, stopped };
@@ -186,6 +191,19 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   std::string last_check_failure;  // why the last check failed (for the breaker's log line)
   std::mt19937_64 rng;
   log_limiter error_log;
+  // Redis's clock minus this host's, as last seen by a timely reply: its decision time minus
+  // the moment it was sent (an upper bound of the true offset, by at most the command
+  // timeout). Unknown until a first reply.
+  std::optional<std::int64_t> clock_offset_ms;
+  // Margin past the deadline (in Redis time) before the script refuses to run a check: it
+  // absorbs jitter and a clock that moved since the offset was seen.
+  static constexpr std::int64_t stale_margin_ms = 500;
+
+  static std::int64_t wall_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
 
   // ---- connection -----------------------------------------------------------------------------
 
@@ -515,6 +533,14 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     const std::uint64_t id = next_id++;
     pending p;
     const std::size_t n = req.limits.size();
+    // A check still queued (a stalled server) when its deadline has long passed must not run
+    // when the server resumes: the request was answered without it.
+    p.sent_wall_ms = wall_ms();
+    p.learns_clock = req.now_ms_override < 0;  // (a test's simulated time says nothing of it)
+    if (clock_offset_ms && p.learns_clock) {
+      req.stale_after_ms =
+          p.sent_wall_ms + *clock_offset_ms + settings.command_timeout.count() + stale_margin_ms;
+    }
     p.argv.reserve(5 + 8 * n);
     p.argv.emplace_back("EVALSHA");
     p.argv.push_back(sha);
@@ -589,6 +615,25 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     }
     if (r->type == REDIS_REPLY_ERROR) {
       const auto text = reply_text(r);
+      if (text.starts_with("STALE ")) {
+        // Only a clock that moved makes a timely check stale: learn the offset again, and
+        // fail this one (it wrote nothing).
+        constexpr std::string_view mark = "now ";
+        if (const auto at = text.rfind(mark); at != std::string_view::npos) {
+          std::int64_t now = 0;
+          const auto digits = text.substr(at + mark.size());
+          if (std::from_chars(digits.data(), digits.data() + digits.size(), now).ec == std::errc{})
+            clock_offset_ms = now - it->second.sent_wall_ms;
+        }
+        ++counters.errors;
+        if (error_log.allow()) {
+          spdlog::warn("redis {}:{}: check refused as stale by the server ({}): the clocks of "
+                       "this host and the server moved apart; offset learned again",
+                       settings.host, settings.port, text);
+        }
+        complete(it, errc::store_error, {}, verdict::answered);
+        return;
+      }
       if (text.starts_with("NOSCRIPT") && !it->second.retried && ac != nullptr) {
         // The script did not run: load it (unless a load was already sent after this check,
         // which the pipeline orders before the retry) and re-send once.
@@ -622,6 +667,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     check_outcome out;
     out.allowed = r->element[0]->integer == 1;
     out.now_ms = r->element[1]->integer;  // the store time the script decided at
+    if (it->second.learns_clock) clock_offset_ms = out.now_ms - it->second.sent_wall_ms;
     out.limits.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
       redisReply* const* e = r->element + 2 + 5 * i;

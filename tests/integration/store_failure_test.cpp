@@ -374,6 +374,28 @@ TEST(store_failure, sigstop_then_sigcont) {
   EXPECT_EQ(w.get("/v1/local").header("X-RateLimit-Remaining"), "8");
 }
 
+// Checks that missed their deadline while Redis was frozen stay queued on the connection
+// (fewer than the breaker's 5 failures keep it open) and reach the script when Redis resumes:
+// they must not run then — the requests were already answered 503. The script refuses a
+// check past its stale bound (deadline + 500 ms, in Redis time) and writes nothing.
+TEST(store_failure, checks_queued_during_a_freeze_do_not_charge_after_it) {
+  fault_world w(c10_rules, workers(1));  // 3/1m, burst 3, fail_open
+  expect_row(w.get("/v1/items"), 200, 3, 2, -1, -1, "before the freeze");
+  w.redis.pause();
+  for (int i = 0; i < 2; ++i) {
+    auto r = w.get("/v1/items");
+    EXPECT_EQ(r.status, 200u) << i;  // forwarded unlimited
+    EXPECT_FALSE(r.has("X-RateLimit-Remaining"));
+  }
+  std::this_thread::sleep_for(1500ms);  // well past every queued check's stale bound
+  w.redis.resume();
+  std::this_thread::sleep_for(200ms);
+  // The two queued checks charged nothing: 3 - 1 (before) - 1 (this one); had they run, this
+  // request would find 0 tokens.
+  expect_row(w.get("/v1/items"), 200, 3, 1, -1, -1, "after the freeze");
+  EXPECT_EQ(w.stats().fail_open, 2u);
+}
+
 // Killed during traffic, then restarted: fail_open answers 200 throughout (never a 5xx),
 // fail_closed 503 without reaching the upstream, and decisions come back within 1 s of Redis
 // accepting connections.

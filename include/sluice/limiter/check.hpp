@@ -81,6 +81,12 @@ struct check_request {
   /// Test seam: decide at this store time (ms since the Unix epoch) instead of the store's
   /// clock. The gateway never sets it; the algorithm table tests do.
   std::int64_t now_ms_override = -1;
+  /// Store clock time (Redis TIME, ms since the Unix epoch; never the test override) after
+  /// which the check must not run at all: a check
+  /// queued behind a stalled store and run after the gateway gave up on it would charge a
+  /// request that was already answered (503, or forwarded under fail_open). Set by the Redis
+  /// store from its deadline; -1 = no bound.
+  std::int64_t stale_after_ms = -1;
 };
 
 /// Ceiling of a / b for a >= 0, b > 0.

@@ -17,7 +17,9 @@ namespace sluice::lua {
 /// concatenated. Decides a batch of limits of any mix of algorithms atomically.
 ///
 /// KEYS[i]: the key of limit i's bucket, or the hash holding it. ARGV[1]: store time override
-/// in ms (-1: use Redis TIME). ARGV[2]: n. Then 7 arguments per limit i: algorithm id
+/// in ms (-1: use Redis TIME). ARGV[2]: n. ARGV[3]: stale after, Redis TIME in ms even under
+/// an override (-1: no bound): a check run later than that writes nothing and answers the
+/// error `STALE sluice check: now <Redis TIME ms>`. Then 7 arguments per limit i: algorithm id
 /// (algorithm_id()), a, b, c, cost, shadow (0|1), field, where (a, b, c) = (refill_per_ms,
 /// units_per_token, burst) for the token bucket and (window_ms, window limit, 0) for the window
 /// algorithms, and field is the bucket's field in hash KEYS[i] ("" = KEYS[i] is the bucket).

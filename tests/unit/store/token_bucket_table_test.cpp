@@ -731,18 +731,45 @@ TEST_F(token_bucket_table, script_rejects_bad_arguments) {
   EXPECT_EQ(r.type, redis_reply::kind::error);
   // A zero refill, and a capacity above 2^53 (2 * 2^52 + 2^52 units), are refused unwritten.
   auto zero = server_->command({"EVAL", std::string(lua::check()), "1", "{bad}:k", "-1",
-                                "1", "0", "0", "1", "1", "1", "0", ""});
+                                "1", "-1", "0", "0", "1", "1", "1", "0", ""});
   EXPECT_EQ(zero.type, redis_reply::kind::error);
   auto huge = server_->command({"EVAL", std::string(lua::check()), "1", "{bad}:k", "-1",
-                                "1", "0", "1", "4503599627370496", "3", "1", "0", ""});
+                                "1", "-1", "0", "1", "4503599627370496", "3", "1", "0", ""});
   EXPECT_EQ(huge.type, redis_reply::kind::error) << huge.str;
   EXPECT_EQ(server_->command({"EXISTS", "{bad}:k"}).integer, 0);
+}
+
+// A check run after its stale bound (the gateway gave up on it) writes nothing and answers
+// "STALE ... now <ms>"; before the bound it runs. The bound is on Redis's own clock (TIME),
+// whatever time the check is decided at.
+TEST_F(token_bucket_table, script_refuses_a_stale_check_unwritten) {
+  const auto host_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+  for (const auto& layout : {per_key, packed}) {
+    check_request req = make_request(find_case("c02"), "stale-" + layout_name(layout), 1);
+    req.now_ms_override = epoch_ms + 1'000;
+    req.stale_after_ms = host_ms - 10'000;
+    std::vector<std::string> argv = {"EVAL", std::string(lua::check())};
+    lua::append_check_command(req, layout, argv);
+    auto r = server_->command(argv);
+    ASSERT_EQ(r.type, redis_reply::kind::error) << r.str;
+    EXPECT_EQ(r.str.rfind("STALE sluice check: now ", 0), 0u) << r.str;
+    const test::bucket_view view{*server_, layout};
+    EXPECT_FALSE(view.exists(req.limits[0].key));
+    req.stale_after_ms = host_ms + 60'000;
+    argv = {"EVAL", std::string(lua::check())};
+    lua::append_check_command(req, layout, argv);
+    r = server_->command(argv);
+    ASSERT_EQ(r.type, redis_reply::kind::array) << r.str;
+    EXPECT_TRUE(view.exists(req.limits[0].key));
+  }
 }
 
 TEST_F(token_bucket_table, script_uses_redis_time_without_override) {
   check_request req = make_request(find_case("c02"), "time", 1);
   std::vector<std::string> argv = {"EVAL", std::string(lua::check()), "1",
-                                   req.limits[0].key, "-1", "1", "0", "1", "10000", "2", "1", "0", ""};
+                                   req.limits[0].key, "-1", "1", "-1", "0", "1", "10000", "2", "1", "0", ""};
   auto r = server_->command(argv);
   ASSERT_EQ(r.type, redis_reply::kind::array);
   const auto host_ms = std::chrono::duration_cast<std::chrono::milliseconds>(

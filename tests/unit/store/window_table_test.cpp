@@ -387,7 +387,7 @@ TEST_F(window_table, script_rejects_bad_window_arguments) {
         std::vector<std::string>{"1", "1000", "0", "0", "1", "0", ""},
         std::vector<std::string>{"9", "1000", "5", "0", "1", "0", ""},
         std::vector<std::string>{"2", "86400000", "200000000", "0", "1", "0", ""}}) {
-    std::vector<std::string> argv = {"EVAL", s, "1", "{bad}:w", "-1", "1"};
+    std::vector<std::string> argv = {"EVAL", s, "1", "{bad}:w", "-1", "1", "-1"};
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = server_->command(argv);
     EXPECT_EQ(r.type, redis_reply::kind::error) << args[0] << " " << args[1];
