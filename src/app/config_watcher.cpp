@@ -139,7 +139,10 @@ struct config_watcher::impl {
   }
 
   void run() {
-    std::optional<clock::time_point> due;  // end of the current burst's quiet time
+    // End of the current burst's quiet time, when `settling` (a plain time point and flag:
+    // GCC 12 warns falsely of an uninitialised std::optional<time_point> here).
+    clock::time_point due{};
+    bool settling = false;
     auto next_poll = clock::now() + settings.poll;
     while (true) {
       const auto now = clock::now();
@@ -149,7 +152,7 @@ struct config_watcher::impl {
         const int v = static_cast<int>(std::max<long long>(0, ms));
         timeout = timeout < 0 ? v : std::min(timeout, v);
       };
-      if (due) until(*due);
+      if (settling) until(due);
       if (settings.poll.count() > 0) until(next_poll);
       std::array<pollfd, 2> fds{{{inotify_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}}};
       const int r = ::poll(fds.data(), fds.size(), timeout);
@@ -158,15 +161,21 @@ struct config_watcher::impl {
         return;
       }
       if (fds[1].revents != 0) return;
-      if (fds[0].revents != 0 && drain()) due = clock::now() + settings.debounce;
+      if (fds[0].revents != 0 && drain()) {
+        due = clock::now() + settings.debounce;
+        settling = true;
+      }
       const auto t = clock::now();
       if (settings.poll.count() > 0 && t >= next_poll) {
         next_poll = t + settings.poll;
         // A change inotify did not report still gets the quiet time before it is read.
-        if (!due && !(identify(path) == last)) due = t + settings.debounce;
+        if (!settling && !(identify(path) == last)) {
+          due = t + settings.debounce;
+          settling = true;
+        }
       }
-      if (due && t >= *due) {
-        due.reset();
+      if (settling && t >= due) {
+        settling = false;
         check();
       }
     }
