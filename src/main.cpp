@@ -12,9 +12,12 @@
 #include <boost/program_options.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <csignal>
 #include <iostream>
 #include <set>
+#include <string_view>
+#include <thread>
 
 namespace po = boost::program_options;
 
@@ -43,6 +46,38 @@ std::string summary(const sluice::config::rules& r) {
          std::to_string(r.upstreams.size()) + " upstreams; store: " + store;
 }
 
+/// Checks `--listen`, `--admin` and `--workers` with the rules file's own parsers (the same
+/// rules and messages as `listen:`, `admin:` and `workers:`) and fills `out`. Prints
+/// `sluice: --OPTION: message` for each refused value; returns false when there was one.
+/// Runs before anything is loaded or bound, so a bad override starts nothing.
+bool read_overrides(const po::variables_map& vm, sluice::app::gateway_options& out) {
+  bool ok = true;
+  auto refuse = [&](const char* option, const std::string& message) {
+    std::cerr << "sluice: --" << option << ": " << message << '\n';
+    ok = false;
+  };
+  for (const char* option : {"listen", "admin"}) {
+    if (!vm.count(option)) continue;
+    std::string error;
+    auto a = sluice::config::parse_listen_address(vm[option].as<std::string>(), error);
+    if (!a)
+      refuse(option, error);
+    else
+      (std::string_view(option) == "listen" ? out.listen : out.admin) = a->to_string();
+  }
+  if (vm.count("workers")) {
+    std::string error;
+    if (auto n = sluice::config::parse_workers(vm["workers"].as<std::string>(), error)) {
+      // gateway_options::workers 0 means "as the file says"; `--workers 0` means what
+      // `workers: 0` means, one per core.
+      out.workers = *n != 0 ? *n : std::max(1u, std::thread::hardware_concurrency());
+    } else {
+      refuse("workers", error);
+    }
+  }
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,7 +90,7 @@ int main(int argc, char** argv) {
       ("listen", po::value<std::string>(), "override `listen:` (host:port)")
       ("admin", po::value<std::string>(), "override `admin:` (host:port of the admin listener)")
       ("no-watch", "do not watch the rules file (reload on SIGHUP or POST /admin/reload only)")
-      ("workers", po::value<unsigned>(), "override `workers:`")
+      ("workers", po::value<std::string>(), "override `workers:` (0..1024, 0 = one per core)")
       ("log-level", po::value<std::string>()->default_value("info"),
        "trace, debug, info, warn, error, critical, off");
   po::variables_map vm;
@@ -74,6 +109,8 @@ int main(int argc, char** argv) {
     std::cout << "sluice " << sluice::version << '\n';
     return 0;
   }
+  sluice::app::runtime_options options;
+  if (!read_overrides(vm, options.gateway)) return 2;
   if (vm.count("check-config")) {
     const auto file = vm["check-config"].as<std::string>();
     auto r = sluice::config::load_file(file);
@@ -110,10 +147,6 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  sluice::app::runtime_options options;
-  if (vm.count("listen")) options.gateway.listen = vm["listen"].as<std::string>();
-  if (vm.count("admin")) options.gateway.admin = vm["admin"].as<std::string>();
-  if (vm.count("workers")) options.gateway.workers = vm["workers"].as<unsigned>();
   options.watch = vm.count("no-watch") == 0;
 
   try {

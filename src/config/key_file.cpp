@@ -6,6 +6,7 @@
 
 #include "sluice/config/key_file.hpp"
 
+#include "config/file.hpp"
 #include "config/text.hpp"
 
 #include <sys/stat.h>
@@ -13,8 +14,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 namespace sluice::config {
 
@@ -85,15 +84,11 @@ std::vector<diagnostic> api_key_file::read(std::shared_ptr<const key_map>& out) 
   }
   seen_ = {static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
            st.st_size, static_cast<std::uint64_t>(st.st_ino)};
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    diags.push_back({path_, 0, "api_keys_file", "cannot read file: " + std::string(std::strerror(err))});
+  std::string text;
+  if (std::string why = file::read_regular(path_, max_file_bytes, text); !why.empty()) {
+    diags.push_back({path_, 0, "api_keys_file", std::move(why)});
     return diags;
   }
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  const std::string text = std::move(buf).str();
 
   auto map = std::make_shared<key_map>();
   std::unordered_map<std::string_view, int> first_line;  // views into `text`

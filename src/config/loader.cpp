@@ -14,13 +14,11 @@
 
 #include <boost/asio/ip/address.hpp>
 
+#include "config/file.hpp"
 #include "config/text.hpp"
 #include "sluice/config/key_file.hpp"
 
 #include <yaml-cpp/yaml.h>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -123,6 +121,74 @@ const char* algorithm_name(algorithm a) {
 
 bool same_params(const limit_params& a, const limit_params& b) {
   return a.rate.count == b.rate.count && a.rate.period == b.rate.period && a.burst == b.burst;
+}
+
+/// A whole number written in digits in [min, max]; otherwise nullopt and the diagnostic's
+/// message in `message` (`max == max_exact_integer` explains the 2^53 bound). Shared by every
+/// integer field and by the command line's `--workers`.
+std::optional<std::int64_t> check_integer(std::string_view text, std::string_view field,
+                                          std::int64_t min, std::int64_t max,
+                                          std::string& message) {
+  const std::string s(text);
+  const auto r = text::parse_int(s);
+  const std::string f(field);
+  if (r.error == text::int_error::too_large ||
+      (r.error == text::int_error::none && r.value > max)) {
+    if (max == max_exact_integer)
+      message = f + " " + s + " is above " + std::string(two_53) +
+                ", the largest integer the store arithmetic represents exactly";
+    else
+      message = f + " must be at most " + std::to_string(max) + ", got " + s;
+    return std::nullopt;
+  }
+  if (r.error == text::int_error::not_a_number) {
+    // Integers are written in digits everywhere in the file (rate counts too): `1e3` or
+    // `2.0` is refused as a spelling, not as a value.
+    switch (text::classify_number(s)) {
+      case text::notation::whole:
+        message = "expected an integer written in digits, got " + s;
+        break;
+      case text::notation::fractional:
+        message = f + " must be a whole number, got " + s;
+        break;
+      case text::notation::not_a_number:
+        message = "expected an integer, got '" + s + "'";
+        break;
+    }
+    return std::nullopt;
+  }
+  if (r.value < min) {
+    if (min == 0)
+      message = f + " must not be negative, got " + s;
+    else
+      message = f + " must be at least " + std::to_string(min) + ", got " + s;
+    return std::nullopt;
+  }
+  return r.value;
+}
+
+/// `host:port` as `listen:` and `admin:` (`listening`: an IP literal host, port 0 allowed) or
+/// `store.address` (a host name too, port 1..65535) take it; otherwise nullopt and the
+/// diagnostic's message in `message`. Shared with the command line's `--listen` and `--admin`.
+std::optional<text::address> check_address(std::string_view s, bool listening,
+                                           std::string& message) {
+  std::string why;
+  auto a = text::parse_address(s, listening, why);
+  // The IPv6 example is quoted: unquoted, YAML reads `[::1]:8080` as a list.
+  if (!a) {
+    message = "invalid address '" + std::string(s) + "': " + why +
+              " (expected host:port, such as 0.0.0.0:8080 or \"[::1]:8080\")";
+    return a;
+  }
+  boost::system::error_code ec;
+  if (listening && (boost::asio::ip::make_address(a->host, ec), ec)) {
+    // A listening address is bound as written: a host name would fail only at start-up.
+    message = "invalid address '" + std::string(s) +
+              "': a listening address must be an IP address, such as 127.0.0.1:8080 or "
+              "\"[::1]:8080\" (host names are not resolved)";
+    return std::nullopt;
+  }
+  return a;
 }
 
 /// One `key: value` of a mapping, with the lines diagnostics point at.
@@ -279,41 +345,17 @@ class loader {
     return s;
   }
 
-  /// A whole number in [min, max]; `max == max_exact_integer` explains the 2^53 bound.
+  /// A whole number in [min, max] (check_integer()).
   std::optional<std::int64_t> integer(const entry& e, const std::string& path,
                                       std::string_view field, std::int64_t min, std::int64_t max) {
     if (!e.value.IsScalar()) {
       error(e.line, path, "expected an integer, got " + describe(e.value));
       return std::nullopt;
     }
-    const std::string& s = e.value.Scalar();
-    const auto r = text::parse_int(s);
-    const std::string f(field);
-    if (r.error == text::int_error::too_large ||
-        (r.error == text::int_error::none && r.value > max)) {
-      if (max == max_exact_integer)
-        error(e.line, path,
-              f + " " + s + " is above " + std::string(two_53) +
-                  ", the largest integer the store arithmetic represents exactly");
-      else
-        error(e.line, path, f + " must be at most " + std::to_string(max) + ", got " + s);
-      return std::nullopt;
-    }
-    if (r.error == text::int_error::not_a_number) {
-      if (text::looks_fractional(s))
-        error(e.line, path, f + " must be a whole number, got " + s);
-      else
-        error(e.line, path, "expected an integer, got '" + s + "'");
-      return std::nullopt;
-    }
-    if (r.value < min) {
-      if (min == 0)
-        error(e.line, path, f + " must not be negative, got " + s);
-      else
-        error(e.line, path, f + " must be at least " + std::to_string(min) + ", got " + s);
-      return std::nullopt;
-    }
-    return r.value;
+    std::string message;
+    auto v = check_integer(e.value.Scalar(), field, min, max, message);
+    if (!v) error(e.line, path, std::move(message));
+    return v;
   }
 
   /// A duration of at least 1 ms and at most `max`.
@@ -371,23 +413,9 @@ class loader {
     }
     auto s = string(e.value, path, e.line);
     if (!s) return std::nullopt;
-    std::string why;
-    auto a = text::parse_address(*s, allow_zero, why);
-    if (!a) {
-      error(e.line, path,
-            "invalid address '" + *s + "': " + why +
-                " (expected host:port, such as 0.0.0.0:8080 or [::1]:8080)");
-      return a;
-    }
-    boost::system::error_code ec;
-    if (allow_zero && (boost::asio::ip::make_address(a->host, ec), ec)) {
-      // A listening address is bound as written: a host name would fail only at start-up.
-      error(e.line, path,
-            "invalid address '" + *s +
-                "': a listening address must be an IP address, such as 127.0.0.1:8080 or "
-                "[::1]:8080 (host names are not resolved)");
-      return std::nullopt;
-    }
+    std::string message;
+    auto a = check_address(*s, allow_zero, message);
+    if (!a) error(e.line, path, std::move(message));
     return a;
   }
 
@@ -419,6 +447,11 @@ class loader {
         return std::nullopt;
       case text::rate_error::fractional:
         error(e.line, path, "rate " + *s + ": the count must be a whole number");
+        return std::nullopt;
+      case text::rate_error::not_digits:
+        error(e.line, path,
+              "rate " + *s + ": expected the count as an integer written in digits, got " +
+                  s->substr(0, s->find('/')));
         return std::nullopt;
       case text::rate_error::too_large:
         error(e.line, path,
@@ -511,8 +544,8 @@ class loader {
       p.burst_line = burst_e->line;
       if (is_window(algo)) {
         error(burst_e->line, p.burst_path,
-              std::string("burst applies only to token_bucket and gcra; a ") +
-                  algorithm_name(algo) + " limit admits the count of its rate per window");
+              std::string("burst applies only to token_bucket; a ") + algorithm_name(algo) +
+                  " limit admits the count of its rate per window");
       }
       burst = integer(*burst_e, p.burst_path, "burst", 0, max_exact_integer);
     } else if (rate_e) {
@@ -819,6 +852,10 @@ class loader {
       if (k) r.store.layout = *k;
     }
     if (const entry* g = m->find("hash_groups")) {
+      // As `burst` on a window limit: a setting the chosen layout never reads is a mistake
+      // the operator should hear about, not a silent no-op.
+      if (r.store.layout == store_settings::layout_kind::key)
+        error(g->line, "store.hash_groups", "hash_groups applies only to layout hash");
       if (auto v = integer(*g, "store.hash_groups", "hash_groups", 1, 16'777'216))
         r.store.hash_groups = static_cast<std::uint32_t>(*v);
     }
@@ -1338,7 +1375,8 @@ load_result loader::run(const YAML::Node& root) {
     }
   }
   if (const entry* e = top->find("workers")) {
-    if (auto v = integer(*e, "workers", "workers", 0, 1024)) r->workers = static_cast<unsigned>(*v);
+    if (auto v = integer(*e, "workers", "workers", 0, max_workers))
+      r->workers = static_cast<unsigned>(*v);
   }
   if (const entry* e = top->find("store")) parse_store(*e, *r);
   if (const entry* e = top->find("headers")) parse_headers(*e, *r);
@@ -1421,32 +1459,29 @@ load_result load_string(std::string_view text, std::string file) {
 
 load_result load_file(const std::string& path) {
   std::string content;
-  int err = 0;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    err = errno;
-  } else {
-    char buf[16384];
-    for (;;) {
-      const ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n > 0) {
-        content.append(buf, static_cast<std::size_t>(n));
-      } else if (n == 0) {
-        break;
-      } else if (errno != EINTR) {
-        err = errno;
-        break;
-      }
-    }
-    ::close(fd);
-  }
-  if (err != 0) {
+  if (std::string why = file::read_regular(path, max_rules_file_bytes, content); !why.empty()) {
     load_result out;
-    out.diagnostics.push_back(
-        {path, 0, "", "cannot read file: " + std::string(std::strerror(err))});
+    out.diagnostics.push_back({path, 0, "", std::move(why)});
     return out;
   }
   return load_string(content, path);
+}
+
+std::string listen_address::to_string() const {
+  const std::string p = std::to_string(port);
+  return host.find(':') == std::string::npos ? host + ":" + p : "[" + host + "]:" + p;
+}
+
+std::optional<listen_address> parse_listen_address(std::string_view text, std::string& error) {
+  auto a = check_address(text, true, error);
+  if (!a) return std::nullopt;
+  return listen_address{a->host, a->port};
+}
+
+std::optional<unsigned> parse_workers(std::string_view text, std::string& error) {
+  auto v = check_integer(text, "workers", 0, max_workers, error);
+  if (!v) return std::nullopt;
+  return static_cast<unsigned>(*v);
 }
 
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {

@@ -80,7 +80,7 @@ bool split_host_port(std::string_view s, bool port_required, bool allow_port_zer
     const auto colon = s.rfind(':');
     if (colon != std::string_view::npos) {
       if (s.substr(0, colon).find(':') != std::string_view::npos) {
-        why = "an IPv6 address is written in brackets, such as [::1]:8080";
+        why = "an IPv6 address is written in brackets, such as \"[::1]:8080\"";
         return false;
       }
       has_port = true;
@@ -127,25 +127,37 @@ int_result parse_int(std::string_view s) {
   return {int_error::none, v};
 }
 
-bool looks_fractional(std::string_view s) {
+notation classify_number(std::string_view s) {
   if (!s.empty() && (s.front() == '-' || s.front() == '+')) s.remove_prefix(1);
-  std::size_t i = 0, digits = 0;
-  bool special = false;
-  while (i < s.size() && is_digit(s[i])) ++i, ++digits;
+  // The value is digits × 10^scale: `12.50e3` is 1250 × 10^(3 - 2).
+  std::string digits;
+  std::int64_t scale = 0;
+  std::size_t i = 0;
+  while (i < s.size() && is_digit(s[i])) digits += s[i++];
   if (i < s.size() && s[i] == '.') {
-    special = true;
     ++i;
-    while (i < s.size() && is_digit(s[i])) ++i, ++digits;
+    while (i < s.size() && is_digit(s[i])) {
+      digits += s[i++];
+      --scale;
+    }
   }
-  if (digits == 0) return false;
+  if (digits.empty()) return notation::not_a_number;
   if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
-    special = true;
     ++i;
-    if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
-    if (i == s.size() || !is_digit(s[i])) return false;
-    while (i < s.size() && is_digit(s[i])) ++i;
+    bool negative = false;
+    if (i < s.size() && (s[i] == '-' || s[i] == '+')) negative = s[i++] == '-';
+    if (i == s.size()) return notation::not_a_number;
+    std::int64_t exponent = 0;
+    for (; i < s.size() && is_digit(s[i]); ++i)
+      exponent = std::min<std::int64_t>(exponent * 10 + (s[i] - '0'), 1'000'000'000);
+    scale += negative ? -exponent : exponent;
   }
-  return special && i == s.size();
+  if (i != s.size()) return notation::not_a_number;
+  // Whole when the digits end in at least -scale zeros (or are all zeros).
+  const auto last = digits.find_last_not_of('0');
+  if (last == std::string::npos) return notation::whole;
+  const auto zeros = static_cast<std::int64_t>(digits.size() - 1 - last);
+  return scale + zeros >= 0 ? notation::whole : notation::fractional;
 }
 
 duration_result parse_duration(std::string_view s) {
@@ -195,7 +207,17 @@ rate_result parse_rate(std::string_view s) {
       return out;
     case int_error::fractional:
     case int_error::not_a_number:
-      out.error = looks_fractional(count_text) ? rate_error::fractional : rate_error::malformed;
+      switch (classify_number(count_text)) {
+        case notation::whole:
+          out.error = rate_error::not_digits;
+          break;
+        case notation::fractional:
+          out.error = rate_error::fractional;
+          break;
+        case notation::not_a_number:
+          out.error = rate_error::malformed;
+          break;
+      }
       return out;
   }
   // `10/s` is `10/1s`: a bare unit means one of it.

@@ -25,8 +25,12 @@ struct int_result {
 };
 int_result parse_int(std::string_view s);
 
-/// True for `1.5`, `-2.0`, `1e3`: a number, but not a whole one.
-bool looks_fractional(std::string_view s);
+/// How a scalar that is not plain digits reads as a decimal number (an optional sign, digits
+/// with an optional fraction, an optional exponent): not at all (`abc`, `0x10`, `1_000`), a
+/// whole number in other notation (`1e3`, `2.0`, `+5`, `150e-1`), or a fraction (`1.5`, `1e-3`).
+/// Integer fields take digits only, so the first two are refused with different messages.
+enum class notation { not_a_number, whole, fractional };
+notation classify_number(std::string_view s);
 
 /// Why a duration did not parse.
 enum class duration_error { none, malformed, zero, too_large };
@@ -44,6 +48,7 @@ enum class rate_error {
   malformed,
   negative,
   fractional,
+  not_digits,  ///< a whole count in other notation (`1e3/1m`)
   too_large,
   bad_period,
   zero_period,

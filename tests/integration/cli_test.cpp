@@ -1,4 +1,5 @@
-// The command line: --version, --check-config, and --config refusing a bad file.
+// The command line: --version, --check-config, --config refusing a bad file, and the
+// --listen / --admin / --workers overrides.
 // sluice-test-support: gateway_fixture
 
 #include <gtest/gtest.h>
@@ -9,6 +10,8 @@
 #include <fstream>
 #include <string>
 #include <sys/wait.h>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -17,9 +20,11 @@ struct run_result {
   std::string output;  // stdout and stderr
 };
 
-run_result run(const std::string& args) {
+/// Runs `sluice ARGS` (or, with `prefix_binary` false, the command line ARGS as written).
+run_result run(const std::string& args, bool prefix_binary = true) {
   run_result r;
-  const std::string cmd = std::string(SLUICE_BINARY) + " " + args + " 2>&1";
+  const std::string cmd =
+      (prefix_binary ? std::string(SLUICE_BINARY) + " " : std::string()) + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
   std::array<char, 4096> buf{};
@@ -78,6 +83,83 @@ routes:
   auto start = run("--config " + bad + " --listen 127.0.0.1:0");
   EXPECT_NE(start.exit_code, 0);
   EXPECT_EQ(start.output.find("listening"), std::string::npos) << start.output;
+}
+
+// A valid rules file that needs nothing else running (memory store).
+std::string memory_rules() {
+  return write_temp("memory.yaml", R"(listen: 127.0.0.1:0
+store: {type: memory}
+upstreams: {api: {url: "http://127.0.0.1:1"}}
+routes:
+  - {name: all, match: {path_prefix: /}, upstream: api}
+)");
+}
+
+// --listen, --admin and --workers are checked as the file's listen:, admin: and workers: are
+// (same parser, same messages, naming the option), and nothing starts. `timeout` bounds the
+// run in case a bad value were accepted and the gateway started.
+TEST(cli, overrides_are_validated_before_anything_starts) {
+  const std::string rules = memory_rules();
+  const std::string expected = " (expected host:port, such as 0.0.0.0:8080 or \"[::1]:8080\")\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--listen 127.0.0.1:99999",
+       "sluice: --listen: invalid address '127.0.0.1:99999': port 99999 is out of range 0..65535" +
+           expected},
+      {"--listen 127.0.0.1:-1",
+       "sluice: --listen: invalid address '127.0.0.1:-1': the port '-1' is not a number" +
+           expected},
+      {"--admin 127.0.0.1:70000",
+       "sluice: --admin: invalid address '127.0.0.1:70000': port 70000 is out of range 0..65535" +
+           expected},
+      {"--listen 127.0.0.1:abc",
+       "sluice: --listen: invalid address '127.0.0.1:abc': the port 'abc' is not a number" +
+           expected},
+      {"--listen localhost:8093",
+       "sluice: --listen: invalid address 'localhost:8093': a listening address must be an IP "
+       "address, such as 127.0.0.1:8080 or \"[::1]:8080\" (host names are not resolved)\n"},
+      {"--workers -1", "sluice: --workers: workers must not be negative, got -1\n"},
+      {"--workers 4294967295", "sluice: --workers: workers must be at most 1024, got 4294967295\n"},
+      {"--workers 1e3", "sluice: --workers: expected an integer written in digits, got 1e3\n"},
+      {"--listen 127.0.0.1:99999 --workers 2000",
+       "sluice: --listen: invalid address '127.0.0.1:99999': port 99999 is out of range 0..65535" +
+           expected + "sluice: --workers: workers must be at most 1024, got 2000\n"},
+  };
+  for (const auto& [args, message] : cases) {
+    auto r =
+        run("timeout 10 " + std::string(SLUICE_BINARY) + " --config " + rules + " " + args, false);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_EQ(r.output, message) << args;
+    auto check = run("--check-config " + rules + " " + args);
+    EXPECT_EQ(check.exit_code, 2) << args << "\n" << check.output;
+    EXPECT_EQ(check.output, message) << args;
+  }
+}
+
+// Valid overrides reach the gateway: it listens where --listen says (IPv6 written in brackets
+// is handed over as such) and stops on SIGINT.
+TEST(cli, valid_overrides_start_the_gateway) {
+  const std::string rules = memory_rules();
+  auto r = run("timeout -s INT --preserve-status 3 " + std::string(SLUICE_BINARY) + " --config " +
+                   rules + " --listen 127.0.0.1:0 --admin 127.0.0.1:0 --workers 0",
+               false);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("listening on 127.0.0.1:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("admin listening on 127.0.0.1:"), std::string::npos) << r.output;
+}
+
+// A rules file is read whole: a device or a pipe is refused at once, not read forever.
+TEST(cli, check_config_refuses_what_is_not_a_regular_file) {
+  auto r = run("timeout 10 " + std::string(SLUICE_BINARY) + " --check-config /dev/zero", false);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output,
+            "/dev/zero: cannot read file: not a regular file (a character device)\n"
+            "/dev/zero: 1 error(s)\n");
+  auto start = run("timeout 10 " + std::string(SLUICE_BINARY) + " --config /dev/zero", false);
+  EXPECT_EQ(start.exit_code, 1) << start.output;
+  EXPECT_NE(start.output.find("/dev/zero: cannot read file: not a regular file (a character "
+                              "device)\n/dev/zero: not started: 1 error(s)\n"),
+            std::string::npos)
+      << start.output;
 }
 
 TEST(cli, unreadable_file) {

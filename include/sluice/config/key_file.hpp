@@ -32,8 +32,14 @@ class api_key_file {
   /// Most diagnostics one load reports (a wrong file can have a million bad lines).
   static constexpr std::size_t max_diagnostics = 20;
 
+  /// Largest key file read (about two million keys of 40 bytes): the file is read whole, so
+  /// a larger one, or anything but a regular file (`/dev/zero`, a pipe), is refused with
+  /// `cannot read file: ...`. Deployments with more keys use the Redis directory.
+  static constexpr std::size_t max_file_bytes = 128 * 1024 * 1024;
+
   /// Loads `path`; every plan a line names must be one of `plan_names`. Returns the file
-  /// object, or null with the diagnostics (`path:line: api_keys_file: message`). Never throws.
+  /// object, or null with the diagnostics (`path:line: api_keys_file: message`; line 0 when
+  /// the file cannot be read, is not a regular file or is above max_file_bytes). Never throws.
   static std::pair<std::shared_ptr<api_key_file>, std::vector<diagnostic>> load(
       std::string path, std::vector<std::string> plan_names);
 

@@ -1,11 +1,17 @@
+// sluice-test-support: http_client
+// (linked for SLUICE_SOURCE_DIR, which the support libraries define: the README test reads
+// README.md from the source tree)
 #include "sluice/config/loader.hpp"
 
 #include "sluice/config/key_file.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -253,7 +259,7 @@ TEST(defaults, other_spellings_load) {
 admin: "[::1]:9090"
 workers: 4
 store: {type: memory, timeout: 250ms, password_env: SLUICE_REDIS_PASSWORD, local_share: 0.25,
-        layout: key, hash_groups: 1024}
+        layout: key}
 headers: []
 retry_after_jitter: 2s
 upstreams: {api: {url: "http://[::1]:8081/base/", timeout: 30s, connect_timeout: 1s}}
@@ -284,7 +290,6 @@ routes:
   EXPECT_EQ(r->store.password_env, "SLUICE_REDIS_PASSWORD");
   EXPECT_DOUBLE_EQ(r->store.local_share, 0.25);
   EXPECT_EQ(r->store.layout, store_settings::layout_kind::key);
-  EXPECT_EQ(r->store.hash_groups, 1024u);
   EXPECT_FALSE(r->headers.x_ratelimit);
   EXPECT_FALSE(r->headers.ietf);
   EXPECT_EQ(r->retry_after_jitter, 2s);
@@ -318,6 +323,16 @@ routes:
   EXPECT_EQ(rt.limits[1].params.rate.period, std::chrono::hours{24 * 30});
   EXPECT_EQ(rt.limits[2].by, identity_kind::user);
   EXPECT_EQ(rt.limits[2].params.rate.period, 250ms);
+}
+
+TEST(defaults, hash_groups_with_layout_hash) {
+  auto r = load_ok("store: {type: redis, layout: hash, hash_groups: 1024}\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->store.layout, store_settings::layout_kind::hash);
+  EXPECT_EQ(r->store.hash_groups, 1024u);
+  r = load_ok("store: {type: redis, hash_groups: 16777216}\n");  // layout hash by default
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->store.hash_groups, 16777216u);
 }
 
 TEST(defaults, empty_sections_are_empty) {
@@ -825,19 +840,19 @@ const mistake mistake_table[] = {
     {"listen_without_port",
      UP "listen: 0.0.0.0\n",
      {"rules.yaml:2: listen: invalid address '0.0.0.0': the port is missing (expected host:port, "
-      "such as 0.0.0.0:8080 or [::1]:8080)"}},
+      "such as 0.0.0.0:8080 or \"[::1]:8080\")"}},
     {"listen_ipv6_without_brackets",
      UP "listen: \"::1:8080\"\n",
      {"rules.yaml:2: listen: invalid address '::1:8080': an IPv6 address is written in brackets, "
-      "such as [::1]:8080 (expected host:port, such as 0.0.0.0:8080 or [::1]:8080)"}},
+      "such as \"[::1]:8080\" (expected host:port, such as 0.0.0.0:8080 or \"[::1]:8080\")"}},
     {"listen_host_name",
      UP "listen: localhost:8080\n",
      {"rules.yaml:2: listen: invalid address 'localhost:8080': a listening address must be an IP "
-      "address, such as 127.0.0.1:8080 or [::1]:8080 (host names are not resolved)"}},
+      "address, such as 127.0.0.1:8080 or \"[::1]:8080\" (host names are not resolved)"}},
     {"store_port_out_of_range",
      UP "store: {type: redis, address: \"127.0.0.1:65536\"}\n",
      {"rules.yaml:2: store.address: invalid address '127.0.0.1:65536': port 65536 is out of range "
-      "1..65535 (expected host:port, such as 0.0.0.0:8080 or [::1]:8080)"}},
+      "1..65535 (expected host:port, such as 0.0.0.0:8080 or \"[::1]:8080\")"}},
     {"url_with_https",
      "upstreams: {api: {url: \"https://example.com\"}}\n",
      {"rules.yaml:1: upstreams.api.url: invalid url 'https://example.com': scheme 'https' is not "
@@ -874,6 +889,39 @@ const mistake mistake_table[] = {
     {"hash_groups_too_many",
      UP "store: {hash_groups: 16777217}\n",
      {"rules.yaml:2: store.hash_groups: hash_groups must be at most 16777216, got 16777217"}},
+    {"hash_groups_with_layout_key",
+     UP "store:\n  type: redis\n  layout: key\n  hash_groups: 1024\n",
+     {"rules.yaml:5: store.hash_groups: hash_groups applies only to layout hash"}},
+    {"hash_groups_with_layout_key_and_a_bad_value",
+     UP "store: {layout: key, hash_groups: 0}\n",
+     {"rules.yaml:2: store.hash_groups: hash_groups applies only to layout hash",
+      "rules.yaml:2: store.hash_groups: hash_groups must be at least 1, got 0"}},
+    // Integers are written in digits in every field: other notations of a whole number are
+    // refused as a spelling, fractions as a value.
+    {"hash_groups_in_exponent_notation",
+     UP "store: {hash_groups: 1e3}\n",
+     {"rules.yaml:2: store.hash_groups: expected an integer written in digits, got 1e3"}},
+    {"workers_in_exponent_notation",
+     UP "workers: 1E1\n",
+     {"rules.yaml:2: workers: expected an integer written in digits, got 1E1"}},
+    {"cost_with_a_zero_fraction",
+     UP "routes:\n"
+        "  - {name: r, match: {path_prefix: /}, upstream: api, cost: 2.0}\n",
+     {"rules.yaml:3: routes[0].cost: expected an integer written in digits, got 2.0"}},
+    {"burst_with_a_plus_sign",
+     UP "routes:\n"
+        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: 1/1s, "
+        "burst: +5}]}\n",
+     {"rules.yaml:3: routes[0].limits[0].burst: expected an integer written in digits, got +5"}},
+    {"rate_count_in_exponent_notation",
+     UP "routes:\n"
+        "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, rate: "
+        "1e3/1m}]}\n",
+     {"rules.yaml:3: routes[0].limits[0].rate: rate 1e3/1m: expected the count as an integer "
+      "written in digits, got 1e3"}},
+    {"fraction_in_exponent_notation",
+     UP "identity: {ipv4_prefix: 25e-1}\n",
+     {"rules.yaml:2: identity.ipv4_prefix: ipv4_prefix must be a whole number, got 25e-1"}},
     {"unknown_header_set",
      UP "headers: [x-ratelimit, draft]\n",
      {"rules.yaml:2: headers[1]: unknown header set 'draft'; expected one of x-ratelimit, ietf"}},
@@ -900,7 +948,7 @@ const mistake mistake_table[] = {
      UP "routes:\n"
         "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, algorithm: "
         "fixed_window, rate: 5/1m, burst: 5}]}\n",
-     {"rules.yaml:3: routes[0].limits[0].burst: burst applies only to token_bucket and gcra; a "
+     {"rules.yaml:3: routes[0].limits[0].burst: burst applies only to token_bucket; a "
       "fixed_window limit admits the count of its rate per window"}},
     {"plan_limit_checked_against_every_route",
      UP "plans: {free: {limits: [{name: a, rate: 10/1m, burst: 2}]}}\n"
@@ -1152,6 +1200,151 @@ TEST(load_file, reads_a_file_and_names_it) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r.value->source, path);
   std::remove(path.c_str());
+}
+
+// A rules file is read whole, so a device, a pipe or a runaway file is refused before any
+// read (`--check-config /dev/zero` used to read forever).
+TEST(load_file, refuses_what_is_not_a_regular_file) {
+  auto message = [](const std::string& path) {
+    const load_result r = load_file(path);
+    EXPECT_FALSE(r.ok());
+    return r.diagnostics.size() == 1 ? r.diagnostics[0].to_string() : std::string("?");
+  };
+  EXPECT_EQ(message("/dev/zero"),
+            "/dev/zero: cannot read file: not a regular file (a character device)");
+  const std::string dir = ::testing::TempDir() + "sluice_loader_test_dir";
+  std::filesystem::create_directories(dir);
+  EXPECT_EQ(message(dir), dir + ": cannot read file: not a regular file (a directory)");
+  std::filesystem::remove(dir);
+  // A FIFO with no writer: opening it must not wait for one.
+  const std::string fifo = ::testing::TempDir() + "sluice_loader_test.fifo";
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(message(fifo), fifo + ": cannot read file: not a regular file (a pipe)");
+  std::filesystem::remove(fifo);
+}
+
+TEST(load_file, refuses_a_file_above_16_mib_and_reads_one_of_16_mib) {
+  static_assert(max_rules_file_bytes == 16 * 1024 * 1024);
+  const std::string path = ::testing::TempDir() + "sluice_loader_test_large.yaml";
+  {
+    // A valid file padded with one long comment to exactly the bound.
+    std::string text = design_example_supported() + "# ";
+    text.append(max_rules_file_bytes - text.size() - 1, 'x');
+    text += '\n';
+    std::ofstream(path, std::ios::binary) << text;
+  }
+  ASSERT_EQ(std::filesystem::file_size(path), max_rules_file_bytes);
+  const load_result ok = load_file(path);
+  for (const auto& d : ok.diagnostics) ADD_FAILURE() << d.to_string();
+  EXPECT_TRUE(ok.ok());
+  std::filesystem::resize_file(path, max_rules_file_bytes + 1);
+  const load_result r = load_file(path);
+  ASSERT_EQ(r.diagnostics.size(), 1u);
+  EXPECT_EQ(r.diagnostics[0].to_string(),
+            path + ": cannot read file: larger than 16 MiB (16777217 bytes)");
+  std::filesystem::remove(path);
+}
+
+TEST(api_keys_file, refuses_what_is_not_a_regular_file_and_a_file_above_its_bound) {
+  auto messages = [](const std::string& keys) {
+    auto [file, problems] = api_key_file::load(keys, {"free"});
+    EXPECT_EQ(file, nullptr);
+    std::vector<std::string> out;
+    for (const auto& d : problems) out.push_back(d.to_string());
+    return out;
+  };
+  EXPECT_EQ(messages("/dev/zero"),
+            std::vector<std::string>{
+                "/dev/zero: api_keys_file: cannot read file: not a regular file (a character "
+                "device)"});
+  const std::string big = ::testing::TempDir() + "sluice_loader_test_keys_large";
+  std::ofstream(big) << "k1 free\n";
+  std::filesystem::resize_file(big, api_key_file::max_file_bytes + 1);  // sparse
+  EXPECT_EQ(messages(big),
+            std::vector<std::string>{big + ": api_keys_file: cannot read file: larger than 128 MiB "
+                                           "(134217729 bytes)"});
+  std::filesystem::remove(big);
+}
+
+// The command line's --listen, --admin and --workers go through the same parsers as the
+// rules file's listen:, admin: and workers:, with the same messages.
+TEST(command_line, listen_addresses_are_checked_as_in_the_file) {
+  std::string error;
+  auto a = parse_listen_address("127.0.0.1:8093", error);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->host, "127.0.0.1");
+  EXPECT_EQ(a->port, 8093);
+  EXPECT_EQ(a->to_string(), "127.0.0.1:8093");
+  a = parse_listen_address("[::1]:0", error);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->host, "::1");
+  EXPECT_EQ(a->port, 0);
+  EXPECT_EQ(a->to_string(), "[::1]:0");
+  EXPECT_EQ(parse_listen_address("0.0.0.0:65535", error)->port, 65535);
+
+  auto refused = [](std::string_view text) {
+    std::string why;
+    EXPECT_FALSE(parse_listen_address(text, why)) << text;
+    return why;
+  };
+  const std::string expected = " (expected host:port, such as 0.0.0.0:8080 or \"[::1]:8080\")";
+  EXPECT_EQ(refused("127.0.0.1:99999"),
+            "invalid address '127.0.0.1:99999': port 99999 is out of range 0..65535" + expected);
+  EXPECT_EQ(refused("127.0.0.1:70000"),
+            "invalid address '127.0.0.1:70000': port 70000 is out of range 0..65535" + expected);
+  EXPECT_EQ(refused("127.0.0.1:-1"),
+            "invalid address '127.0.0.1:-1': the port '-1' is not a number" + expected);
+  EXPECT_EQ(refused("127.0.0.1:abc"),
+            "invalid address '127.0.0.1:abc': the port 'abc' is not a number" + expected);
+  EXPECT_EQ(refused("127.0.0.1"), "invalid address '127.0.0.1': the port is missing" + expected);
+  EXPECT_EQ(refused("localhost:8093"),
+            "invalid address 'localhost:8093': a listening address must be an IP address, such "
+            "as 127.0.0.1:8080 or \"[::1]:8080\" (host names are not resolved)");
+  // The same text the rules file gets.
+  EXPECT_EQ(diags("listen: 127.0.0.1:99999\n"),
+            std::vector<std::string>{"rules.yaml:1: listen: " + refused("127.0.0.1:99999")});
+}
+
+TEST(command_line, workers_are_checked_as_in_the_file) {
+  std::string error;
+  EXPECT_EQ(parse_workers("0", error), 0u);
+  EXPECT_EQ(parse_workers("1024", error), 1024u);
+  auto refused = [](std::string_view text) {
+    std::string why;
+    EXPECT_FALSE(parse_workers(text, why)) << text;
+    return why;
+  };
+  EXPECT_EQ(refused("-1"), "workers must not be negative, got -1");
+  EXPECT_EQ(refused("1025"), "workers must be at most 1024, got 1025");
+  EXPECT_EQ(refused("4294967295"), "workers must be at most 1024, got 4294967295");
+  EXPECT_EQ(refused("99999999999999999999"),
+            "workers must be at most 1024, got 99999999999999999999");
+  EXPECT_EQ(refused("four"), "expected an integer, got 'four'");
+  EXPECT_EQ(refused("1e3"), "expected an integer written in digits, got 1e3");
+  EXPECT_EQ(refused("1.5"), "workers must be a whole number, got 1.5");
+  EXPECT_EQ(diags("workers: -1\n"),
+            std::vector<std::string>{"rules.yaml:1: workers: " + refused("-1")});
+}
+
+// README.md, "The rules file": its YAML example must stay a valid rules file.
+TEST(readme, the_rules_file_example_loads) {
+  std::ifstream in(SLUICE_SOURCE_DIR "/README.md");
+  ASSERT_TRUE(in) << "cannot read " SLUICE_SOURCE_DIR "/README.md";
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto section = readme.find("\n## The rules file\n");
+  ASSERT_NE(section, std::string::npos);
+  const auto open = readme.find("\n```yaml\n", section);
+  ASSERT_NE(open, std::string::npos);
+  const auto begin = open + 9;
+  const auto end = readme.find("\n```\n", begin);
+  ASSERT_NE(end, std::string::npos);
+  ASSERT_LT(open, readme.find("\n## ", section + 1)) << "no yaml block in the section";
+  const std::string yaml = readme.substr(begin, end + 1 - begin);
+  const load_result r = load_string(yaml, "README.md (The rules file)");
+  for (const auto& d : r.diagnostics) ADD_FAILURE() << d.to_string() << "\n" << yaml;
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r.value->routes.empty());
 }
 
 TEST(diagnostic, renders_file_line_path_message) {
