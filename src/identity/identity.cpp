@@ -2,7 +2,8 @@
 
 #include "sluice/config/key_file.hpp"
 
-#include <boost/algorithm/string/trim.hpp>
+#include <boost/url/encoding_opts.hpp>
+#include <boost/url/pct_string_view.hpp>
 
 #include <algorithm>
 #include <vector>
@@ -63,16 +64,53 @@ std::optional<std::string> single_value(const boost::beast::http::fields& header
   return value.value_or(std::string());
 }
 
-std::string query_param(std::string_view query, std::string_view name) {
-  while (!query.empty()) {
-    auto amp = query.find('&');
-    auto part = query.substr(0, amp);
-    auto eq = part.find('=');
-    if (part.substr(0, eq) == name) return eq == std::string_view::npos ? std::string() : std::string(part.substr(eq + 1));
+// One query component (a parameter's name or value) percent-decoded; nullopt when an escape is
+// malformed (`%zz`, a `%` without two hex digits after it). Boost.URL validates and decodes.
+//
+// `+` is read as a space: RFC 3986 gives `+` no meaning in a query, but the WHATWG URL
+// standard's application/x-www-form-urlencoded parser does, and so do HTML forms and the
+// frameworks an upstream is likely to run (PHP, Rack, Express, Go's url.ParseQuery, Python's
+// parse_qs) and most API gateways. What matters is that sluice reads the key the way the
+// upstream will; a literal plus is sent as `%2B`.
+std::optional<std::string> decode_component(std::string_view s) {
+  if (s.find_first_of("%+") == std::string_view::npos) return std::string(s);
+  auto pct = boost::urls::make_pct_string_view(boost::urls::string_view(s.data(), s.size()));
+  if (!pct) return std::nullopt;
+  boost::urls::encoding_opts opts;
+  opts.space_as_plus = true;
+  return pct->decode(opts);
+}
+
+// The decoded value of query parameter `name` (non-empty) in `query`; see presented_key().
+//
+// The query is split by hand on `&` and at the first `=` (the WHATWG urlencoded split) rather
+// than with boost::urls::parse_query: that grammar is strict RFC 3986 and refuses characters
+// real clients send unescaped and the router forwards (`|`, `{`, `"`, bytes above 0x7f), so it
+// would turn such requests into 400s although their API key is well formed. Only occurrences
+// of `name` are validated. A name with a malformed escape is not `name`: a lenient decoder
+// keeps the `%`, so it cannot read it as `name` either. Linear in the query's length.
+std::variant<std::string, caller_error> query_param(std::string_view query, std::string_view name) {
+  std::optional<std::string> value;
+  while (true) {
+    const auto amp = query.find('&');
+    const auto part = query.substr(0, amp);
+    const auto eq = part.find('=');
+    if (auto decoded = decode_component(part.substr(0, eq))) {
+      const auto nul = decoded->find('\0');
+      // A name with a NUL after `name` is `name` to an upstream that reads C strings.
+      if (std::string_view(*decoded).substr(0, nul) == name) {
+        if (nul != std::string::npos) return caller_error::malformed_value;
+        auto v = eq == std::string_view::npos ? std::optional<std::string>(std::string())
+                                              : decode_component(part.substr(eq + 1));
+        if (!v || v->find('\0') != std::string::npos) return caller_error::malformed_value;
+        if (value && *value != *v) return caller_error::conflicting_values;
+        value = std::move(*v);
+      }
+    }
     if (amp == std::string_view::npos) break;
     query.remove_prefix(amp + 1);
   }
-  return {};
+  return value.value_or(std::string());
 }
 
 }  // namespace
@@ -142,19 +180,38 @@ std::string client_key(const ip::address& client, const config::identity_setting
   return ip::make_address_v6(bytes).to_string() + "/" + std::to_string(prefix);
 }
 
+std::string_view describe(caller_error e) {
+  switch (e) {
+    case caller_error::conflicting_values:
+      return "the API key or an identity header was given more than once with different values";
+    case caller_error::malformed_value:
+      return "the API key query parameter has a malformed percent-escape or encodes NUL";
+    case caller_error::unknown_key:
+      return "a valid API key is required";
+  }
+  return "the caller cannot be identified";
+}
+
 std::variant<std::string, caller_error> presented_key(const config::rules& rules,
                                                       const boost::beast::http::fields& headers,
                                                       std::string_view query) {
-  std::string key;
+  std::string from_header;
   if (!rules.identity.api_key_header.empty()) {
     auto v = single_value(headers, rules.identity.api_key_header);
     if (!v) return caller_error::conflicting_values;
-    key = std::move(*v);
+    from_header = std::move(*v);
   }
-  if (key.empty() && !rules.identity.api_key_query.empty()) {
-    key = query_param(query, rules.identity.api_key_query);
+  // The query is read even when the header gives a key: the upstream may prefer either
+  // source, so two different keys are as ambiguous as two different header lines.
+  std::string from_query;
+  if (!rules.identity.api_key_query.empty()) {
+    auto v = query_param(query, rules.identity.api_key_query);
+    if (auto* err = std::get_if<caller_error>(&v)) return *err;
+    from_query = std::move(std::get<std::string>(v));
   }
-  return key;
+  if (from_header.empty()) return from_query;
+  if (!from_query.empty() && from_query != from_header) return caller_error::conflicting_values;
+  return from_header;
 }
 
 std::optional<std::string> static_plan(const config::rules& rules, std::string_view key) {

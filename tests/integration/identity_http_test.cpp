@@ -1,6 +1,7 @@
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client
 // Identity through real HTTP: X-Forwarded-For spoofing (case c12), empty identities (c13),
-// the API key file and the store-backed plan directory (issue 4).
+// the API key as a query parameter, the API key file and the store-backed plan directory
+// (issue 4).
 //
 // The TCP peer address is controlled by binding the test client's source address: on Linux
 // the whole of 127.0.0.0/8 is loopback. The cases' addresses are mapped onto loopback ones —
@@ -225,6 +226,80 @@ routes:
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   EXPECT_EQ(w.get("/x", {{"X-API-Key", "key-b"}}).header("X-RateLimit-Limit"), "10");
   std::remove(path.c_str());
+}
+
+// The API key as a query parameter (`identity.api_key.query`): percent-decoded before lookup
+// and keying (`+` is a space), one key per request however many copies it is sent in. A copy
+// that disagrees with another, in the query or between query and header, a malformed escape,
+// or a decoded NUL is 400: nothing counted, nothing forwarded.
+const char* const query_key_rules = R"(
+store: STORE
+identity: {api_key: {header: X-API-Key, query: api_key}}
+plans: {anonymous: {limits: []}, free: {limits: []}}
+api_keys: {key-a: free, "key a": free, "key+a": free}
+upstreams: {api: {url: UPSTREAM_URL}}
+routes:
+  - name: items
+    match: {path_prefix: /v1/items}
+    upstream: api
+    limits:
+      - {name: items_key, by: api_key, rate: 10/1m, burst: 10}
+)";
+
+TEST_P(identity_http, api_key_query_parameter_is_decoded_and_unambiguous) {
+  world w(GetParam(), query_key_rules);
+  struct row {
+    std::string target;
+    header_list headers;
+    unsigned status;
+    long long remaining;  // of the row's bucket; -1 for a 400
+    const char* what;
+  };
+  const std::vector<row> rows = {
+      {"/v1/items?api_key=key-a", {}, 200, 9, "plain key"},
+      {"/v1/items?api_key=key%2Da", {}, 200, 8, "%2D decodes to '-': key-a's bucket"},
+      {"/v1/items?api_key=key-a&api_key=key-a", {}, 200, 7, "identical repeat"},
+      {"/v1/items?api_key=key-a&api_key=key%2da", {}, 200, 6, "identical after decoding"},
+      {"/v1/items?api_key=key-a&api_key=other", {}, 400, -1, "repeat, first is known"},
+      {"/v1/items?api_key=other&api_key=key-a", {}, 400, -1, "repeat, last is known"},
+      {"/v1/items?api_key=key-a&api%5Fkey=other", {}, 400, -1, "repeat under an encoded name"},
+      {"/v1/items?api_key=%zz", {}, 400, -1, "malformed escape"},
+      {"/v1/items?api_key=key%", {}, 400, -1, "lone %"},
+      {"/v1/items?api_key=key%00a", {}, 400, -1, "decoded NUL"},
+      {"/v1/items?api_key=other", {{"X-API-Key", "key-a"}}, 400, -1, "header and query differ"},
+      {"/v1/items", {{"X-API-Key", "key-a"}, {"X-API-Key", "other"}}, 400, -1, "two header values"},
+      {"/v1/items?api_key=key%2Da", {{"X-API-Key", "key-a"}}, 200, 5, "header and query agree"},
+      {"/v1/items?other=%zz&api_key=key-a", {}, 200, 4, "other parameters are not validated"},
+      {"/v1/items?api_key=key+a", {}, 200, 9, "'+' is a space: key \"key a\""},
+      {"/v1/items?api_key=key%2Ba", {}, 200, 9, "%2B is a plus: key \"key+a\""},
+      {"/v1/items?api_key=", {}, 200, 9, "empty: anonymous, keyed by address"},
+      {"/v1/items?api_key=key-z", {}, 200, 8, "unknown: anonymous, same bucket"},
+  };
+  std::size_t forwarded = 0;
+  for (const auto& r : rows) {
+    SCOPED_TRACE(r.target);
+    const auto res = w.send("GET", r.target, r.headers);
+    if (r.status == 400) {
+      EXPECT_EQ(res.status, 400u) << r.what << ": " << res.body;
+      EXPECT_EQ(res.header("Content-Type"), "application/problem+json") << r.what;
+      EXPECT_FALSE(res.has("X-RateLimit-Remaining")) << r.what;
+    } else {
+      expect_row(res, r.status, 10, r.remaining, -1, -1, r.what);
+      ++forwarded;
+    }
+    EXPECT_EQ(w.upstream.request_count(), forwarded) << r.what;
+  }
+  // The upstream receives the query exactly as sent.
+  ASSERT_GE(w.upstream.requests().size(), 2u);
+  EXPECT_EQ(w.upstream.requests()[1].target, "/v1/items?api_key=key%2Da");
+  if (GetParam() == store_kind::redis) {
+    using ns = limiter::key_namespace;
+    EXPECT_EQ(scan(w, "sl:{items_key|*"),
+              (std::set<std::string>{key("items_key", ns::api_key, "key-a"),
+                                     key("items_key", ns::api_key, "key a"),
+                                     key("items_key", ns::api_key, "key+a"),
+                                     key("items_key", ns::anonymous_ip, "127.0.0.1")}));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(stores, identity_http,

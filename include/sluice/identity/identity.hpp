@@ -31,9 +31,19 @@ struct caller {
 
 /// Why a request's caller could not be established.
 enum class caller_error {
-  conflicting_values,  ///< an identity header was sent twice with different values (400)
-  unknown_key,         ///< `unknown_key: reject` and the key is absent or unknown (401)
+  /// An identity header, or the API key query parameter, was given twice with different
+  /// values, or the API key header and query parameter disagree (400). The upstream may read
+  /// another copy than sluice does; the caller would be limited as one identity and
+  /// authenticated as another.
+  conflicting_values,
+  /// The API key query parameter has a malformed percent-escape (`%zz`, a lone `%`) or
+  /// decodes to a NUL, in its value or its name (400).
+  malformed_value,
+  unknown_key,  ///< `unknown_key: reject` and the key is absent or unknown (401)
 };
+
+/// The problem-details `detail` text (RFC 9457) for `e`: one fixed sentence per error.
+std::string_view describe(caller_error e);
 
 /// `a` with an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) turned into the IPv4 address; any
 /// other address unchanged. Every address sluice keys, logs or forwards goes through it.
@@ -58,10 +68,22 @@ boost::asio::ip::address client_address(const boost::asio::ip::address& peer,
 std::string client_key(const boost::asio::ip::address& client,
                         const config::identity_settings& settings);
 
-/// The API key a request presents: the configured header (names match case-insensitively;
-/// surrounding blanks trimmed), else the query parameter `identity.api_key.query` of `query`
-/// (the raw query string, without '?'). "" when none or empty. conflicting_values when the
-/// header is repeated with different values.
+/// The API key a request presents, from the configured header (names match
+/// case-insensitively; surrounding blanks trimmed) and the query parameter
+/// `identity.api_key.query` of `query` (the raw query string, without '?').
+///
+/// The query parameter's name and value are percent-decoded (RFC 3986 §2.1) with `+` read as
+/// a space (the WHATWG application/x-www-form-urlencoded convention; `%2B` is a plus) before
+/// they are compared, looked up or keyed; parameters are split on `&` and at the first `=`.
+/// An empty value, or a parameter without `=`, is absent, as an empty header is.
+///
+/// Returns "" when neither source gives a non-empty key; otherwise that key. Errors:
+/// - conflicting_values: the header is repeated with different values, the parameter is
+///   repeated with different decoded values (identical repeats are accepted), or both
+///   sources are non-empty and differ (`key%2Da` in the query equals `key-a` in the header).
+/// - malformed_value: an occurrence of the parameter has a malformed escape or decodes to NUL
+///   in its value, or its decoded name is the parameter's name followed by a NUL.
+/// Other parameters are not validated. Thread-safe; allocates.
 std::variant<std::string, caller_error> presented_key(const config::rules& rules,
                                                       const boost::beast::http::fields& headers,
                                                       std::string_view query);

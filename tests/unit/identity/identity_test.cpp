@@ -92,6 +92,169 @@ TEST(identify, api_key_from_query_parameter) {
   boost::beast::http::fields none;
   auto who = std::get<caller>(identify(r, none, "x=1&api_key=key-a", ip::make_address("127.0.0.1")));
   EXPECT_EQ(who.api_key, "key-a");
+  // The decoded key is what the directory sees and what buckets are keyed by.
+  who = std::get<caller>(identify(r, none, "api_key=key%2Da", ip::make_address("127.0.0.1")));
+  EXPECT_FALSE(who.anonymous);
+  EXPECT_EQ(who.plan, "free");
+  EXPECT_EQ(who.api_key, "key-a");
+}
+
+using presented = std::variant<std::string, caller_error>;
+
+std::string show(const presented& p) {
+  if (const auto* key = std::get_if<std::string>(&p)) return "key \"" + *key + "\"";
+  switch (std::get<caller_error>(p)) {
+    case caller_error::conflicting_values:
+      return "conflicting_values (400)";
+    case caller_error::malformed_value:
+      return "malformed_value (400)";
+    case caller_error::unknown_key:
+      return "unknown_key (401)";
+  }
+  return "?";
+}
+
+struct key_row {
+  std::vector<std::string> header;  // X-API-Key lines, in order
+  std::string query;                // raw query, without '?'
+  presented expected;
+};
+
+void check_rows(const config::rules& r, const std::vector<key_row>& rows) {
+  for (const auto& row : rows) {
+    boost::beast::http::fields f;
+    for (const auto& line : row.header) f.insert("X-API-Key", line);
+    std::string what = "query \"" + row.query + "\", header";
+    for (const auto& line : row.header) what += " \"" + line + "\"";
+    EXPECT_EQ(show(presented_key(r, f, row.query)), show(row.expected)) << what;
+  }
+}
+
+const auto conflict = caller_error::conflicting_values;
+const auto malformed = caller_error::malformed_value;
+
+// The query parameter alone: percent-decoded (`+` is a space), repeats must agree after
+// decoding, and a malformed escape or a decoded NUL in the key parameter is a client error.
+TEST(presented_key, query_parameter_table) {
+  auto r = rules_with_keys();
+  r.identity.api_key_query = "api_key";
+  check_rows(r, {
+      {{}, "", std::string()},
+      {{}, "api_key=key-a", std::string("key-a")},
+      {{}, "x=1&api_key=key-a&y", std::string("key-a")},
+      {{}, "&&api_key=key-a&", std::string("key-a")},
+      // Percent-decoding (RFC 3986 §2.1), hex digits of either case, in the name too.
+      {{}, "api_key=key%2Da", std::string("key-a")},
+      {{}, "api_key=key%2da", std::string("key-a")},
+      {{}, "api%5Fkey=key-a", std::string("key-a")},
+      {{}, "api_key=key%3Da", std::string("key=a")},
+      {{}, "api_key=a=b", std::string("a=b")},  // split at the first '='
+      {{}, "api_key=%E2%82%AC", std::string("\xe2\x82\xac")},
+      // '+' is a space (WHATWG urlencoded); a literal plus is %2B.
+      {{}, "api_key=key+a", std::string("key a")},
+      {{}, "api_key=key%20a", std::string("key a")},
+      {{}, "api_key=key%2Ba", std::string("key+a")},
+      {{}, "api+key=key-a", std::string()},  // "api key" is another name
+      // Empty is absent.
+      {{}, "api_key=", std::string()},
+      {{}, "api_key", std::string()},
+      // Repeats: identical (after decoding) is one value; different is ambiguous.
+      {{}, "api_key=key-a&api_key=key-a", std::string("key-a")},
+      {{}, "api_key=key-a&api_key=key%2Da", std::string("key-a")},
+      {{}, "api_key=key-a&api_key=other", conflict},
+      {{}, "api_key=other&x=1&api_key=key-a", conflict},
+      {{}, "api_key=key-a&api%5Fkey=other", conflict},
+      {{}, "api_key=key+a&api_key=key%2Ba", conflict},
+      {{}, "api_key=&api_key=key-a", conflict},  // as "" and "key-a" header lines are
+      {{}, "api_key=key-a&api_key", conflict},
+      // Malformed escapes and NUL in the key parameter.
+      {{}, "api_key=%zz", malformed},
+      {{}, "api_key=key%", malformed},
+      {{}, "api_key=%", malformed},
+      {{}, "api_key=key%2", malformed},
+      {{}, "api_key=key%2Xa", malformed},
+      {{}, "api_key=key%00a", malformed},
+      {{}, "api_key=%00", malformed},
+      {{}, "api_key=key-a&api_key=%zz", malformed},
+      {{}, "api_key%00=other&api_key=key-a", malformed},  // "api_key" to a C-string reader
+      {{}, "api_key%00x=other", malformed},
+      // Other parameters are not validated, and are not the key parameter.
+      {{}, "other=%zz&api_key=key-a", std::string("key-a")},
+      {{}, "%zz=1&api_key=key-a", std::string("key-a")},
+      {{}, "api_key%zz=x&api_key=key-a", std::string("key-a")},
+      {{}, "api_key%=x&api_key=key-a", std::string("key-a")},
+      {{}, "other=%00&api_key=key-a", std::string("key-a")},
+      {{}, "q=a|b{c}\"\xc3\xa9&api_key=key-a", std::string("key-a")},  // not strict RFC 3986
+      {{}, "API_KEY=other&api_key=key-a", std::string("key-a")},  // names are case-sensitive
+      {{}, "api_keyx=other&xapi_key=other&api_key=key-a", std::string("key-a")},
+      // ';' is not a separator (WHATWG; Python's parse_qs dropped it in 3.9.2).
+      {{}, "api_key=key-a;api_key=other", std::string("key-a;api_key=other")},
+  });
+}
+
+// The header and the query parameter together: each is checked on its own, then two
+// non-empty keys must be equal (the query's decoded, the header's trimmed).
+TEST(presented_key, header_and_query_table) {
+  auto r = rules_with_keys();
+  r.identity.api_key_query = "api_key";
+  check_rows(r, {
+      {{"key-a"}, "", std::string("key-a")},
+      {{"key-a"}, "x=1", std::string("key-a")},
+      {{"key-a"}, "api_key=key-a", std::string("key-a")},
+      {{"key-a"}, "api_key=key%2Da", std::string("key-a")},
+      {{" key-a "}, "api_key=key-a", std::string("key-a")},
+      {{"key a"}, "api_key=key+a", std::string("key a")},
+      {{"key-a"}, "api_key=other", conflict},
+      {{"other"}, "api_key=key-a", conflict},
+      {{"key%2Da"}, "api_key=key-a", conflict},  // a header value is not percent-decoded
+      {{"key-a"}, "api_key=", std::string("key-a")},  // empty is absent, in either source
+      {{""}, "api_key=key-a", std::string("key-a")},
+      {{""}, "", std::string()},
+      {{"key-a", "key-a"}, "api_key=key-a", std::string("key-a")},
+      {{"key-a", "other"}, "api_key=key-a", conflict},
+      {{"key-a", "other"}, "", conflict},
+      {{"key-a"}, "api_key=key-a&api_key=other", conflict},
+      {{"key-a"}, "api_key=%zz", malformed},
+      {{"key-a"}, "api_key=key-a%00", malformed},
+  });
+}
+
+// A source that is not configured is not read: its values can neither give a key nor conflict.
+TEST(presented_key, unconfigured_sources_are_ignored) {
+  auto r = rules_with_keys();  // header X-API-Key only (the default)
+  check_rows(r, {
+      {{"key-a"}, "api_key=other", std::string("key-a")},
+      {{}, "api_key=%zz&api_key=x", std::string()},
+  });
+  r.identity.api_key_header.clear();  // `api_key: {query: api_key}`
+  r.identity.api_key_query = "api_key";
+  check_rows(r, {
+      {{"other"}, "api_key=key-a", std::string("key-a")},
+      {{"key-a", "other"}, "", std::string()},
+  });
+}
+
+// Decoding errors are 400 even under `unknown_key: reject`: the key is ambiguous, not missing.
+TEST(identify, query_errors_come_before_the_directory) {
+  auto r = rules_with_keys();
+  r.identity.api_key_query = "api_key";
+  r.identity.unknown_key = config::unknown_key_policy::reject;
+  boost::beast::http::fields none;
+  const auto addr = ip::make_address("127.0.0.1");
+  EXPECT_EQ(std::get<caller_error>(identify(r, none, "api_key=%zz", addr)), malformed);
+  EXPECT_EQ(std::get<caller_error>(identify(r, none, "api_key=key-a&api_key=x", addr)), conflict);
+  EXPECT_EQ(std::get<caller_error>(identify(r, none, "api_key=key-z", addr)),
+            caller_error::unknown_key);
+  EXPECT_EQ(std::get<caller>(identify(r, none, "api_key=key%2Da", addr)).plan, "free");
+}
+
+TEST(describe, one_sentence_per_error) {
+  std::set<std::string_view> texts;
+  for (auto e : {conflict, malformed, caller_error::unknown_key}) {
+    EXPECT_FALSE(describe(e).empty());
+    EXPECT_TRUE(texts.insert(describe(e)).second);
+  }
+  EXPECT_EQ(describe(caller_error::unknown_key), "a valid API key is required");
 }
 
 TEST(limit_identity, each_kind_has_its_own_namespace_and_never_an_empty_value) {
@@ -184,17 +347,6 @@ TEST(identify, repeated_identity_headers) {
   t2.insert("x-tenant", "a");
   t2.insert("X-Tenant", "b");
   EXPECT_FALSE(limit_identity(tenant, keyed, r, t2));
-}
-
-TEST(identify, api_key_query_is_used_only_without_a_header_value) {
-  auto r = rules_with_keys();
-  r.identity.api_key_query = "key";
-  boost::beast::http::fields h;
-  h.set("X-API-Key", "203.0.113.20");
-  EXPECT_EQ(std::get<std::string>(presented_key(r, h, "key=key-a")), "203.0.113.20");
-  boost::beast::http::fields none;
-  EXPECT_EQ(std::get<std::string>(presented_key(r, none, "a=1&key=key-a&b")), "key-a");
-  EXPECT_EQ(std::get<std::string>(presented_key(r, none, "keys=key-a")), "");
 }
 
 // A directory plan the snapshot does not define is an unknown key, never a crash or a bucket
