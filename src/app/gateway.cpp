@@ -141,10 +141,10 @@ class gateway_handler final : public http::request_handler {
     const auto client = identity::client_address(peer, req, rules.identity.trusted_proxies);
     // API key → plan: inline map, key file, then the store-backed directory (cached).
     auto presented = identity::presented_key(rules, req, target->query);
-    if (std::holds_alternative<identity::caller_error>(presented)) {
+    if (const auto* err = std::get_if<identity::caller_error>(&presented)) {
       counters_.bad_requests.add();
       co_return problem(version, bhttp::status::bad_request, "Bad Request",
-                        "an identity header was sent twice with different values");
+                        identity::describe(*err));
     }
     std::string key = std::move(std::get<std::string>(presented));
     auto plan = identity::static_plan(rules, key);
@@ -179,12 +179,11 @@ class gateway_handler final : public http::request_handler {
     if (auto* err = std::get_if<identity::caller_error>(&identified)) {
       counters_.bad_requests.add();
       if (*err == identity::caller_error::unknown_key) {
-        auto res = problem(version, bhttp::status::unauthorized, "Unauthorized",
-                           "a valid API key is required");
-        co_return res;
+        co_return problem(version, bhttp::status::unauthorized, "Unauthorized",
+                          identity::describe(*err));
       }
       co_return problem(version, bhttp::status::bad_request, "Bad Request",
-                        "an identity header was sent twice with different values");
+                        identity::describe(*err));
     }
     const auto& who = std::get<identity::caller>(identified);
 
@@ -224,7 +223,7 @@ class gateway_handler final : public http::request_handler {
       if (!id) {
         counters_.bad_requests.add();
         co_return problem(version, bhttp::status::bad_request, "Bad Request",
-                          "an identity header was sent twice with different values");
+                          identity::describe(identity::caller_error::conflicting_values));
       }
       const auto bucket = limiter::bucket_params::from(*l->find_params(who.plan));
       const bool shadow = l->mode == config::limit_mode::shadow;
