@@ -6,6 +6,7 @@
 // traffic moved.
 
 #include "harness.hpp"
+#include "support/temp_dir.hpp"
 
 #include "sluice/app/runtime.hpp"
 #include "sluice/config/loader.hpp"
@@ -93,21 +94,6 @@ scrape parse(const std::string& text) {
   return s;
 }
 
-/// A private directory for the rules file, removed at the end.
-struct temp_dir {
-  temp_dir() {
-    static std::atomic<int> n{0};
-    path = fs::temp_directory_path() /
-           ("sluice-metrics-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path path;
-};
 
 /// Upstreams, an optional redis-server, and a runtime (gateway + admin listener on port 0)
 /// from a rules file in which UPSTREAM_URL, SLOW_URL, GONE_URL and STORE are substituted.

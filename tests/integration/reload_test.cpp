@@ -5,6 +5,7 @@
 // SIGHUP (to a real `sluice` child process) and POST /admin/reload.
 
 #include "harness.hpp"
+#include "support/temp_dir.hpp"
 
 #include "sluice/app/runtime.hpp"
 #include "sluice/config/loader.hpp"
@@ -29,21 +30,6 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
-/// A fresh private directory, removed at the end.
-struct temp_dir {
-  temp_dir() {
-    static std::atomic<int> n{0};
-    path = fs::temp_directory_path() /
-           ("sluice-reload-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path path;
-};
 
 void write_in_place(const fs::path& p, const std::string& text) {
   std::ofstream out(p, std::ios::trunc);  // same inode when the file exists
