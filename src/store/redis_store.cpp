@@ -160,6 +160,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         settings(std::move(s)),
         connect_timer(ex),
         backoff_timer(ex),
+        idle_timer(ex),
         resolver(ex),
         rng(std::random_device{}()) {}
 
@@ -171,6 +172,17 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   std::string sha;
   asio::steady_timer connect_timer;
   asio::steady_timer backoff_timer;
+  // Idle probe: a frozen server (SIGSTOP, a stalled network) keeps its TCP connection, so with
+  // no checks to time out nothing would notice. While nothing has been heard for
+  // `idle_probe_every`, a PING is sent; unanswered after the command timeout, the connection
+  // counts as not connected (stats, readiness) until anything is heard again.
+  static constexpr std::chrono::milliseconds idle_probe_every{1000};
+  static constexpr std::chrono::milliseconds idle_tick{250};
+  asio::steady_timer idle_timer;
+  std::chrono::steady_clock::time_point last_heard{};
+  std::chrono::steady_clock::time_point ping_sent{};
+  bool ping_outstanding = false;
+  bool stalled = false;
   asio::ip::tcp::resolver resolver;
   bool resolving = false;
   std::string last_failure;  // reason of the last failed connection attempt ("" after success)
@@ -325,6 +337,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     ac = nullptr;
     io.reset();
     connect_timer.cancel();
+    ping_outstanding = false;
+    stalled = false;
     if (state != conn_state::stopped) state = conn_state::idle;
     counters.connected = false;
   }
@@ -346,6 +360,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     sha = std::move(script_sha);
     state = conn_state::ready;
     connect_timer.cancel();
+    heard();
+    arm_idle_timer();
     backoff = backoff_first;
     counters.connected = true;
     if (ever_connected) ++counters.reconnects;
@@ -371,6 +387,54 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       self->connect_failed(c->errstr ? c->errstr : "connect failed");
       self->lost();
       self->schedule_reconnect();
+    } catch (...) {
+      // No exception crosses a hiredis callback.
+    }
+  }
+
+  // Anything heard from the server: the connection answers.
+  void heard() {
+    last_heard = std::chrono::steady_clock::now();
+    ping_outstanding = false;
+    if (stalled) {
+      stalled = false;
+      if (state == conn_state::ready) counters.connected = true;
+      spdlog::info("redis {}:{}: answers again", settings.host, settings.port);
+    }
+  }
+
+  void arm_idle_timer() {
+    idle_timer.expires_after(idle_tick);
+    idle_timer.async_wait([w = weak_from_this()](error_code ec) {
+      if (ec) return;
+      if (auto self = w.lock()) self->on_idle_tick();
+    });
+  }
+
+  void on_idle_tick() {
+    if (state != conn_state::ready || ac == nullptr) return;  // ready() arms it again
+    const auto now = std::chrono::steady_clock::now();
+    if (ping_outstanding && !stalled && now - ping_sent > settings.command_timeout) {
+      stalled = true;
+      counters.connected = false;
+      spdlog::warn("redis {}:{}: no answer to an idle PING within {} ms: not ready until it "
+                   "answers",
+                   settings.host, settings.port, settings.command_timeout.count());
+    }
+    if (!ping_outstanding && now - last_heard >= idle_probe_every) {
+      if (redisAsyncCommand(ac, &impl::on_ping_reply, nullptr, "PING") == REDIS_OK) {
+        ping_outstanding = true;
+        ping_sent = now;
+      }
+    }
+    arm_idle_timer();
+  }
+
+  static void on_ping_reply(redisAsyncContext* c, void* r, void* /*privdata*/) noexcept {
+    try {
+      impl* self = owner(c);
+      if (self == nullptr || self->ac != c || r == nullptr) return;
+      self->heard();
     } catch (...) {
       // No exception crosses a hiredis callback.
     }
@@ -602,6 +666,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   }
 
   void handle_check_reply(std::uint64_t id, const redisReply* r) {
+    if (r != nullptr) heard();
     auto it = inflight.find(id);
     if (it == inflight.end()) {
       if (r != nullptr) ++counters.late_replies;  // its check timed out: dropped, never reused
@@ -704,6 +769,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     state = conn_state::stopped;
     backoff_timer.cancel();
     connect_timer.cancel();
+    idle_timer.cancel();
     resolver.cancel();
     drop_connection();  // NULL replies complete the checks in flight with store_error
     while (!inflight.empty()) {

@@ -396,6 +396,26 @@ TEST(store_failure, checks_queued_during_a_freeze_do_not_charge_after_it) {
   EXPECT_EQ(w.stats().fail_open, 2u);
 }
 
+// With no traffic, a frozen Redis keeps its TCP connection and no check times out: the idle
+// PING (after 1 s of silence, unanswered within the 50 ms deadline) marks the store not
+// connected, so readiness (/readyz) says 503 within ~1.5 s; it answers again after SIGCONT.
+TEST(store_failure, idle_freeze_is_seen_by_readiness) {
+  fault_world w(c11_rules, workers(2));
+  ASSERT_TRUE(w.gateway->gateway().wait_for_store(std::chrono::milliseconds(0)));
+  w.redis.pause();
+  const auto frozen = clock_type::now();
+  bool ready = true;
+  while (ready && since(frozen) < 3s) {
+    std::this_thread::sleep_for(50ms);
+    ready = w.gateway->gateway().wait_for_store(std::chrono::milliseconds(0));
+  }
+  EXPECT_FALSE(ready) << "still ready " << since(frozen).count() << " ms into the freeze";
+  EXPECT_LE(since(frozen), 2500ms);
+  w.redis.resume();
+  EXPECT_TRUE(w.gateway->gateway().wait_for_store(std::chrono::milliseconds(3000)));
+  expect_row(w.get("/v1/closed"), 200, 100, 99, -1, -1, "decided by the store again");
+}
+
 // Killed during traffic, then restarted: fail_open answers 200 throughout (never a 5xx),
 // fail_closed 503 without reaching the upstream, and decisions come back within 1 s of Redis
 // accepting connections.
