@@ -171,11 +171,10 @@ class gateway_handler final : public http::request_handler {
           break;
       }
     }
-    auto identified =
-        directory_down
-            ? std::variant<identity::caller, identity::caller_error>(identity::caller{
-                  identity::client_key(client, rules.identity), "anonymous", "", true})
-            : identity::make_caller(rules, std::move(key), std::move(plan), client);
+    auto identified = directory_down
+                          ? std::variant<identity::caller, identity::caller_error>(
+                                identity::anonymous_caller(rules, client))
+                          : identity::make_caller(rules, std::move(key), std::move(plan), client);
     if (auto* err = std::get_if<identity::caller_error>(&identified)) {
       counters_.bad_requests.add();
       if (*err == identity::caller_error::unknown_key) {

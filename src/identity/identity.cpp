@@ -222,12 +222,20 @@ std::optional<std::string> static_plan(const config::rules& rules, std::string_v
   return std::nullopt;
 }
 
+caller anonymous_caller(const config::rules& rules, const ip::address& client) {
+  caller who;
+  who.client_ip = client_key(client, rules.identity);
+  who.plan = "anonymous";
+  who.anonymous = true;
+  return who;
+}
+
 std::variant<caller, caller_error> make_caller(const config::rules& rules, std::string key,
                                                std::optional<std::string> plan,
                                                const ip::address& client) {
-  caller who;
-  who.client_ip = client_key(client, rules.identity);
   if (!key.empty() && plan && rules.plans.contains(*plan)) {
+    caller who;
+    who.client_ip = client_key(client, rules.identity);
     who.api_key = std::move(key);
     who.plan = std::move(*plan);
     who.anonymous = false;
@@ -236,9 +244,7 @@ std::variant<caller, caller_error> make_caller(const config::rules& rules, std::
   if (rules.identity.unknown_key == config::unknown_key_policy::reject) {
     return caller_error::unknown_key;
   }
-  who.plan = "anonymous";
-  who.anonymous = true;
-  return who;
+  return anonymous_caller(rules, client);
 }
 
 std::variant<caller, caller_error> identify(const config::rules& rules,

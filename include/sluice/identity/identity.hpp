@@ -92,6 +92,11 @@ std::variant<std::string, caller_error> presented_key(const config::rules& rules
 /// `api_keys_file`. nullopt when neither lists it (a store-backed directory may still).
 std::optional<std::string> static_plan(const config::rules& rules, std::string_view key);
 
+/// The anonymous caller at `client` (plan `anonymous`, keyed by its client_key()), whatever
+/// `unknown_key` says: what make_caller() gives an unknown key under `anonymous`, and what the
+/// gateway limits by when the directory cannot be read under the `local` policy.
+caller anonymous_caller(const config::rules& rules, const boost::asio::ip::address& client);
+
 /// The caller for a presented `key` (may be "") whose directory plan is `plan` (nullopt:
 /// unknown). An empty or unknown key is anonymous (plan `anonymous`) unless
 /// `unknown_key: reject` (caller_error::unknown_key). A plan the snapshot does not define is
