@@ -154,23 +154,9 @@ class gateway_handler final : public http::request_handler {
       directory_down = looked.unavailable;
       plan = std::move(looked.plan);
     }
-    if (directory_down) {
-      // The key's plan cannot be read: that is a store failure, never "unknown key". The
-      // route's policy applies: fail_open forwards unlimited, fail_closed answers 503, and
-      // local limits the caller on this instance as anonymous (by client address: an
-      // unverified key must not buy a bucket of its own).
-      switch (route->on_store_failure) {
-        case config::failure_policy::fail_open:
-          counted.fail_open.add();
-          co_return co_await forward(std::move(req), *target, rules.upstreams.at(route->upstream),
-                                     peer, true, {}, &counted);
-        case config::failure_policy::fail_closed:
-          counted.fail_closed.add();
-          co_return store_unavailable(version);
-        case config::failure_policy::local:
-          break;
-      }
-    }
+    // A directory that cannot be read is a store failure, never "unknown key": the route's
+    // policy applies below, as for a failed check; under `local` the caller is limited as
+    // anonymous (by client address: an unverified key must not buy a bucket of its own).
     auto identified = directory_down
                           ? std::variant<identity::caller, identity::caller_error>(
                                 identity::anonymous_caller(rules, client))
@@ -232,15 +218,22 @@ class gateway_handler final : public http::request_handler {
     }
 
     const config::upstream& up = rules.upstreams.at(route->upstream);
-    if (check.limits.empty()) {
+    const bool policy_decides =
+        directory_down && route->on_store_failure != config::failure_policy::local;
+    if (check.limits.empty() && !policy_decides) {
       counted.unlimited.add();
       co_return co_await forward(std::move(req), *target, up, peer, false, {}, &counted);
     }
 
     boost::system::result<limiter::check_outcome> decided{make_error_code(sluice::errc::store_unavailable)};
-    if (!directory_down) {  // (down: the store is known to be failing; `local` decides below)
+    if (!directory_down) {  // (down: the store is known to be failing)
       const auto asked = std::chrono::steady_clock::now();
-      decided = co_await store_->check(check);
+      // The request is needed again only for a local decision after a failure. (A named
+      // local, not a conditional temporary inside co_await: GCC 12 miscompiles that.)
+      limiter::check_request sent = route->on_store_failure == config::failure_policy::local
+                                        ? check
+                                        : std::move(check);
+      decided = co_await store_->check(std::move(sent));
       counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
     }
     if (!decided) {
@@ -254,7 +247,11 @@ class gateway_handler final : public http::request_handler {
         case config::failure_policy::fail_closed: {
           counted.fail_closed.add();
           log_store_failure(decided.error(), route->name, "fail_closed");
-          co_return store_unavailable(version);
+          auto res = problem(version, bhttp::status::service_unavailable,
+                             "Rate Limiter Unavailable",
+                             "the rate limiter cannot decide this request right now; retry later");
+          res.set(bhttp::field::retry_after, "1");
+          co_return res;
         }
         case config::failure_policy::local: {
           counted.local.add();
@@ -359,13 +356,6 @@ class gateway_handler final : public http::request_handler {
     co_return directory_answer{std::move(*found)};
   }
 
-  /// 503 with Retry-After 1: the `fail_closed` answer while the store cannot decide.
-  static response store_unavailable(unsigned version) {
-    auto res = problem(version, bhttp::status::service_unavailable, "Rate Limiter Unavailable",
-                       "the rate limiter cannot decide this request right now; retry later");
-    res.set(bhttp::field::retry_after, "1");
-    return res;
-  }
 
   asio::awaitable<response> forward(request req, http::canonical_target target,
                                     const config::upstream& up, asio::ip::address peer,
