@@ -416,6 +416,21 @@ TEST(store_failure, idle_freeze_is_seen_by_readiness) {
   expect_row(w.get("/v1/closed"), 200, 100, 99, -1, -1, "decided by the store again");
 }
 
+// `store.local_share` is the one store setting a reload changes (README): the local bucket
+// decided after a store failure follows the new share at once.
+TEST(store_failure, local_share_follows_a_reload) {
+  fault_world w(c11_rules, workers(1));
+  const std::string store = "{type: redis, address: \"127.0.0.1:" +
+                            std::to_string(w.redis.port()) + "\", timeout: 50ms, local_share: 0.5}";
+  ASSERT_EQ(w.gateway->reload(substitute(
+                c11_rules, {{"UPSTREAM_URL", w.upstream.url()}, {"STORE", store}})),
+            "");
+  w.redis.kill();
+  // local_key is 10/1m, burst 10: half of it on this instance, 5.
+  for (int i = 0; i < 5; ++i) expect_row(w.get("/v1/local"), 200, 5, 4 - i, -1, -1, "local");
+  expect_row(w.get("/v1/local"), 429, 5, 0, -1, 12, "over the local share");
+}
+
 // Killed during traffic, then restarted: fail_open answers 200 throughout (never a 5xx),
 // fail_closed 503 without reaching the upstream, and decisions come back within 1 s of Redis
 // accepting connections.
