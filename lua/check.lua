@@ -25,23 +25,27 @@
 -- reads as missing, so deleting it changes no decision. Every field created expires some
 -- time, so at most about half of a busy hash's fields are expired ones in the long run.
 
-local now = tonumber(ARGV[1])
-if now == nil or now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Redis's own clock in ms, read at most once per run.
+local clock
+local function redis_ms()
+  if not clock then
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return clock
 end
+
+local now = tonumber(ARGV[1])
+if now == nil or now < 0 then now = redis_ms() end
 
 local n = tonumber(ARGV[2])
 local stale_after = tonumber(ARGV[3])
 if n == nil or stale_after == nil or n ~= #KEYS or #ARGV ~= 3 + 7 * n then
   return redis.error_reply('ERR sluice check: bad arguments')
 end
-if stale_after >= 0 then  -- on Redis's own clock, whatever the override says
-  local t = redis.call('TIME')
-  local clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if clock > stale_after then
-    return redis.error_reply('STALE sluice check: now ' .. int(clock))
-  end
+-- On Redis's own clock, whatever the override says.
+if stale_after >= 0 and redis_ms() > stale_after then
+  return redis.error_reply('STALE sluice check: now ' .. int(redis_ms()))
 end
 
 local algo, state, admits, shadow, slot = {}, {}, {}, {}, {}
