@@ -8,12 +8,15 @@
 #include "sluice/version.hpp"
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/program_options.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
+#include <functional>
 #include <iostream>
 #include <set>
 #include <string_view>
@@ -164,9 +167,30 @@ int main(int argc, char** argv) {
       spdlog::info("admin listening on {}:{}", admin->address().to_string(), admin->port());
     }
 
-    stop_signals.async_wait([&](const boost::system::error_code&, int sig) {
-      spdlog::info("signal {}: stopping", sig);
+    // The first SIGTERM/SIGINT drains (readiness 503, no new connections, requests in flight
+    // finish, up to drain_timeout); a second one stops at once, cutting what is left.
+    std::atomic<bool> abort_drain{false};
+    std::size_t cut = 0;
+    std::thread drainer;
+    std::function<void(const boost::system::error_code&, int)> on_second =
+        [&](const boost::system::error_code& ec, int sig) {
+          if (ec) return;
+          spdlog::warn("signal {} during the drain: stopping now", sig);
+          abort_drain = true;
+        };
+    stop_signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      spdlog::info("signal {}: draining (up to {} ms; a second signal stops at once)", sig,
+                   gw.current().rules->drain_timeout.count());
       hup.cancel();
+      stop_signals.async_wait(on_second);
+      drainer = std::thread([&] {
+        cut = rt.drain_and_stop(&abort_drain);
+        boost::asio::post(main_ioc, [&] {
+          stop_signals.cancel();
+          main_ioc.stop();
+        });
+      });
     });
     // SIGHUP re-reads the rules file (as a file event or POST /admin/reload would); an
     // invalid file keeps the running config.
@@ -178,6 +202,12 @@ int main(int argc, char** argv) {
         };
     hup.async_wait(on_hup);
     main_ioc.run();
+    if (drainer.joinable()) drainer.join();
+    if (cut > 0) {
+      spdlog::warn("stopped with {} requests cut (still in flight at the end of the drain)", cut);
+    } else {
+      spdlog::info("stopped: every request in flight finished");
+    }
     rt.stop();
   } catch (const std::exception& e) {
     spdlog::critical("sluice: {}", e.what());

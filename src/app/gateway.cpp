@@ -1,13 +1,9 @@
-// The gateway: wires config, identity, limiter, store and http together.
-//
-// Request path (DESIGN.md): canonical target -> route -> caller -> every applicable limit
-// (plan limits first, then route limits) decided in one store round trip -> 429, the route's
-// failure policy, or forwarding through the worker's upstream pool, with the rate-limit
-// fields rendered from the one decided outcome.
+// The gateway: N workers wired from config, identity, limiter, store and http; start, drain,
+// stop, reload and the counters. Each request's path is in request_path.cpp.
 
 #include "sluice/app/gateway.hpp"
 
-#include "request_counters.hpp"
+#include "request_path.hpp"
 #include "sluice/errc.hpp"
 
 #include "sluice/http/headers.hpp"
@@ -49,361 +45,6 @@ namespace bhttp = boost::beast::http;
 using http::request;
 using http::response;
 
-/// An immutable rules snapshot with its compiled router.
-struct snapshot {
-  snapshot(std::shared_ptr<const config::rules> r, std::uint64_t g)
-      : rules(std::move(r)), router(*rules), generation(g) {}
-  std::shared_ptr<const config::rules> rules;
-  http::router router;
-  std::uint64_t generation;
-};
-
-// Process-wide counters that no request touches; per-request counts are each worker's own
-// (request_counters), summed when read.
-struct counters {
-  std::atomic<std::uint64_t> reloads{0}, reload_failures{0};
-  std::atomic<std::int64_t> loaded_unix_ms{0};  // when the snapshot in force was installed
-};
-
-/// State shared by every worker: the current snapshot, counters, the local fallback store.
-struct shared_state {
-  std::atomic<std::shared_ptr<const snapshot>> current;
-  counters count;
-  store::memory_store local_store;  // `on_store_failure: local`: per-instance buckets
-  observability::log_throttle store_failure_log;
-};
-
-response make_response(unsigned version, bhttp::status status, std::string body,
-                       std::string_view content_type) {
-  response res{status, version};
-  res.set(bhttp::field::server, "sluice");
-  if (!body.empty()) res.set(bhttp::field::content_type, content_type);
-  res.body() = std::move(body);
-  return res;
-}
-
-response problem(unsigned version, bhttp::status status, std::string_view title,
-                 std::string_view detail) {
-  return make_response(version, status,
-                       limiter::problem_body(static_cast<int>(status), title, detail),
-                       "application/problem+json");
-}
-
-void add_fields(response& res, const std::vector<limiter::header_field>& fields) {
-  for (const auto& [name, value] : fields) res.set(name, value);
-}
-
-/// The `local` failure policy's share of a limit: burst and rate scaled by `share`, never
-/// below the request's cost (a limit that could never admit would lie).
-limiter::bucket_params scaled(const config::limit_params& p, double share, std::int64_t cost) {
-  config::limit_params q = p;
-  q.burst = std::max<std::int64_t>(cost, static_cast<std::int64_t>(std::floor(p.burst * share)));
-  q.rate.count = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(p.rate.count * share)));
-  return limiter::bucket_params::from(q);
-}
-
-class gateway_handler final : public http::request_handler {
- public:
-  gateway_handler(shared_state& shared, std::shared_ptr<store::counter_store> store,
-                  asio::any_io_executor ex,
-                  std::shared_ptr<store::redis_directory> directory = nullptr)
-      : shared_(shared), store_(std::move(store)), pool_(ex), directory_(std::move(directory)) {}
-
-  asio::awaitable<response> handle(request req, http::request_context ctx) override {
-    counters_.requests.add();
-    // One snapshot decides the whole request, whatever reloads happen meanwhile.
-    const std::shared_ptr<const snapshot> snap = shared_.current.load();
-    const config::rules& rules = *snap->rules;
-    const unsigned version = req.version();
-
-    // Methods are case-sensitive (RFC 9110 §9.1): `post` is not POST, and letting it fall
-    // through to another route would skip the POST route's limits. Refuse it instead.
-    if (std::any_of(req.method_string().begin(), req.method_string().end(),
-                    [](char c) { return c >= 'a' && c <= 'z'; })) {
-      counters_.bad_requests.add();
-      co_return problem(version, bhttp::status::bad_request, "Bad Request",
-                        "method names are case-sensitive and sluice routes upper-case methods");
-    }
-    auto target = http::canonicalize(req.target());
-    if (!target) {
-      counters_.bad_requests.add();
-      co_return problem(version, bhttp::status::bad_request, "Bad Request",
-                        "the request target cannot be made canonical");
-    }
-    const config::route* route = snap->router.match(req.method_string(), req[bhttp::field::host], target->path);
-    if (route == nullptr) {
-      counters_.bad_requests.add();
-      co_return problem(version, bhttp::status::not_found, "Not Found", "no route matches");
-    }
-    route_counters& counted = counters_.of(rules, snap->generation, *route);
-
-    const auto peer = ctx.peer.address();
-    const auto client = identity::client_address(peer, req, rules.identity.trusted_proxies);
-    // API key → plan: inline map, key file, then the store-backed directory (cached).
-    auto presented = identity::presented_key(rules, req, target->query);
-    if (const auto* err = std::get_if<identity::caller_error>(&presented)) {
-      counters_.bad_requests.add();
-      co_return problem(version, bhttp::status::bad_request, "Bad Request",
-                        identity::describe(*err));
-    }
-    std::string key = std::move(std::get<std::string>(presented));
-    auto plan = identity::static_plan(rules, key);
-    bool directory_down = false;
-    if (!plan && !key.empty() && rules.identity.directory.enabled) {
-      auto looked = co_await directory_plan(rules.identity.directory, key);
-      directory_down = looked.unavailable;
-      plan = std::move(looked.plan);
-    }
-    // A directory that cannot be read is a store failure, never "unknown key": the route's
-    // policy applies below, as for a failed check; under `local` the caller is limited as
-    // anonymous (by client address: an unverified key must not buy a bucket of its own).
-    auto identified = directory_down
-                          ? std::variant<identity::caller, identity::caller_error>(
-                                identity::anonymous_caller(rules, client))
-                          : identity::make_caller(rules, std::move(key), std::move(plan), client);
-    if (auto* err = std::get_if<identity::caller_error>(&identified)) {
-      counters_.bad_requests.add();
-      if (*err == identity::caller_error::unknown_key) {
-        co_return problem(version, bhttp::status::unauthorized, "Unauthorized",
-                          identity::describe(*err));
-      }
-      co_return problem(version, bhttp::status::bad_request, "Bad Request",
-                        identity::describe(*err));
-    }
-    const auto& who = std::get<identity::caller>(identified);
-
-    // The shadow marker and the decision time are the gateway's to set: a client's copy never
-    // reaches the upstream.
-    if (!rules.shadow_header.empty()) req.erase(rules.shadow_header);
-    if (!rules.decision_time_header.empty()) req.erase(rules.decision_time_header);
-
-    // Plan limits first, then route limits, each in declaration order.
-    std::vector<const config::limit*> limits;
-    if (auto plan = rules.plans.find(who.plan); plan != rules.plans.end()) {
-      for (const auto& l : plan->second.limits) {
-        if (l.applies_to(who.plan)) limits.push_back(&l);
-      }
-    }
-    // A limit written only as per-plan overrides does not apply to other plans.
-    for (const auto& l : route->limits) {
-      if (l.applies_to(who.plan)) limits.push_back(&l);
-    }
-    // One bucket per limit name (case c15): a limit named by the plan and the route is
-    // charged once, at its first position.
-    for (std::size_t i = 1; i < limits.size(); ++i) {
-      for (std::size_t j = 0; j < i; ++j) {
-        if (limits[j]->name == limits[i]->name) {
-          limits.erase(limits.begin() + static_cast<std::ptrdiff_t>(i--));
-          break;
-        }
-      }
-    }
-
-    limiter::check_request check;
-    std::vector<limiter::applied_limit> applied;
-    check.limits.reserve(limits.size());
-    applied.reserve(limits.size());
-    for (const config::limit* l : limits) {
-      auto id = identity::limit_identity(*l, who, rules, req);
-      if (!id) {
-        counters_.bad_requests.add();
-        co_return problem(version, bhttp::status::bad_request, "Bad Request",
-                          identity::describe(identity::caller_error::conflicting_values));
-      }
-      const auto bucket = limiter::bucket_params::from(*l->find_params(who.plan));
-      const bool shadow = l->mode == config::limit_mode::shadow;
-      check.limits.push_back({limiter::bucket_key(l->name, id->first, id->second), l->algorithm,
-                              bucket, route->cost, shadow});
-      applied.push_back({l->name, l->algorithm, bucket, shadow});
-    }
-
-    const config::upstream& up = rules.upstreams.at(route->upstream);
-    const bool policy_decides =
-        directory_down && route->on_store_failure != config::failure_policy::local;
-    if (check.limits.empty() && !policy_decides) {
-      counted.unlimited.add();
-      co_return co_await forward(std::move(req), *target, up, peer, false, {}, &counted);
-    }
-
-    boost::system::result<limiter::check_outcome> decided{make_error_code(sluice::errc::store_unavailable)};
-    if (!directory_down) {  // (down: the store is known to be failing)
-      const auto asked = std::chrono::steady_clock::now();
-      // The request is needed again only for a local decision after a failure. (A named
-      // local, not a conditional temporary inside co_await: GCC 12 miscompiles that.)
-      limiter::check_request sent = route->on_store_failure == config::failure_policy::local
-                                        ? check
-                                        : std::move(check);
-      decided = co_await store_->check(std::move(sent));
-      counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
-    }
-    if (!decided) {
-      switch (route->on_store_failure) {
-        case config::failure_policy::fail_open: {
-          counted.fail_open.add();
-          log_store_failure(decided.error(), route->name, "fail_open");
-          // Nothing true can be said about the quota: no quota fields.
-          co_return co_await forward(std::move(req), *target, up, peer, true, {}, &counted);
-        }
-        case config::failure_policy::fail_closed: {
-          counted.fail_closed.add();
-          log_store_failure(decided.error(), route->name, "fail_closed");
-          auto res = problem(version, bhttp::status::service_unavailable,
-                             "Rate Limiter Unavailable",
-                             "the rate limiter cannot decide this request right now; retry later");
-          res.set(bhttp::field::retry_after, "1");
-          co_return res;
-        }
-        case config::failure_policy::local: {
-          counted.local.add();
-          log_store_failure(decided.error(), route->name, "local");
-          for (std::size_t i = 0; i < check.limits.size(); ++i) {
-            check.limits[i].bucket = scaled(*limits[i]->find_params(who.plan),
-                                            rules.store.local_share, route->cost);
-            applied[i].bucket = check.limits[i].bucket;
-          }
-          decided = shared_.local_store.decide(check);
-          break;
-        }
-      }
-    }
-
-    const limiter::check_outcome& outcome = *decided;
-    // Shadow limits (DESIGN.md): each was decided as if alone; a would-be refusal is counted
-    // and, with `shadow_header:`, named to the upstream, and changes nothing else.
-    if (!rules.decision_time_header.empty() && outcome.now_ms > 0)
-      req.set(rules.decision_time_header, std::to_string(outcome.now_ms));
-    const auto shadow_hits = limiter::shadow_violations(applied, outcome);
-    if (!shadow_hits.empty()) {
-      counted.shadow_limited.add();
-      if (!rules.shadow_header.empty()) {
-        std::string names;
-        for (const auto& n : shadow_hits) names += (names.empty() ? "" : ", ") + n;
-        req.set(rules.shadow_header, names);
-      }
-    }
-    auto fields = limiter::quota_headers(applied, outcome, rules.headers);
-    if (!outcome.allowed) {
-      counted.limited.add();
-      // `retry_after_jitter:` only ever adds to the honest wait.
-      const auto retry = limiter::jittered_retry_after(
-          limiter::retry_after_seconds(applied, outcome), rules.retry_after_jitter, jitter_());
-      auto violated = limiter::violated_policies(applied, outcome);
-      auto res = make_response(version, bhttp::status::too_many_requests,
-                               limiter::quota_exceeded_body(violated, retry),
-                               "application/problem+json");
-      add_fields(res, fields);
-      res.set(bhttp::field::retry_after, std::to_string(retry));
-      co_return res;
-    }
-    counted.allowed.add();
-    co_return co_await forward(std::move(req), *target, up, peer, true, std::move(fields),
-                               &counted);
-  }
-
-  /// This worker's request counters (any thread may read them).
-  const request_counters& counters() const { return counters_; }
-  /// This worker's upstream pool (its stats() may be read from any thread).
-  const http::upstream_pool& pool() const { return pool_; }
-  /// This worker's plan directory cache counters. Worker thread only.
-  identity::plan_cache::counters plan_cache_stats() const {
-    return cache_ ? cache_->stats() : identity::plan_cache::counters{};
-  }
-
- private:
-  /// What the store-backed directory says of a key.
-  struct directory_answer {
-    std::optional<std::string> plan;  ///< the key's plan; nullopt: not in the directory
-    bool unavailable = false;         ///< the directory could not be read (nothing cached)
-  };
-
-  /// The plan of `key` in the store-backed directory: from this worker's cache when fresh
-  /// (no round trip), else one HGET on this worker's directory connection, cached for
-  /// `cache_ttl` (found) or `negative_ttl` (absent). A failed read (store down, timeout,
-  /// error reply) is `unavailable` for this request only: the route's failure policy applies.
-  asio::awaitable<directory_answer> directory_plan(config::directory_settings d, std::string key) {
-    // Keys longer than this are never looked up: real keys are short, and a bound keeps the
-    // cache's memory bounded by cache_size × this.
-    constexpr std::size_t max_directory_key = 256;
-    if (key.size() > max_directory_key) co_return directory_answer{};
-    if (!cache_ || cache_hash_ != d.hash || cache_->capacity() != d.cache_size) {
-      if (cache_) cache_->reset(d.cache_size);
-      else cache_ = std::make_unique<identity::plan_cache>(d.cache_size);
-      cache_hash_ = d.hash;
-    }
-    std::string plan;
-    switch (cache_->get(key, identity::plan_cache::clock::now(), plan)) {
-      case identity::cache_state::found:
-        co_return directory_answer{std::move(plan)};
-      case identity::cache_state::not_found:
-        co_return directory_answer{};
-      case identity::cache_state::miss:
-        break;
-    }
-    if (!directory_) co_return directory_answer{std::nullopt, true};
-    auto found = co_await directory_->hget(d.hash, key);
-    if (!found) {
-      std::uint64_t suppressed = 0;
-      if (shared_.store_failure_log.admit(suppressed))
-        spdlog::warn("plan directory lookup failed ({}); the route's store failure policy "
-                     "applies ({} similar lines suppressed)",
-                     found.error().message(), suppressed);
-      co_return directory_answer{std::nullopt, true};
-    }
-    // The hash may have changed while we waited: the cache was reset for the new one.
-    if (cache_hash_ == d.hash)
-      cache_->put(key, *found, identity::plan_cache::clock::now(),
-                  *found ? d.cache_ttl : d.negative_ttl);
-    co_return directory_answer{std::move(*found)};
-  }
-
-
-  asio::awaitable<response> forward(request req, http::canonical_target target,
-                                    const config::upstream& up, asio::ip::address peer,
-                                    bool limited, std::vector<limiter::header_field> fields,
-                                    route_counters* counted) {
-    const unsigned version = req.version();
-    std::string path = up.base_path + target.path;
-    if (!target.query.empty()) path += "?" + target.query;
-    const auto peer_text = identity::normalise(peer).to_string();
-    http::prepare_upstream_request(req, path, peer_text);
-    auto sent = co_await pool_.send(up, std::move(req));
-    if (!sent) {
-      const bool timeout = sent.error() == sluice::errc::upstream_timeout;
-      (timeout ? counted->gateway_timeout : counted->bad_gateway).add();
-      auto res = problem(version,
-                         timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway,
-                         timeout ? "Gateway Timeout" : "Bad Gateway",
-                         timeout ? "the upstream did not answer in time"
-                                 : "the upstream could not be reached");
-      add_fields(res, fields);
-      co_return res;
-    }
-    response res = std::move(*sent);
-    http::prepare_client_response(res, limited);
-    res.version(version);
-    add_fields(res, fields);
-    co_return res;
-  }
-
-  void log_store_failure(const boost::system::error_code& ec, const std::string& route,
-                         const char* policy) {
-    std::uint64_t suppressed = 0;
-    if (shared_.store_failure_log.admit(suppressed)) {
-      spdlog::warn("store check failed ({}); route {} applies {} ({} similar lines suppressed)",
-                   ec.message(), route, policy, suppressed);
-    }
-  }
-
-  shared_state& shared_;
-  std::shared_ptr<store::counter_store> store_;
-  http::upstream_pool pool_;
-  request_counters counters_;  // this worker's; summed by gateway::stats() and sample()
-  std::mt19937_64 jitter_{std::random_device{}()};  // Retry-After jitter; this worker's only
-  std::shared_ptr<store::redis_directory> directory_;  // null without a redis store
-  std::unique_ptr<identity::plan_cache> cache_;        // this worker's directory cache
-  std::string cache_hash_;                             // the hash cache_ holds entries of
-};
-
 std::int64_t unix_ms_now() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch()).count();
@@ -436,6 +77,19 @@ struct gateway::impl {
   std::atomic<std::uint64_t> generation{1};
   std::atomic<bool> started{false};
   std::atomic<bool> stopped{false};
+  std::atomic<bool> draining{false};
+
+  /// Worker `w`'s open and busy connections, read on its thread; {0, 0} when it does not
+  /// answer within 1 s.
+  std::pair<std::size_t, std::size_t> sessions_of(worker& w) {
+    auto shared = std::make_shared<std::promise<std::pair<std::size_t, std::size_t>>>();
+    auto answer = shared->get_future();
+    asio::post(w.ioc, [shared, srv = w.server.get()] {
+      shared->set_value({srv->open_sessions(), srv->busy_sessions()});
+    });
+    if (answer.wait_for(std::chrono::seconds(1)) != std::future_status::ready) return {0, 0};
+    return answer.get();
+  }
 
   // `api_keys_file:` is polled once a second off the workers' threads (a reload of half a
   // million keys must not stall requests); the snapshot's file object swaps its own map.
@@ -555,8 +209,7 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
       ds.command_timeout = std::max(redis.command_timeout, std::chrono::milliseconds(50));
       w->directory = std::make_shared<store::redis_directory>(w->ioc.get_executor(), ds);
     }
-    w->handler = std::make_shared<gateway_handler>(impl_->shared, w->store, w->ioc.get_executor(),
-                                                   w->directory);
+    w->handler = std::make_shared<gateway_handler>(impl_->shared, w->store, w->directory);
     w->server = std::make_unique<http::server>(w->ioc, endpoint, w->handler,
                                                http::session_limits{}, i);
     endpoint = w->server->local_endpoint();  // later workers share the port actually bound
@@ -619,6 +272,26 @@ void gateway::stop() {
   if (impl_->key_file_poller.joinable()) impl_->key_file_poller.join();
 }
 
+std::size_t gateway::drain(std::chrono::milliseconds deadline, const std::atomic<bool>* abort) {
+  impl_->draining = true;
+  if (!impl_->started || impl_->stopped) return 0;
+  for (auto& w : impl_->workers) w->server->drain();
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  for (;;) {
+    std::size_t open = 0, busy = 0;
+    for (auto& w : impl_->workers) {
+      const auto [o, b] = impl_->sessions_of(*w);
+      open += o;
+      busy += b;
+    }
+    if (open == 0) return 0;
+    if (std::chrono::steady_clock::now() >= until || (abort && abort->load())) return busy;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+bool gateway::draining() const { return impl_->draining.load(); }
+
 asio::ip::tcp::endpoint gateway::endpoint() const {
   return impl_->workers.front()->server->local_endpoint();
 }
@@ -649,7 +322,9 @@ observability::metrics_sample gateway::sample() const {
     c.add_to(routes);
     s.bad_requests += c.bad_requests.value();
     s.store_check.add(c.store_check.read());
-    const auto pool = w.handler->pool().stats();
+    const auto pool = w.server->pool().stats();
+    s.tunnels_open += w.server->relays().tunnels_open.load(std::memory_order_relaxed);
+    s.tunnels_total += w.server->relays().tunnels_total.load(std::memory_order_relaxed);
     s.upstream.connects += pool.connects;
     s.upstream.reuses += pool.reuses;
     s.upstream.failures += pool.failures;

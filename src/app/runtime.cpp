@@ -108,7 +108,9 @@ struct runtime::impl : observability::admin_backend {
   }
 
   // observability::admin_backend
-  bool ready() override { return gw->wait_for_store(std::chrono::milliseconds(0)); }
+  bool ready() override {
+    return !gw->draining() && gw->wait_for_store(std::chrono::milliseconds(0));
+  }
   config_view current_config() override {
     auto cur = gw->current();
     return {cur.rules, cur.generation, file};
@@ -157,6 +159,15 @@ void runtime::start() {
                     "POST /admin/reload still reload it", impl_->file, e.what());
     }
   }
+}
+
+std::size_t runtime::drain_and_stop(const std::atomic<bool>* abort) {
+  if (impl_->stopped) return 0;
+  if (impl_->watcher) impl_->watcher->stop();
+  const auto deadline = impl_->gw->current().rules->drain_timeout;
+  const auto cut = impl_->gw->drain(deadline, abort);
+  stop();
+  return cut;
 }
 
 void runtime::stop() {

@@ -336,6 +336,16 @@ class loader {
     return std::nullopt;
   }
 
+  /// `true` or `false` (YAML 1.2 core schema booleans only: not yes/no/on/off).
+  std::optional<bool> boolean(const entry& e, const std::string& path) {
+    auto s = string(e.value, path, e.line);
+    if (!s) return std::nullopt;
+    if (*s == "true") return true;
+    if (*s == "false") return false;
+    error(e.line, path, "expected true or false, got '" + *s + "'");
+    return std::nullopt;
+  }
+
   std::optional<std::string> non_empty(const entry& e, const std::string& path) {
     auto s = string(e.value, path, e.line);
     if (s && s->empty()) {
@@ -356,6 +366,27 @@ class loader {
     auto v = check_integer(e.value.Scalar(), field, min, max, message);
     if (!v) error(e.line, path, std::move(message));
     return v;
+  }
+
+  /// A byte size (text::parse_size): a whole number with an optional unit, or `unlimited`.
+  std::optional<std::uint64_t> size(const entry& e, const std::string& path) {
+    auto s = string(e.value, path, e.line);
+    if (!s) return std::nullopt;
+    const auto r = text::parse_size(*s);
+    switch (r.error) {
+      case text::size_error::none:
+        return r.value;
+      case text::size_error::malformed:
+        error(e.line, path,
+              "invalid size '" + *s +
+                  "': expected a whole number of bytes with an optional unit (B, KB, MB, GB, "
+                  "KiB, MiB, GiB), such as 16MiB, or unlimited");
+        return std::nullopt;
+      case text::size_error::too_large:
+        error(e.line, path, "size '" + *s + "' is larger than 2^53 bytes (use unlimited)");
+        return std::nullopt;
+    }
+    return std::nullopt;
   }
 
   /// A duration of at least 1 ms and at most `max`.
@@ -1041,7 +1072,9 @@ class loader {
   void parse_routes(const entry& e) {
     if (!sequence(e.value, "routes", e.line, true)) return;
     static const std::vector<std::string> keys{
-        "name", "match", "upstream", "cost", "on_store_failure", "limits"};
+        "name",          "match",   "upstream",           "cost",
+        "on_store_failure", "limits", "max_request_body", "max_response_body",
+        "upgrade",       "tunnel_idle_timeout"};
     static const std::vector<std::string> match_keys{"path", "path_prefix", "path_glob", "methods",
                                                      "host"};
     std::size_t i = 0;
@@ -1162,6 +1195,20 @@ class loader {
       }
 
       if (const entry* l = m->find("limits")) rs.limits = parse_limits(*l, join(rs.path, "limits"));
+      if (const entry* b = m->find("max_request_body")) {
+        if (auto v = size(*b, join(rs.path, "max_request_body"))) rs.value.max_request_body = *v;
+      }
+      if (const entry* b = m->find("max_response_body")) {
+        if (auto v = size(*b, join(rs.path, "max_response_body"))) rs.value.max_response_body = *v;
+      }
+      if (const entry* u = m->find("upgrade")) {
+        if (auto v = boolean(*u, join(rs.path, "upgrade"))) rs.value.upgrade = *v;
+      }
+      if (const entry* t = m->find("tunnel_idle_timeout")) {
+        if (auto d = duration(*t, join(rs.path, "tunnel_idle_timeout"), "tunnel_idle_timeout",
+                              std::chrono::hours{24}))
+          rs.value.tunnel_idle_timeout = *d;
+      }
       routes_.push_back(std::move(rs));
     }
   }
@@ -1356,7 +1403,7 @@ load_result loader::run(const YAML::Node& root) {
     return fail();
   }
   static const std::vector<std::string> keys{
-      "listen",    "admin",    "workers", "store",    "headers", "retry_after_jitter", "shadow_header", "decision_time_header",
+      "listen",    "admin",    "workers", "store",    "headers", "retry_after_jitter", "drain_timeout", "shadow_header", "decision_time_header",
       "upstreams", "identity", "plans",   "api_keys", "routes", "api_keys_file"};
   auto top = fields(root, "", 1, keys);
   auto r = std::make_shared<rules>();
@@ -1383,6 +1430,10 @@ load_result loader::run(const YAML::Node& root) {
   if (const entry* e = top->find("retry_after_jitter")) {
     if (auto d = duration(*e, "retry_after_jitter", "retry_after_jitter", std::chrono::hours{1}))
       r->retry_after_jitter = *d;
+  }
+  if (const entry* e = top->find("drain_timeout")) {
+    if (auto d = duration(*e, "drain_timeout", "drain_timeout", std::chrono::hours{1}))
+      r->drain_timeout = *d;
   }
   if (const entry* e = top->find("shadow_header")) {
     if (auto h = gateway_header(*e, "shadow_header")) r->shadow_header = *h;

@@ -185,6 +185,35 @@ duration_result parse_duration(std::string_view s) {
   return {duration_error::none, std::chrono::milliseconds{number.value * scale}};
 }
 
+size_result parse_size(std::string_view s) {
+  if (s == "unlimited") return {size_error::none, ~std::uint64_t{0}};
+  std::size_t i = 0;
+  while (i < s.size() && is_digit(s[i])) ++i;
+  if (i == 0) return {size_error::malformed, 0};
+  const auto number = parse_int(s.substr(0, i));
+  const auto unit = s.substr(i);
+  std::int64_t scale = 0;
+  if (unit.empty() || unit == "B")
+    scale = 1;
+  else if (unit == "KB")
+    scale = 1000;
+  else if (unit == "MB")
+    scale = 1000 * 1000;
+  else if (unit == "GB")
+    scale = 1000 * 1000 * 1000;
+  else if (unit == "KiB")
+    scale = 1024;
+  else if (unit == "MiB")
+    scale = 1024 * 1024;
+  else if (unit == "GiB")
+    scale = 1024 * 1024 * 1024;
+  else
+    return {size_error::malformed, 0};
+  if (number.error == int_error::too_large) return {size_error::too_large, 0};
+  if (number.value > max_exact_integer / scale) return {size_error::too_large, 0};
+  return {size_error::none, static_cast<std::uint64_t>(number.value * scale)};
+}
+
 rate_result parse_rate(std::string_view s) {
   rate_result out;
   const auto slash = s.find('/');

@@ -42,6 +42,17 @@ struct duration_result {
 };
 duration_result parse_duration(std::string_view s);
 
+/// Why a size did not parse.
+enum class size_error { none, malformed, too_large };
+
+/// Parses a byte size: `<integer>[unit]`, unit B, KB, MB, GB (powers of 1000) or KiB, MiB,
+/// GiB (powers of 1024; IEC 80000-13), or `unlimited` (config::unlimited_size). At most 2^53.
+struct size_result {
+  size_error error = size_error::none;
+  std::uint64_t value = 0;
+};
+size_result parse_size(std::string_view s);
+
 /// Why a rate did not parse. `zero` still fills in the period (count 0).
 enum class rate_error {
   none,

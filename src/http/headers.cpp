@@ -86,44 +86,80 @@ void strip_hop_by_hop(bhttp::fields& fields) {
   }
 }
 
-void prepare_upstream_request(request& req, std::string_view target,
-                              std::string_view client_address) {
-  const unsigned received_version = req.version();
-  strip_hop_by_hop(req.base());
+bool is_websocket_upgrade(const request_head& head) {
+  if (head.version() < 11) return false;
+  auto lists = [&head](bhttp::field f, std::string_view token) {
+    for (const auto& line : head) {
+      if (line.name() != f) continue;
+      for (const auto t : bhttp::token_list{line.value()}) {
+        if (boost::beast::iequals(t, token)) return true;
+      }
+    }
+    return false;
+  };
+  return lists(bhttp::field::upgrade, "websocket") && lists(bhttp::field::connection, "upgrade");
+}
+
+void prepare_upstream_head(request_head& head, std::string_view target,
+                           std::string_view client_address, body_framing framing, bool upgrade) {
+  const unsigned received_version = head.version();
+  // Upgrade is hop-by-hop: kept (with `Connection: upgrade`) only when the route allows it.
+  strip_hop_by_hop(head);
 
   // Method overrides let a caller charged for a GET run a DELETE behind the limiter.
-  req.erase("X-HTTP-Method-Override");
-  req.erase("X-Method-Override");
-  req.erase("X-HTTP-Method");
-  // The session has already answered `Expect: 100-continue` and read the whole body; passing
+  head.erase("X-HTTP-Method-Override");
+  head.erase("X-Method-Override");
+  head.erase("X-HTTP-Method");
+  // The session answers `Expect: 100-continue` itself, once the request is admitted; passing
   // it on would only make the upstream send an interim response nobody waits for.
-  req.erase(bhttp::field::expect);
+  head.erase(bhttp::field::expect);
 
-  append_to_list(req.base(), "X-Forwarded-For", client_address);
-  append_to_list(req.base(), "Via", via_entry(received_version));
+  append_to_list(head, "X-Forwarded-For", client_address);
+  append_to_list(head, "Via", via_entry(received_version));
 
-  req.target(target);
-  req.version(11);
-  req.keep_alive(true);
+  head.target(target);
+  head.version(11);
+  if (upgrade) {
+    head.set(bhttp::field::connection, "upgrade");
+    head.set(bhttp::field::upgrade, "websocket");
+  }
 
-  // Exactly one framing field on the upstream hop: the body is fully buffered, so its length
-  // is known (RFC 9112 §6.3); Transfer-Encoding never goes upstream.
-  req.erase(bhttp::field::transfer_encoding);
-  const auto method = req.method();
-  if (!req.body().empty() || method == bhttp::verb::post || method == bhttp::verb::put ||
-      method == bhttp::verb::patch) {
-    req.content_length(req.body().size());
-  } else {
-    req.erase(bhttp::field::content_length);
+  // Exactly one framing field on the upstream hop (RFC 9112 §6.3).
+  const auto method = head.method();
+  switch (framing) {
+    case body_framing::chunked:
+      head.erase(bhttp::field::content_length);
+      head.set(bhttp::field::transfer_encoding, "chunked");
+      break;
+    case body_framing::content_length:
+      break;  // the parser accepted exactly one valid Content-Length
+    case body_framing::none:
+      if (method == bhttp::verb::post || method == bhttp::verb::put ||
+          method == bhttp::verb::patch) {
+        head.set(bhttp::field::content_length, "0");
+      } else {
+        head.erase(bhttp::field::content_length);
+      }
+      break;
   }
 }
 
-void prepare_client_response(response& res, bool limited) {
-  strip_hop_by_hop(res.base());
+void prepare_upstream_request(request& req, std::string_view target,
+                              std::string_view client_address) {
+  // The body is in memory, so its length is known: Content-Length (or none when empty).
+  const bool body = !req.body().empty();
+  prepare_upstream_head(req.base(), target, client_address,
+                        body ? body_framing::content_length : body_framing::none, false);
+  req.keep_alive(true);
+  if (body) req.content_length(req.body().size());
+}
+
+void prepare_client_response(bhttp::response_header<>& res, bool limited) {
+  strip_hop_by_hop(res);
   if (limited) {
     // On a limited route only the gateway's quota fields are true (DESIGN.md).
     std::vector<std::string> names;
-    for (const auto& f : res.base()) {
+    for (const auto& f : res) {
       const std::string_view name = f.name_string();
       if (name.size() >= 12 && boost::beast::iequals(name.substr(0, 12), "x-ratelimit-")) {
         names.emplace_back(name);
@@ -133,7 +169,7 @@ void prepare_client_response(response& res, bool limited) {
     res.erase("RateLimit");
     res.erase("RateLimit-Policy");
   }
-  append_to_list(res.base(), "Via", via_entry(res.version()));
+  append_to_list(res, "Via", via_entry(res.version()));
 }
 
 }  // namespace sluice::http

@@ -16,6 +16,8 @@
 
 #include "sluice/http/router.hpp"
 
+#include <cctype>
+
 #include "sluice/errc.hpp"
 
 #include <algorithm>
@@ -116,6 +118,61 @@ boost::system::result<std::string> remove_dot_segments(std::string_view path) {
 
 }  // namespace
 
+namespace {
+
+bool is_reg_name_char(unsigned char c) {
+  // unreserved / pct-encoded ('%') / sub-delims (RFC 3986 §3.2.2)
+  if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) return true;
+  return std::string_view("-._~%!$&'()*+,;=").find(static_cast<char>(c)) != std::string_view::npos;
+}
+
+bool is_port(std::string_view p) {
+  if (p.size() > 5) return false;
+  for (const char c : p) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+/// `Host = uri-host [ ":" port ]` (RFC 9112 §3.2, RFC 3986 §3.2.2). An empty value is valid
+/// (a target URI without authority).
+}  // namespace
+
+bool valid_host(std::string_view h) {
+  if (h.empty()) return true;
+  if (h.front() == '[') {
+    const auto close = h.find(']');
+    if (close == std::string_view::npos || close < 2) return false;
+    for (const char c : h.substr(1, close - 1)) {
+      const bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
+                      c == ':' || c == '.';
+      if (!ok) return false;
+    }
+    const std::string_view rest = h.substr(close + 1);
+    if (rest.empty()) return true;
+    return rest.front() == ':' && is_port(rest.substr(1));
+  }
+  std::string_view host = h;
+  if (const auto colon = h.rfind(':'); colon != std::string_view::npos) {
+    if (!is_port(h.substr(colon + 1))) return false;
+    host = h.substr(0, colon);
+  }
+  if (host.empty()) return false;
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    const auto c = static_cast<unsigned char>(host[i]);
+    if (!is_reg_name_char(c)) return false;
+    if (c == '%') {  // pct-encoded = "%" HEXDIG HEXDIG
+      if (i + 2 >= host.size()) return false;
+      if (!std::isxdigit(static_cast<unsigned char>(host[i + 1])) ||
+          !std::isxdigit(static_cast<unsigned char>(host[i + 2])))
+        return false;
+      i += 2;
+    }
+  }
+  return true;
+}
+
+
 boost::system::result<canonical_target> canonicalize(std::string_view target) {
   if (target.empty()) return errc::bad_request;
 
@@ -135,10 +192,23 @@ boost::system::result<canonical_target> canonicalize(std::string_view target) {
     if (authority.empty() || authority.find('@') != std::string_view::npos) {
       return errc::bad_request;  // no host, or userinfo (forbidden by RFC 9110 §4.2.1)
     }
-    if (path_start == std::string_view::npos) return canonical_target{"/", ""};
-    if (rest[path_start] == '#') return errc::bad_request;
-    if (rest[path_start] == '?') return canonicalize("/" + std::string(rest.substr(path_start)));
-    target = rest.substr(path_start);
+    if (!valid_host(authority)) return errc::bad_request;
+    canonical_target out;
+    if (path_start == std::string_view::npos) {
+      out = canonical_target{"/", ""};
+    } else if (rest[path_start] == '#') {
+      return errc::bad_request;
+    } else if (rest[path_start] == '?') {
+      auto r = canonicalize("/" + std::string(rest.substr(path_start)));
+      if (!r) return r;
+      out = std::move(*r);
+    } else {
+      auto r = canonicalize(rest.substr(path_start));
+      if (!r) return r;
+      out = std::move(*r);
+    }
+    out.authority = std::string(authority);
+    return out;
   }
 
   std::string_view path = target;

@@ -6,11 +6,9 @@
 // the bytes of the next request while the current one is handled.
 //
 // Reading a request is split in two: the head first, checked here for what Beast lets through
-// (request smuggling defences, Host), then the body. Between the two, `Expect: 100-continue`
-// is answered with `100 Continue` at once (RFC 9110 §10.1.1): the simplest correct behaviour
-// for a proxy that buffers bodies. It means a client may send a body for a request that is
-// then rejected (429); the body is at most `body_limit` bytes and a head over the limit is
-// refused before the 100 is sent.
+// (request smuggling defences, Host), then decided by the handler on the head alone; only an
+// admitted request's body is read, by the relay, streamed to the upstream. `100 Continue` is
+// sent by the relay after admission (RFC 9110 §10.1.1), so a refused client never uploads.
 //
 // What Beast 1.81's parser does on its own (basic_parser.ipp), and what this file adds:
 // - `Content-Length` after `Transfer-Encoding: chunked` -> bad_content_length; any
@@ -24,8 +22,9 @@
 //   -> bad_line_ending; obs-fold is replaced by a space (allowed by RFC 9112 §5.2).
 // - Host is not checked at all: a missing (HTTP/1.1), repeated or malformed Host is a 400 here
 //   (RFC 9112 §3.2).
-// - header_limit / body_limit errors, including a declared Content-Length over the body limit,
-//   which Beast reports while reading the head (so 413 is sent before any body byte is read).
+// - header_limit errors (431). Body limits are per route: the handler refuses a declared
+//   Content-Length over the route's limit (413) before any body byte is read, and the relay
+//   stops a chunked body that grows past it.
 //
 // After a 400, 413, 431 or 501 the connection is closed: the request's framing can no longer be
 // trusted. Closing is "lingering" (as nginx's lingering_close): shut down our sending side, then
@@ -34,6 +33,8 @@
 
 #include "sluice/http/server.hpp"
 
+#include "sluice/http/problem.hpp"
+#include "sluice/http/router.hpp"
 #include "sluice/log_throttle.hpp"
 
 #include <spdlog/spdlog.h>
@@ -42,9 +43,10 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -90,51 +92,9 @@ std::optional<bhttp::status> status_for_read_error(const error_code& ec) {
   return std::nullopt;  // timeout, reset, aborted: the peer is gone or silent
 }
 
-bool is_reg_name_char(unsigned char c) {
-  // unreserved / pct-encoded ('%') / sub-delims (RFC 3986 §3.2.2)
-  if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) return true;
-  return std::string_view("-._~%!$&'()*+,;=").find(static_cast<char>(c)) != std::string_view::npos;
-}
-
-bool is_port(std::string_view p) {
-  if (p.size() > 5) return false;
-  for (const char c : p) {
-    if (c < '0' || c > '9') return false;
-  }
-  return true;
-}
-
-/// `Host = uri-host [ ":" port ]` (RFC 9112 §3.2, RFC 3986 §3.2.2). An empty value is valid
-/// (a target URI without authority).
-bool valid_host(std::string_view h) {
-  if (h.empty()) return true;
-  if (h.front() == '[') {
-    const auto close = h.find(']');
-    if (close == std::string_view::npos || close < 2) return false;
-    for (const char c : h.substr(1, close - 1)) {
-      const bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
-                      c == ':' || c == '.';
-      if (!ok) return false;
-    }
-    const std::string_view rest = h.substr(close + 1);
-    if (rest.empty()) return true;
-    return rest.front() == ':' && is_port(rest.substr(1));
-  }
-  std::string_view host = h;
-  if (const auto colon = h.rfind(':'); colon != std::string_view::npos) {
-    if (!is_port(h.substr(colon + 1))) return false;
-    host = h.substr(0, colon);
-  }
-  if (host.empty()) return false;
-  for (const char c : host) {
-    if (!is_reg_name_char(static_cast<unsigned char>(c))) return false;
-  }
-  return true;
-}
-
 /// Checks a parsed request head for what Beast accepts but sluice must not: the status to
 /// answer, or nullopt when the head is acceptable.
-std::optional<bhttp::status> check_head(const bhttp::request_parser<bhttp::string_body>& parser) {
+std::optional<bhttp::status> check_head(const request_parser& parser) {
   const auto& req = parser.get();
   const bool has_te = req.count(bhttp::field::transfer_encoding) > 0;
   if (has_te) {
@@ -191,27 +151,34 @@ bool frame_response(response& res, bool head_request) {
 }
 
 response error_response(bhttp::status status) {
-  response res{status, 11};
-  res.set(bhttp::field::server, "sluice");
-  res.set(bhttp::field::content_type, "application/problem+json");
-  res.body() = "{\"type\":\"about:blank\",\"title\":\"" +
-               std::string(bhttp::obsolete_reason(status)) +
-               "\",\"status\":" + std::to_string(static_cast<unsigned>(status)) + "}";
+  response res = problem(11, status, bhttp::obsolete_reason(status), {});
   res.content_length(res.body().size());
   res.keep_alive(false);
   return res;
 }
 
+/// Declared request bodies up to this size are read and dropped after a refusal, so the
+/// connection can stay open; longer ones close it (nginx's lingering close does the same).
+constexpr std::uint64_t discard_limit = 64 * 1024;
+
 }  // namespace
 
 namespace {
+
+/// One client connection, shared by its session coroutine and the listener's registry.
+struct session {
+  explicit session(tcp::socket s) : stream(std::move(s)) {}
+  timed_socket stream;
+  bool idle = true;  ///< waiting for a request head (drain() closes idle sessions)
+};
 
 /// The state of a listener and its sessions, shared by the accept loop and every session
 /// coroutine (they hold it by shared_ptr, so it outlives the server object if it must).
 struct listener_state {
   listener_state(asio::io_context& io, std::shared_ptr<request_handler> h, session_limits l,
                  unsigned w)
-      : ioc(io), acceptor(io), handler(std::move(h)), limits(l), worker(w) {}
+      : ioc(io), acceptor(io), handler(std::move(h)), limits(l), worker(w),
+        pool(io.get_executor()) {}
 
   asio::io_context& ioc;
   tcp::acceptor acceptor;
@@ -219,18 +186,27 @@ struct listener_state {
   session_limits limits;
   unsigned worker;
   tcp::endpoint local;
+  upstream_pool pool;
+  buffer_pool buffers;
+  relay_stats relays;
   bool started = false;
   bool stopping = false;  // touched on the io_context's thread only
   std::uint64_t next_session = 0;
-  /// Open sessions, tracked weakly: the session coroutine owns its stream.
-  std::unordered_map<std::uint64_t, std::weak_ptr<beast::tcp_stream>> sessions;
+  std::unordered_map<std::uint64_t, std::shared_ptr<session>> sessions;
 
   void close_all() {
     stopping = true;
     error_code ec;
     acceptor.close(ec);
-    for (auto& [id, weak] : sessions) {
-      if (auto s = weak.lock()) s->close();
+    for (auto& [id, s] : sessions) s->stream.socket().close(ec);
+  }
+
+  void drain() {
+    stopping = true;
+    error_code ec;
+    acceptor.close(ec);
+    for (auto& [id, s] : sessions) {
+      if (s->idle) s->stream.socket().close(ec);
     }
   }
 };
@@ -238,86 +214,137 @@ struct listener_state {
 using impl_ptr = std::shared_ptr<listener_state>;
 
 /// Shuts down our side, drains what the client still sends for a moment, then closes.
-asio::awaitable<void> lingering_close(std::shared_ptr<beast::tcp_stream> stream) {
+asio::awaitable<void> lingering_close(timed_socket& stream) {
   error_code ec;
-  stream->socket().shutdown(tcp::socket::shutdown_send, ec);
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
   if (ec) {
-    stream->close();
+    stream.close();
     co_return;
   }
   std::array<char, 4096> scratch{};
   std::size_t drained = 0;
-  stream->expires_after(linger_time);
+  stream.expires_after(linger_time);
   while (drained < linger_bytes) {
-    auto [rec, n] = co_await stream->async_read_some(asio::buffer(scratch), use_tuple);
+    auto [rec, n] = co_await stream.async_read_some(asio::buffer(scratch), use_tuple);
     if (rec) break;
     drained += n;
   }
-  stream->close();
+  stream.close();
 }
 
-asio::awaitable<void> write_error(std::shared_ptr<beast::tcp_stream> stream,
-                                  std::chrono::milliseconds timeout, bhttp::status status) {
+asio::awaitable<void> write_error(timed_socket& stream, std::chrono::milliseconds timeout,
+                                  bhttp::status status) {
   response res = error_response(status);
-  stream->expires_after(timeout);
-  auto [ec, n] = co_await bhttp::async_write(*stream, res, use_tuple);
+  stream.expires_after(timeout);
+  auto [ec, n] = co_await bhttp::async_write(stream, res, use_tuple);
   (void)n;
   if (!ec) co_await lingering_close(stream);
 }
 
-/// Serves one client connection until it closes, fails, or the server stops.
-asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<beast::tcp_stream> stream,
-                            request_context ctx) {
-  const session_limits limits = self->limits;
-  beast::flat_buffer buffer;
-  for (;;) {
-    bhttp::request_parser<bhttp::string_body> parser;
-    parser.header_limit(limits.header_limit);
-    parser.body_limit(limits.body_limit);
+/// Reads the rest of a request body and drops it, at most `limit` bytes. True when the
+/// whole body was read (the connection is still in step with the client).
+asio::awaitable<bool> discard_body(timed_socket& stream, beast::flat_buffer& buffer,
+                                   request_parser& parser, std::chrono::milliseconds timeout,
+                                   std::uint64_t limit) {
+  std::array<char, 4096> scratch{};
+  parser.body_limit(limit);
+  while (!parser.is_done()) {
+    parser.get().body().data = scratch.data();
+    parser.get().body().size = scratch.size();
+    stream.expires_after(timeout);
+    auto [ec, n] = co_await bhttp::async_read_some(stream, buffer, parser, use_tuple);
+    (void)n;
+    if (ec && ec != bhttp::error::need_buffer) co_return false;
+  }
+  co_return true;
+}
 
-    stream->expires_after(limits.read_timeout);
-    auto [hec, hn] = co_await bhttp::async_read_header(*stream, buffer, parser, use_tuple);
+/// Reads a whole request body into memory (verdict::kind::buffer), at most `limit` bytes.
+asio::awaitable<error_code> read_whole_body(timed_socket& stream, beast::flat_buffer& buffer,
+                                            request_parser& parser,
+                                            std::chrono::milliseconds timeout,
+                                            std::uint64_t limit, std::string& body) {
+  std::array<char, 4096> scratch{};
+  parser.body_limit(limit);
+  while (!parser.is_done()) {
+    parser.get().body().data = scratch.data();
+    parser.get().body().size = scratch.size();
+    stream.expires_after(timeout);
+    auto [ec, n] = co_await bhttp::async_read_some(stream, buffer, parser, use_tuple);
+    (void)n;
+    if (ec && ec != bhttp::error::need_buffer) co_return ec;
+    body.append(scratch.data(), scratch.size() - parser.get().body().size);
+  }
+  co_return error_code{};
+}
+
+/// Whether an answer with an unread request body can keep the connection: discards a short
+/// declared body (never after an unanswered `Expect: 100-continue`).
+asio::awaitable<bool> settle_unread_body(timed_socket& stream, beast::flat_buffer& buffer,
+                                         request_parser& parser, bool expect_continue,
+                                         std::chrono::milliseconds timeout) {
+  if (parser.is_done()) co_return true;
+  if (expect_continue || parser.chunked()) co_return false;
+  const auto declared = parser.content_length();
+  if (!declared || *declared > discard_limit) co_return false;
+  co_return co_await discard_body(stream, buffer, parser, timeout, discard_limit);
+}
+
+/// Frames and writes a response the session answers with; false when the write failed.
+asio::awaitable<bool> write_answer(timed_socket& stream, response& res, unsigned version,
+                                   bool head_request, bool keep,
+                                   std::chrono::milliseconds timeout) {
+  res.version(version);
+  frame_response(res, head_request);
+  res.keep_alive(keep);
+  stream.expires_after(timeout);
+  auto [ec, n] = co_await bhttp::async_write(stream, res, use_tuple);
+  (void)n;
+  co_return !ec;
+}
+
+/// Serves one client connection until it closes, fails, or the server stops.
+asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_context ctx) {
+  const session_limits limits = self->limits;
+  timed_socket& stream = s->stream;
+  beast::flat_buffer buffer;
+  std::optional<request_parser> parser;
+  for (;;) {
+    if (self->stopping) {
+      stream.close();
+      co_return;
+    }
+    parser.emplace();
+    parser->header_limit(limits.header_limit);
+    parser->body_limit(boost::none);  // per route: decided on the head
+
+    s->idle = buffer.size() == 0;
+    stream.expires_after(limits.read_timeout);
+    auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, *parser, use_tuple);
     (void)hn;
+    s->idle = false;
     if (hec) {
       if (auto status = status_for_read_error(hec)) {
         co_await write_error(stream, limits.write_timeout, *status);
       }
       co_return;
     }
-    if (auto status = check_head(parser)) {
+    if (auto status = check_head(*parser)) {
       co_await write_error(stream, limits.write_timeout, *status);
       co_return;
     }
 
-    if (!parser.is_done()) {
-      const auto& head = parser.get();
-      if (head.version() >= 11 && beast::iequals(head[bhttp::field::expect], "100-continue")) {
-        bhttp::response<bhttp::empty_body> interim{bhttp::status::continue_, 11};
-        stream->expires_after(limits.write_timeout);
-        auto [wec, wn] = co_await bhttp::async_write(*stream, interim, use_tuple);
-        (void)wn;
-        if (wec) co_return;
-      }
-      stream->expires_after(limits.read_timeout);
-      auto [bec, bn] = co_await bhttp::async_read(*stream, buffer, parser, use_tuple);
-      (void)bn;
-      if (bec) {
-        if (auto status = status_for_read_error(bec)) {
-          co_await write_error(stream, limits.write_timeout, *status);
-        }
-        co_return;
-      }
-    }
+    auto& head = parser->get();
+    const bool client_keep_alive = head.keep_alive();  // RFC 9112 §9.3 (1.0 needs keep-alive)
+    const bool head_request = head.method() == bhttp::verb::head;
+    const unsigned version = head.version() == 10 ? 10 : 11;
+    const bool expect_continue =
+        version >= 11 && beast::iequals(head[bhttp::field::expect], "100-continue");
 
-    request req = parser.release();
-    const bool client_keep_alive = req.keep_alive();  // RFC 9112 §9.3 (1.0 needs keep-alive)
-    const bool head_request = req.method() == bhttp::verb::head;
-    const unsigned version = req.version() == 10 ? 10 : 11;
-
-    response res;
+    verdict v;
     bool handler_failed = false;
     try {
-      res = co_await self->handler->handle(std::move(req), ctx);
+      v = co_await self->handler->decide(head, ctx);
     } catch (const std::exception& e) {
       spdlog::error("request handler threw: {}", e.what());
       handler_failed = true;
@@ -327,17 +354,76 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<beast::tcp_stream> st
       co_return;
     }
 
-    // A handler asks to close the client connection with `Connection: close`.
-    const bool keep = client_keep_alive && !self->stopping &&
-                      !has_token(res.base(), bhttp::field::connection, "close");
-    res.version(version);
-    frame_response(res, head_request);
-    res.keep_alive(keep);
+    std::optional<response> answer;
+    bool body_settled = false;
+    switch (v.what) {
+      case verdict::kind::forward: {
+        auto r = co_await relay(client_side{stream, buffer, *parser, limits.read_timeout,
+                                            limits.write_timeout, client_keep_alive,
+                                            self->stopping, expect_continue},
+                                v.forward, self->pool, self->buffers, self->relays);
+        if (!r.answer) {
+          if (r.keep_alive && !self->stopping) continue;
+          if (stream.socket().is_open()) co_await lingering_close(stream);
+          co_return;
+        }
+        answer = std::move(r.answer);
+        body_settled = r.body_read;
+        break;
+      }
+      case verdict::kind::buffer: {
+        std::string body;
+        if (const auto declared = parser->content_length();
+            declared && *declared > limits.body_limit) {
+          co_await write_error(stream, limits.write_timeout, bhttp::status::payload_too_large);
+          co_return;
+        }
+        if (expect_continue && !parser->is_done()) {
+          constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
+          stream.expires_after(limits.write_timeout);
+          auto [cec, cn] = co_await asio::async_write(
+              stream, asio::buffer(continue_line.data(), continue_line.size()), use_tuple);
+          (void)cn;
+          if (cec) co_return;
+        }
+        if (auto ec = co_await read_whole_body(stream, buffer, *parser, limits.read_timeout,
+                                               limits.body_limit, body)) {
+          if (auto status = status_for_read_error(ec)) {
+            co_await write_error(stream, limits.write_timeout, *status);
+          }
+          co_return;
+        }
+        request whole{head.method(), head.target(), head.version()};
+        whole.base() = head.base();
+        whole.body() = std::move(body);
+        bool failed = false;
+        try {
+          answer = co_await self->handler->respond(std::move(whole), ctx);
+        } catch (const std::exception& e) {
+          spdlog::error("request handler threw: {}", e.what());
+          failed = true;
+        }
+        if (failed) {
+          co_await write_error(stream, limits.write_timeout, bhttp::status::internal_server_error);
+          co_return;
+        }
+        body_settled = true;
+        break;
+      }
+      case verdict::kind::answer:
+        answer = std::move(v.answer);
+        body_settled = co_await settle_unread_body(stream, buffer, *parser, expect_continue,
+                                                   limits.read_timeout);
+        break;
+    }
 
-    stream->expires_after(limits.write_timeout);
-    auto [wec, wn] = co_await bhttp::async_write(*stream, res, use_tuple);
-    (void)wn;
-    if (wec) co_return;
+    // A handler asks to close the client connection with `Connection: close`.
+    const bool keep = client_keep_alive && body_settled && !self->stopping &&
+                      !has_token(answer->base(), bhttp::field::connection, "close");
+    if (!co_await write_answer(stream, *answer, version, head_request, keep,
+                               limits.write_timeout)) {
+      co_return;
+    }
     if (!keep) {
       co_await lingering_close(stream);
       co_return;
@@ -345,11 +431,11 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<beast::tcp_stream> st
   }
 }
 
-/// Owns one connection: registers it with the server (so stop() can close it), serves it,
-/// unregisters it.
+/// Owns one connection: registers it with the server (so stop() and drain() can close it),
+/// serves it, unregisters it.
 asio::awaitable<void> run_session(impl_ptr self, tcp::socket socket, std::uint64_t id) {
-  auto stream = std::make_shared<beast::tcp_stream>(std::move(socket));
-  self->sessions.emplace(id, stream);
+  auto s = std::make_shared<session>(std::move(socket));
+  self->sessions.emplace(id, s);
   struct unregister {
     impl_ptr& self;
     std::uint64_t id;
@@ -358,10 +444,10 @@ asio::awaitable<void> run_session(impl_ptr self, tcp::socket socket, std::uint64
 
   request_context ctx;
   error_code ec;
-  ctx.peer = stream->socket().remote_endpoint(ec);
-  ctx.local = stream->socket().local_endpoint(ec);
+  ctx.peer = s->stream.socket().remote_endpoint(ec);
+  ctx.local = s->stream.socket().local_endpoint(ec);
   ctx.worker = self->worker;
-  co_await serve(self, stream, ctx);
+  co_await serve(self, s, ctx);
 }
 
 void log_exception(std::exception_ptr e) {
@@ -401,6 +487,17 @@ asio::awaitable<void> accept_loop(impl_ptr self) {
 }
 
 }  // namespace
+
+asio::awaitable<response> request_handler::respond(request req, const request_context&) {
+  co_return problem(req.version(), bhttp::status::internal_server_error, "Internal Server Error",
+                    "this handler does not read request bodies");
+}
+
+asio::awaitable<verdict> buffered_handler::decide(request_head&, const request_context&) {
+  verdict v;
+  v.what = verdict::kind::buffer;
+  co_return v;
+}
 
 struct server::impl : listener_state {
   using listener_state::listener_state;
@@ -443,5 +540,21 @@ void server::stop() {
   // Runs at once on the worker's thread, else is posted to it (sessions are touched there only).
   asio::dispatch(impl_->ioc, [self = impl_] { self->close_all(); });
 }
+
+void server::drain() {
+  asio::dispatch(impl_->ioc, [self = impl_] { self->drain(); });
+}
+
+std::size_t server::open_sessions() const { return impl_->sessions.size(); }
+
+std::size_t server::busy_sessions() const {
+  std::size_t n = 0;
+  for (const auto& [id, s] : impl_->sessions) n += s->idle ? 0 : 1;
+  return n;
+}
+
+upstream_pool& server::pool() { return impl_->pool; }
+
+const relay_stats& server::relays() const { return impl_->relays; }
 
 }  // namespace sluice::http

@@ -22,7 +22,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/asio/connect.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/rfc7230.hpp>
@@ -58,17 +58,9 @@ constexpr std::chrono::milliseconds idle_margin{500};
 constexpr std::uint32_t response_header_limit = 64 * 1024;
 
 struct idle_connection {
-  beast::tcp_stream stream;
+  timed_socket stream;
+  beast::flat_buffer buffer;
   steady::time_point expires;
-};
-
-/// What an exchange needs of an upstream, copied so that no reference outlives the call.
-struct endpoint_spec {
-  std::string host;
-  std::uint16_t port = 80;
-  std::chrono::milliseconds connect_timeout{1000};
-  std::chrono::milliseconds timeout{30000};
-  std::string key() const { return host + ":" + std::to_string(port); }
 };
 
 /// The pool's state; exchanges in flight hold it by shared_ptr.
@@ -82,34 +74,40 @@ struct pool_state {
   std::atomic<std::uint64_t> connects{0}, reuses{0}, failures{0}, retries{0};
 
   /// Pops the most recently pooled connection still usable, closing expired or dead ones.
-  std::optional<beast::tcp_stream> take_idle(const std::string& key) {
-    auto it = idle.find(key);
-    if (it == idle.end()) return std::nullopt;
+  bool take_idle(upstream_lease& lease, bool probe) {
+    auto it = idle.find(lease.key);
+    if (it == idle.end()) return false;
     auto& stack = it->second;
     const auto now = steady::now();
     while (!stack.empty()) {
       idle_connection c = std::move(stack.back());
       stack.pop_back();
-      if (c.expires > now && still_open(c.stream)) return std::move(c.stream);
+      if (c.expires > now && (!probe || still_open(c.stream))) {
+        lease.stream.emplace(std::move(c.stream));
+        lease.buffer = std::move(c.buffer);
+        return true;
+      }
       c.stream.close();
     }
-    return std::nullopt;
+    return false;
   }
 
-  void put_idle(const std::string& key, beast::tcp_stream stream, steady::time_point expires) {
-    auto& stack = idle[key];
+  void put_idle(upstream_lease& lease, steady::time_point expires) {
     if (max_idle == 0) return;
+    auto& stack = idle[lease.key];
     if (stack.size() >= max_idle) {
       stack.front().stream.close();  // the oldest is the likeliest to be stale
       stack.pop_front();
     }
-    stream.expires_never();
-    stack.push_back({std::move(stream), expires});
+    lease.stream->expires_never();
+    lease.buffer.clear();
+    stack.push_back({std::move(*lease.stream), std::move(lease.buffer), expires});
+    lease.stream.reset();
   }
 
   /// A non-blocking peek: an idle connection must have nothing to read. EOF means the
   /// upstream closed it; bytes mean it sent something unsolicited — either way, unusable.
-  static bool still_open(beast::tcp_stream& stream) {
+  static bool still_open(timed_socket& stream) {
     char byte;
     const auto n = ::recv(stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
@@ -132,50 +130,21 @@ bool is_idempotent(bhttp::verb v) {
   }
 }
 
-/// How long the connection that carried `res` may stay idle: `Keep-Alive: timeout=N`
-/// (a de-facto field, RFC 2068 §19.7.1.1) less a margin, else the default.
-std::chrono::milliseconds idle_lifetime(const response& res) {
-  const auto value = res[bhttp::field::keep_alive];
-  // Keep-Alive is a comma-separated list of name=value pairs: "timeout=5, max=100".
-  std::string_view v = value;
-  while (!v.empty()) {
-    const auto comma = v.find(',');
-    std::string_view item = v.substr(0, comma);
-    v = comma == std::string_view::npos ? std::string_view{} : v.substr(comma + 1);
-    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
-    if (item.size() > 8 && beast::iequals(item.substr(0, 8), "timeout=")) {
-      std::int64_t seconds = 0;
-      const auto digits = item.substr(8);
-      const auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), seconds);
-      (void)p;
-      if (ec == std::errc{} && seconds >= 0) {
-        const auto advertised = std::chrono::milliseconds(seconds * 1000);
-        return advertised > idle_margin ? advertised - idle_margin : std::chrono::milliseconds(0);
-      }
-    }
-  }
-  return default_idle_lifetime;
-}
-
-/// A connect attempt's outcome (result<tcp_stream> would not do: basic_stream's variadic
-/// constructor makes it look constructible from an error code).
-struct connect_result {
-  error_code ec;
-  std::optional<beast::tcp_stream> stream;
-};
-
 /// Connects to the upstream within min(connect_timeout, time left before `deadline`).
-asio::awaitable<connect_result> connect(state_ptr st, endpoint_spec spec,
-                                        steady::time_point deadline) {
+asio::awaitable<void> connect(state_ptr st, const config::upstream& up,
+                              steady::time_point deadline, upstream_lease& lease) {
   auto budget = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
-  if (spec.connect_timeout < budget) budget = spec.connect_timeout;
-  if (budget.count() <= 0) co_return connect_result{errc::upstream_timeout, std::nullopt};
+  if (up.connect_timeout < budget) budget = up.connect_timeout;
+  if (budget.count() <= 0) {
+    lease.ec = errc::upstream_timeout;
+    co_return;
+  }
 
   std::vector<tcp::endpoint> endpoints;
   error_code ec;
-  const auto address = asio::ip::make_address(spec.host, ec);
+  const auto address = asio::ip::make_address(up.host, ec);
   if (!ec) {
-    endpoints.emplace_back(address, spec.port);
+    endpoints.emplace_back(address, up.port);
   } else {
     // The resolver has no deadline of its own: a timer cancels it.
     auto resolver = std::make_shared<tcp::resolver>(st->ex);
@@ -185,23 +154,44 @@ asio::awaitable<connect_result> connect(state_ptr st, endpoint_spec spec,
       if (!tec) resolver->cancel();
     });
     auto [rec, results] =
-        co_await resolver->async_resolve(spec.host, std::to_string(spec.port), use_tuple);
+        co_await resolver->async_resolve(up.host, std::to_string(up.port), use_tuple);
     timer.cancel();
-    if (rec) co_return connect_result{errc::upstream_unreachable, std::nullopt};
+    if (rec) {
+      lease.ec = errc::upstream_unreachable;
+      co_return;
+    }
     for (const auto& r : results) endpoints.push_back(r.endpoint());
     budget = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
-    if (spec.connect_timeout < budget) budget = spec.connect_timeout;
+    if (up.connect_timeout < budget) budget = up.connect_timeout;
   }
 
-  beast::tcp_stream stream(st->ex);
+  timed_socket stream(st->ex);
   stream.expires_after(budget);
-  auto [cec, ep] = co_await stream.async_connect(endpoints, use_tuple);
+  auto [cec, ep] = co_await asio::async_connect(stream.socket(), endpoints, use_tuple);
   (void)ep;
-  if (cec) co_return connect_result{errc::upstream_unreachable, std::nullopt};
+  stream.expires_never();
+  if (cec) {
+    lease.ec = errc::upstream_unreachable;
+    co_return;
+  }
   stream.socket().set_option(tcp::no_delay(true), ec);
-  connect_result out;
-  out.stream.emplace(std::move(stream));
-  co_return out;
+  lease.stream.emplace(std::move(stream));
+}
+
+asio::awaitable<upstream_lease> acquire(state_ptr st, const config::upstream& up,
+                                        steady::time_point deadline, bool probe) {
+  upstream_lease lease;
+  lease.key = up.host;
+  lease.key += ':';
+  lease.key += std::to_string(up.port);
+  if (st->take_idle(lease, probe)) {
+    lease.reused = true;
+    st->reuses.fetch_add(1, std::memory_order_relaxed);
+    co_return lease;
+  }
+  co_await connect(st, up, deadline, lease);
+  if (lease.stream) st->connects.fetch_add(1, std::memory_order_relaxed);
+  co_return lease;
 }
 
 /// Maps an exchange error to sluice's errors.
@@ -210,68 +200,56 @@ errc classify(const error_code& ec) {
   return errc::upstream_protocol;
 }
 
-asio::awaitable<boost::system::result<response>> exchange(state_ptr st, endpoint_spec spec,
+/// The whole-message exchange of send(): write `req`, read the whole response.
+asio::awaitable<boost::system::result<response>> exchange(state_ptr st, config::upstream up,
                                                           request req) {
-  const auto deadline = steady::now() + spec.timeout;
-  const std::string key = spec.key();
+  const auto deadline = steady::now() + up.timeout;
   const bool head_request = req.method() == bhttp::verb::head;
   const bool idempotent = is_idempotent(req.method());
   if (req.count(bhttp::field::host) == 0) {
     // An HTTP/1.0 client may omit Host; HTTP/1.1 requires one (RFC 9112 §3.2).
-    req.set(bhttp::field::host, spec.port == 80 ? spec.host : key);
+    req.set(bhttp::field::host, up.port == 80 ? up.host : up.host + ":" + std::to_string(up.port));
   }
 
   for (int attempt = 0;; ++attempt) {
-    std::optional<beast::tcp_stream> stream;
-    bool reused = false;
-    if (attempt == 0) {
-      if (auto pooled = st->take_idle(key)) stream.emplace(std::move(*pooled));
+    upstream_lease lease = co_await acquire(st, up, deadline, /*probe=*/!idempotent);
+    if (!lease) {
+      st->failures.fetch_add(1, std::memory_order_relaxed);
+      co_return lease.ec;
     }
-    if (stream) {
-      reused = true;
-      st->reuses.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      auto connected = co_await connect(st, spec, deadline);
-      if (connected.ec) {
-        st->failures.fetch_add(1, std::memory_order_relaxed);
-        co_return connected.ec;
-      }
-      st->connects.fetch_add(1, std::memory_order_relaxed);
-      stream.emplace(std::move(*connected.stream));
-    }
-
-    stream->expires_at(deadline);
-    auto [wec, wn] = co_await bhttp::async_write(*stream, req, use_tuple);
+    auto& stream = *lease.stream;
+    stream.expires_after(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()));
+    auto [wec, wn] = co_await bhttp::async_write(stream, req, use_tuple);
     (void)wn;
 
-    error_code failure = wec;
+    error_code failure = stream.timeout_error(wec);
     bool got_bytes = false;
     std::optional<response> res;
     bool reusable = false;
     if (!failure) {
-      beast::flat_buffer buffer;
       for (;;) {
         bhttp::response_parser<bhttp::string_body> parser;
         parser.header_limit(response_header_limit);
         parser.body_limit(st->body_limit);
         parser.skip(head_request);  // a response to HEAD has no content (RFC 9110 §9.3.2)
-        stream->expires_at(deadline);
-        auto [rec, rn] = co_await bhttp::async_read(*stream, buffer, parser, use_tuple);
+        stream.expires_after(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()));
+        auto [rec0, rn] = co_await bhttp::async_read(stream, lease.buffer, parser, use_tuple);
         (void)rn;
-        got_bytes = got_bytes || parser.got_some() || buffer.size() > 0;
+        const auto rec = stream.timeout_error(rec0);
+        got_bytes = got_bytes || parser.got_some() || lease.buffer.size() > 0;
         if (rec) {
           failure = rec;
           break;
         }
         const unsigned status = parser.get().result_int();
         if (status / 100 == 1) {
-          if (status == 101) {  // we never ask for an upgrade (Upgrade is hop-by-hop)
+          if (status == 101) {  // send() never asks for an upgrade
             failure = bhttp::error::bad_status;
             break;
           }
           continue;  // interim response (100, 103): the final one follows
         }
-        reusable = parser.get().keep_alive() && !parser.need_eof() && buffer.size() == 0;
+        reusable = parser.get().keep_alive() && !parser.need_eof() && lease.buffer.size() == 0;
         res.emplace(parser.release());
         break;
       }
@@ -279,15 +257,16 @@ asio::awaitable<boost::system::result<response>> exchange(state_ptr st, endpoint
 
     if (!failure) {
       if (reusable) {
-        st->put_idle(key, std::move(*stream), steady::now() + idle_lifetime(*res));
+        st->put_idle(lease, steady::now() + upstream_pool::idle_lifetime(res->base()));
       } else {
-        stream->close();
+        stream.close();
       }
       co_return std::move(*res);
     }
 
-    stream->close();
-    if (reused && !got_bytes && idempotent && attempt == 0 && failure != beast::error::timeout) {
+    stream.close();
+    if (lease.reused && !got_bytes && idempotent && attempt == 0 &&
+        failure != beast::error::timeout) {
       // A stale pooled connection: the upstream closed it while our request was on the way.
       st->retries.fetch_add(1, std::memory_order_relaxed);
       continue;
@@ -314,8 +293,43 @@ void upstream_pool::set_response_body_limit(std::uint64_t bytes) {
 
 asio::awaitable<boost::system::result<response>> upstream_pool::send(const config::upstream& up,
                                                                      request req) {
-  endpoint_spec spec{up.host, up.port, up.connect_timeout, up.timeout};
-  return exchange(impl_, std::move(spec), std::move(req));
+  return exchange(impl_, up, std::move(req));
+}
+
+asio::awaitable<upstream_lease> upstream_pool::acquire(const config::upstream& up,
+                                                       steady::time_point deadline, bool probe) {
+  return http::acquire(impl_, up, deadline, probe);
+}
+
+void upstream_pool::release(upstream_lease lease, std::chrono::milliseconds idle_for) {
+  if (!lease.stream) return;
+  impl_->put_idle(lease, steady::now() + idle_for);
+}
+
+void upstream_pool::count_failure() { impl_->failures.fetch_add(1, std::memory_order_relaxed); }
+void upstream_pool::count_retry() { impl_->retries.fetch_add(1, std::memory_order_relaxed); }
+
+std::chrono::milliseconds upstream_pool::idle_lifetime(const bhttp::fields& res) {
+  const auto value = res[bhttp::field::keep_alive];
+  // Keep-Alive is a comma-separated list of name=value pairs: "timeout=5, max=100".
+  std::string_view v = value;
+  while (!v.empty()) {
+    const auto comma = v.find(',');
+    std::string_view item = v.substr(0, comma);
+    v = comma == std::string_view::npos ? std::string_view{} : v.substr(comma + 1);
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    if (item.size() > 8 && beast::iequals(item.substr(0, 8), "timeout=")) {
+      std::int64_t seconds = 0;
+      const auto digits = item.substr(8);
+      const auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), seconds);
+      (void)p;
+      if (ec == std::errc{} && seconds >= 0) {
+        const auto advertised = std::chrono::milliseconds(seconds * 1000);
+        return advertised > idle_margin ? advertised - idle_margin : std::chrono::milliseconds(0);
+      }
+    }
+  }
+  return default_idle_lifetime;
 }
 
 pool_stats upstream_pool::stats() const {

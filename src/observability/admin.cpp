@@ -200,11 +200,12 @@ http::response reply(unsigned version, bhttp::status status, std::string body,
   return res;
 }
 
-class admin_handler final : public http::request_handler {
+class admin_handler final : public http::buffered_handler {
  public:
   explicit admin_handler(std::shared_ptr<admin_backend> backend) : backend_(std::move(backend)) {}
 
-  asio::awaitable<http::response> handle(http::request req, http::request_context) override {
+  asio::awaitable<http::response> respond(http::request req,
+                                          const http::request_context&) override {
     co_return answer(req);
   }
 

@@ -155,6 +155,11 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                         "Idempotent requests re-sent on a fresh connection after a stale "
                         "pooled one failed.",
                         d(s.upstream.retries)));
+  out.push_back(gauge("sluice_tunnels_open",
+                      "Upgraded connections (WebSocket...) being tunnelled now.",
+                      static_cast<double>(s.tunnels_open)));
+  out.push_back(counter("sluice_tunnels_total", "Upgrades relayed to an upstream since start.",
+                        d(s.tunnels_total)));
 
   // The counter store.
   const auto& st = s.store;

@@ -65,6 +65,16 @@ class gateway {
   /// Stops accepting, closes connections and joins the threads. Idempotent.
   void stop();
 
+  /// Graceful stop, first half: every worker stops accepting and closes its idle keep-alive
+  /// connections; requests in flight (and tunnels) go on, their responses carry
+  /// `Connection: close`. Waits until no connection is left, `deadline` has passed, or
+  /// `*abort` becomes true. Returns how many connections were still busy then (0: all done);
+  /// stop() afterwards cuts them. Thread-safe; never on a worker's thread.
+  std::size_t drain(std::chrono::milliseconds deadline, const std::atomic<bool>* abort = nullptr);
+
+  /// Whether drain() has begun (readiness then reports 503). Thread-safe.
+  bool draining() const;
+
   /// The bound listen endpoint (with the real port when 0 was asked).
   boost::asio::ip::tcp::endpoint endpoint() const;
 

@@ -61,6 +61,11 @@ class runtime {
   /// Stops the watcher, the admin listener and the gateway. Idempotent.
   void stop();
 
+  /// Graceful stop (SIGTERM): /readyz answers 503 from now on, then gateway::drain() for the
+  /// rules' `drain_timeout` (or until `*abort`), then stop(). Returns the number of
+  /// connections still busy when the drain ended (cut by the stop).
+  std::size_t drain_and_stop(const std::atomic<bool>* abort = nullptr);
+
   /// Reloads the rules file now; `trigger` names the cause in the log line ("SIGHUP",
   /// "file change", "admin"). Thread-safe; blocks while another attempt runs.
   reload_outcome reload(std::string_view trigger);

@@ -106,6 +106,9 @@ struct route_match {
   std::string host;                      ///< lower-case host name without port; "" = any host
 };
 
+/// A size setting without a limit (`unlimited` in a rules file).
+inline constexpr std::uint64_t unlimited_size = ~std::uint64_t{0};
+
 /// A route: first match wins (DESIGN.md, "routes").
 struct route {
   std::string name;
@@ -114,6 +117,18 @@ struct route {
   std::int64_t cost = 1;                 ///< units each request spends in every limit
   failure_policy on_store_failure = failure_policy::fail_open;
   std::vector<limit> limits;
+  /// `max_request_body`: largest request body in bytes (413 over it: from a declared
+  /// Content-Length before any body byte is read, else as soon as a chunked body grows past
+  /// it). `unlimited_size` = no limit. Default 16 MiB.
+  std::uint64_t max_request_body = 16ull * 1024 * 1024;
+  /// `max_response_body`: largest upstream response body relayed, in bytes (502 while no
+  /// response byte was sent, else the client connection is closed). Default unlimited.
+  std::uint64_t max_response_body = unlimited_size;
+  /// `upgrade`: whether a request carrying `Upgrade` (WebSocket...) may be tunnelled to the
+  /// upstream; false answers such a request 403.
+  bool upgrade = true;
+  /// `tunnel_idle_timeout`: an upgraded connection with no byte either way this long is closed.
+  std::chrono::milliseconds tunnel_idle_timeout{300000};
   int line = 0;
 };
 
@@ -125,7 +140,9 @@ struct upstream {
   std::uint16_t port = 80;
   std::string base_path;                 ///< path prefix of the url without trailing '/', often ""
   std::chrono::milliseconds connect_timeout{1000};
-  std::chrono::milliseconds timeout{30000};  ///< whole response deadline (504 after it)
+  /// Wait for the response head, and for each read of the response body (504 when the head
+  /// is late; a stalled body closes the client connection).
+  std::chrono::milliseconds timeout{30000};
 };
 
 /// `store:` section.
@@ -198,6 +215,9 @@ struct rules {
   /// `retry_after_jitter:` up to this much random delay is added to Retry-After (never
   /// subtracted, so it stays honest); 0 = none.
   std::chrono::milliseconds retry_after_jitter{0};
+  /// `drain_timeout:` on SIGTERM/SIGINT, requests in flight (and tunnels) get this long to
+  /// finish before the process exits. Read at start-up.
+  std::chrono::milliseconds drain_timeout{30000};
   /// `shadow_header:` when set, a forwarded request that a shadow limit would have refused
   /// carries this field, listing those limits' names (comma-separated, declaration order);
   /// "" = not marked. The client never sees it.

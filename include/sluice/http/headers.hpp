@@ -27,9 +27,29 @@ void strip_hop_by_hop(boost::beast::http::fields& fields);
 void prepare_upstream_request(request& req, std::string_view target,
                               std::string_view client_address);
 
+/// How a request's body is framed on the upstream hop.
+enum class body_framing {
+  none,            ///< no body: no framing field (Content-Length: 0 for POST, PUT, PATCH)
+  content_length,  ///< the client's Content-Length, kept
+  chunked,         ///< Transfer-Encoding: chunked (the client's chunks are re-framed)
+};
+
+/// prepare_upstream_request() for a head whose body is streamed: the same field rules, with
+/// the framing given; `upgrade`: the request is a WebSocket handshake the route allows, so
+/// `Connection: upgrade` and `Upgrade: websocket` go upstream (RFC 9110 §7.8).
+void prepare_upstream_head(request_head& head, std::string_view target,
+                           std::string_view client_address, body_framing framing, bool upgrade);
+
+/// Whether a request is a WebSocket opening handshake (RFC 6455 §4.1): HTTP/1.1, `Upgrade`
+/// listing `websocket` and `Connection` listing `upgrade` (RFC 9110 §7.8), case-insensitive.
+/// Only these are ever tunnelled: any other `Upgrade` (h2c...) is a hop-by-hop field that is
+/// removed, and the request is served as plain HTTP/1.1 — a tunnelled HTTP/2 connection would
+/// carry requests the limiter never sees.
+bool is_websocket_upgrade(const request_head& head);
+
 /// Prepares an upstream response for the client: strips hop-by-hop fields, adds
 /// `Via: 1.1 sluice`. When `limited` (the route is limited) the upstream's own rate-limit
 /// fields (X-RateLimit-*, RateLimit, RateLimit-Policy, Retry-After is kept) are removed.
-void prepare_client_response(response& res, bool limited);
+void prepare_client_response(beast_http::response_header<>& res, bool limited);
 
 }  // namespace sluice::http

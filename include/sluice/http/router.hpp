@@ -17,10 +17,18 @@ namespace sluice::http {
 struct canonical_target {
   std::string path;   ///< canonical path, starts with '/'
   std::string query;  ///< the query string without '?', unchanged ("" when none)
+  /// The authority of an absolute-form target (`host[:port]` as sent), "" for origin-form.
+  /// It replaces the Host field for routing and upstream (RFC 9112 §3.2.2).
+  std::string authority;
 };
 
+/// `Host = uri-host [ ":" port ]` (RFC 9112 §3.2, RFC 3986 §3.2.2): a reg-name (unreserved,
+/// pct-encoded, sub-delims) or an IP literal in brackets, and an optional port of up to 5
+/// digits. An empty value is valid (a target URI without authority).
+bool valid_host(std::string_view host);
+
 /// Canonicalises an origin-form or absolute-form request target: absolute-form is reduced to
-/// its path; percent-encoded unreserved characters are decoded (RFC 3986 §2.3, §6.2.2.2);
+/// its path (its authority kept in `authority`); percent-encoded unreserved characters are decoded (RFC 3986 §2.3, §6.2.2.2);
 /// repeated slashes merged; dot segments removed (RFC 3986 §5.2.4).
 /// Errors: errc::bad_request for an encoded '/' or NUL, a `..` above the root, an
 /// asterisk-form or authority-form target, or malformed percent-encoding.

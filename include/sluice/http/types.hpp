@@ -1,19 +1,32 @@
 #pragma once
 /// @file
-/// HTTP message types used across the gateway (Boost.Beast, HTTP/1.1).
+/// HTTP message types used across the gateway (Boost.Beast, HTTP/1.1), and the contract
+/// between a client session and the application: the application decides on the request
+/// head alone (a verdict), the http room then answers or relays the request, streaming.
+
+#include "sluice/config/rules.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace sluice::http {
 
 namespace beast_http = boost::beast::http;
 
-/// A fully read client request (body buffered up to the session's body limit).
+/// A request head as parsed from a client (method, target, version, fields); no body.
+using request_head = beast_http::request_header<>;
+/// A whole request with its body in memory (the admin listener, tests).
 using request = beast_http::request<beast_http::string_body>;
-/// A response to send to a client, or one read from an upstream.
+/// A response made by sluice (or read whole from an upstream by upstream_pool::send).
 using response = beast_http::response<beast_http::string_body>;
 
 /// What a handler knows about the connection a request came on.
@@ -23,14 +36,68 @@ struct request_context {
   unsigned worker = 0;                   ///< index of the worker serving the connection
 };
 
+/// Why a relayed exchange failed (for the 502/504 problem body, the log and the metrics).
+enum class upstream_failure {
+  unreachable,  ///< connecting failed (refused, unresolvable, connect timeout): 502
+  timeout,      ///< no response head within `upstream.timeout`: 504
+  closed,       ///< the upstream closed or reset the connection before a whole head: 502
+  malformed,    ///< the response head (or chunk framing) is not HTTP/1.1: 502
+  too_large,    ///< the response body is over the route's max_response_body: 502
+  body_failed,  ///< the body broke off after the head was relayed (client connection closed)
+};
+
+/// The instruction to relay a request to an upstream, made by the handler from the head.
+/// Everything the session needs is held here (the upstream is copied), so no reference into
+/// a rules snapshot outlives the decision.
+struct forward_plan {
+  std::shared_ptr<const config::upstream> upstream;  ///< where to (one per snapshot and name)
+  std::string target;                   ///< origin-form target for the upstream hop
+  std::string client_address;           ///< appended to X-Forwarded-For
+  bool limited = false;                 ///< strip the upstream's own rate-limit fields
+  /// Fields added to the relayed response (the quota headers), in order.
+  std::vector<std::pair<std::string, std::string>> response_fields;
+  std::uint64_t max_request_body = config::unlimited_size;
+  std::uint64_t max_response_body = config::unlimited_size;
+  std::chrono::milliseconds tunnel_idle_timeout{300000};
+  bool upgrade = false;                 ///< the request asks for an upgrade the route allows
+  /// Called once when the exchange fails (metrics, per route). May be empty.
+  std::function<void(upstream_failure)> on_failure;
+};
+
+/// What the application decided about a request, from its head.
+struct verdict {
+  enum class kind {
+    answer,   ///< send `answer` (the body, if any, is never forwarded)
+    forward,  ///< relay to `forward.upstream`, streaming the body both ways
+    buffer,   ///< read the whole body (up to the session's body limit), then call respond()
+  };
+  kind what = kind::answer;
+  response answer;
+  forward_plan forward;
+};
+
 /// The application's request handler, called by sessions once per request, in arrival
 /// order on a connection. Runs on the worker's executor. Must not throw.
 class request_handler {
  public:
   virtual ~request_handler() = default;
-  /// Returns the response to send. The session sets keep-alive and framing on it; a
-  /// response carrying a `Connection: close` line closes the client connection once written.
-  virtual boost::asio::awaitable<response> handle(request req, request_context ctx) = 0;
+  /// Decides on a request from its head alone (route, identity, limits), before any body
+  /// byte is read; may edit the head (it is what is forwarded). A verdict's `answer` is framed
+  /// by the session (keep-alive, Content-Length); one carrying `Connection: close` closes the
+  /// client connection once written.
+  virtual boost::asio::awaitable<verdict> decide(request_head& head,
+                                                 const request_context& ctx) = 0;
+  /// For `verdict::kind::buffer`: answers the whole request. The default answers 500.
+  virtual boost::asio::awaitable<response> respond(request req, const request_context& ctx);
+};
+
+/// A handler that always reads the whole request first and answers it (the admin listener,
+/// tests): decide() asks for the body, respond() is the handler's.
+class buffered_handler : public request_handler {
+ public:
+  boost::asio::awaitable<verdict> decide(request_head& head,
+                                         const request_context& ctx) override;
+  boost::asio::awaitable<response> respond(request req, const request_context& ctx) override = 0;
 };
 
 }  // namespace sluice::http

@@ -3,10 +3,16 @@
 /// Per-worker keep-alive connection pool to upstreams.
 
 #include "sluice/config/rules.hpp"
+#include "sluice/http/timed_socket.hpp"
 #include "sluice/http/types.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/system/result.hpp>
+
+#include <chrono>
+#include <optional>
+#include <string>
 
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +26,18 @@ struct pool_stats {
   std::uint64_t reuses = 0;    ///< requests sent on an idle pooled connection
   std::uint64_t failures = 0;  ///< requests that ended in 502/504
   std::uint64_t retries = 0;   ///< requests re-sent on a fresh connection after a stale one
+};
+
+/// One upstream connection taken from the pool for one exchange (upstream_pool::acquire).
+/// Give it back with upstream_pool::release() when the exchange left it reusable; drop it
+/// (or close its stream) otherwise.
+struct upstream_lease {
+  boost::system::error_code ec;  ///< why no connection: errc::upstream_unreachable / _timeout
+  std::optional<timed_socket> stream;
+  boost::beast::flat_buffer buffer;  ///< read buffer (empty when taken; reused capacity)
+  std::string key;                   ///< `host:port`, the pool it belongs to
+  bool reused = false;               ///< taken from the idle pool (may be stale)
+  explicit operator bool() const { return stream.has_value(); }
 };
 
 /// A pool of idle keep-alive connections per upstream, owned by one worker (no locks).
@@ -41,6 +59,27 @@ class upstream_pool {
 
   /// Sets the largest upstream response body accepted, in bytes.
   void set_response_body_limit(std::uint64_t bytes);
+
+  /// An idle connection to `up` (the most recently pooled one still open), or a new one
+  /// connected within min(`up.connect_timeout`, time left before `deadline`). `probe`: check
+  /// a pooled connection with a non-blocking peek first (for requests that cannot be replayed
+  /// on a fresh connection if it turns out stale). Errors in `ec`:
+  /// errc::upstream_unreachable (resolve or connect failed), errc::upstream_timeout.
+  boost::asio::awaitable<upstream_lease> acquire(const config::upstream& up,
+                                                 std::chrono::steady_clock::time_point deadline,
+                                                 bool probe);
+
+  /// Returns a connection whose last response was read entirely and allows keep-alive; it may
+  /// stay idle for `idle_for` (the upstream's Keep-Alive timeout less a margin).
+  void release(upstream_lease lease, std::chrono::milliseconds idle_for);
+
+  /// Counts an exchange that failed (502/504), and one re-sent after a stale connection.
+  void count_failure();
+  void count_retry();
+
+  /// How long a connection that carried `res` may stay idle: `Keep-Alive: timeout=N` (a
+  /// de-facto field, RFC 2068 §19.7.1.1) less 500 ms, else 15 s.
+  static std::chrono::milliseconds idle_lifetime(const beast_http::fields& res);
 
   /// Sends `req` (already prepared by headers::prepare_upstream_request) to `up` and reads
   /// its response. Reuses an idle connection when one is open; a reused connection that

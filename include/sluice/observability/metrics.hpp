@@ -104,6 +104,8 @@ struct metrics_sample {
   std::array<unsigned, 3> breaker{};
   histogram_counts store_check;      ///< duration of every store check, any outcome
   http::pool_stats upstream;         ///< upstream pools, summed over workers
+  std::int64_t tunnels_open = 0;     ///< upgraded connections being tunnelled now
+  std::uint64_t tunnels_total = 0;   ///< upgrades relayed since start
   std::uint64_t reloads = 0;         ///< rules snapshots swapped in after start
   std::uint64_t reload_failures = 0; ///< reloads refused (the running rules stayed)
   std::uint64_t generation = 0;      ///< generation of the rules in force (1 at start)

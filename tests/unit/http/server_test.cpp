@@ -20,9 +20,9 @@ using test::http_connection;
 
 /// Answers 200 with "METHOD TARGET BODY"; `/close` asks for the connection to be closed;
 /// `/empty` answers 204.
-class echo_handler final : public request_handler {
+class echo_handler final : public buffered_handler {
  public:
-  asio::awaitable<response> handle(request req, request_context ctx) override {
+  asio::awaitable<response> respond(request req, const request_context& ctx) override {
     calls.fetch_add(1);
     last_peer_port = ctx.peer.port();
     response res{bhttp::status::ok, req.version()};

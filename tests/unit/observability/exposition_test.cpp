@@ -82,6 +82,8 @@ metrics_sample example() {
   s.upstream.connects = 19;
   s.upstream.reuses = 20;
   s.upstream.retries = 21;
+  s.tunnels_open = 3;
+  s.tunnels_total = 9;
   s.reloads = 22;
   s.reload_failures = 23;
   s.generation = 24;
@@ -112,6 +114,8 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_upstream_connections_opened_total 19\n",
            "sluice_upstream_connection_reuses_total 20\n",
            "sluice_upstream_retries_total 21\n",
+           "sluice_tunnels_open 3\n",
+           "sluice_tunnels_total 9\n",
            "sluice_store_checks_total 10\n",
            "sluice_store_timeouts_total 11\n",
            "sluice_store_errors_total 12\n",
@@ -151,7 +155,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 26u);
+  EXPECT_EQ(help, 28u);
   EXPECT_EQ(text.back(), '\n');
 }
 

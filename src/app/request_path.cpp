@@ -1,0 +1,412 @@
+// The gateway's request path (DESIGN.md): every request is decided on its head, in order —
+//
+//   route     canonical target → route (404), what the route allows of the head (413, 403)
+//   identify  API key → plan (inline map, key file, the store-backed directory) → caller
+//   decide    every applicable limit (plan limits first, then route limits) in one store check;
+//             a store failure goes through apply_failure_policy(), the one place that does
+//   respond   429 with the quota fields, or a forward verdict the http room relays, the
+//             rate-limit fields rendered from the one decided outcome
+//
+// Nothing here reads a body: the session streams an admitted request's body afterwards.
+
+#include "request_path.hpp"
+
+#include "sluice/errc.hpp"
+#include "sluice/http/headers.hpp"
+#include "sluice/http/problem.hpp"
+#include "sluice/limiter/keys.hpp"
+
+#include <boost/beast/http/field.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+namespace sluice::app {
+namespace {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+
+/// The `local` failure policy's share of a limit: burst and rate scaled by `share`, never
+/// below the request's cost (a limit that could never admit would lie).
+limiter::bucket_params scaled(const config::limit_params& p, double share, std::int64_t cost) {
+  config::limit_params q = p;
+  q.burst = std::max<std::int64_t>(cost, static_cast<std::int64_t>(std::floor(p.burst * share)));
+  q.rate.count =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(p.rate.count * share)));
+  return limiter::bucket_params::from(q);
+}
+
+http::verdict answer(http::response res) {
+  http::verdict v;
+  v.what = http::verdict::kind::answer;
+  v.answer = std::move(res);
+  return v;
+}
+
+/// The limits a caller of `plan` gets on `route`: plan limits first, then route limits, each
+/// in declaration order, one per limit name (case c15: a limit named by both is charged once,
+/// at its first position); a limit written only as per-plan overrides does not apply to
+/// other plans.
+compiled_route::plan_limits limits_for(const config::rules& rules, const config::route& route,
+                                       const std::string& plan) {
+  compiled_route::plan_limits out;
+  auto add = [&](const config::limit& l) {
+    if (!l.applies_to(plan)) return;
+    for (const auto* seen : out.limits) {
+      if (seen->name == l.name) return;
+    }
+    out.limits.push_back(&l);
+    out.applied.push_back({l.name, l.algorithm, limiter::bucket_params::from(*l.find_params(plan)),
+                           l.mode == config::limit_mode::shadow});
+  };
+  if (auto p = rules.plans.find(plan); p != rules.plans.end()) {
+    for (const auto& l : p->second.limits) add(l);
+  }
+  for (const auto& l : route.limits) add(l);
+  return out;
+}
+
+bool has_uppercase_free_method(std::string_view method) {
+  return std::none_of(method.begin(), method.end(), [](char c) { return c >= 'a' && c <= 'z'; });
+}
+
+}  // namespace
+
+snapshot::snapshot(std::shared_ptr<const config::rules> r, std::uint64_t g)
+    : rules(std::move(r)), router(*rules), generation(g) {
+  std::unordered_map<std::string, std::shared_ptr<const config::upstream>> upstreams;
+  for (const auto& [name, up] : rules->upstreams) {
+    upstreams.emplace(name, std::make_shared<const config::upstream>(up));
+  }
+  std::vector<std::string> plans{"anonymous"};
+  for (const auto& [name, plan] : rules->plans) {
+    if (name != "anonymous") plans.push_back(name);
+  }
+  routes.reserve(rules->routes.size());
+  for (const auto& route : rules->routes) {
+    compiled_route c;
+    c.route = &route;
+    if (auto it = upstreams.find(route.upstream); it != upstreams.end()) c.upstream = it->second;
+    for (const auto& plan : plans) c.by_plan.emplace(plan, limits_for(*rules, route, plan));
+    routes.push_back(std::move(c));
+  }
+}
+
+http::verdict gateway_handler::bad_request(unsigned version, std::string_view detail) {
+  counters_.bad_requests.add();
+  return answer(http::problem(version, bhttp::status::bad_request, "Bad Request", detail));
+}
+
+asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
+                                                      const http::request_context& ctx) {
+  counters_.requests.add();
+  // One snapshot decides the whole request, whatever reloads happen meanwhile.
+  const std::shared_ptr<const snapshot> snap = shared_.current.load();
+  auto routed_or = route(*snap, head);
+  if (auto* v = std::get_if<http::verdict>(&routed_or)) co_return std::move(*v);
+  const routed& r = std::get<routed>(routed_or);
+
+  auto identified_or = co_await identify(*snap, head, ctx, r);
+  if (auto* v = std::get_if<http::verdict>(&identified_or)) co_return std::move(*v);
+  co_return co_await decide_limits(*snap, head, ctx, r, std::get<identified>(identified_or));
+}
+
+std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
+    const snapshot& snap, http::request_head& head) {
+  const unsigned version = head.version();
+  // Methods are case-sensitive (RFC 9110 §9.1): `post` is not POST, and letting it fall
+  // through to another route would skip the POST route's limits. Refuse it instead.
+  if (!has_uppercase_free_method(head.method_string())) {
+    return bad_request(version,
+                       "method names are case-sensitive and sluice routes upper-case methods");
+  }
+  auto target = http::canonicalize(head.target());
+  if (!target) return bad_request(version, "the request target cannot be made canonical");
+  // An absolute-form target's authority replaces Host, for routing and for the upstream.
+  if (!target->authority.empty()) head.set(bhttp::field::host, target->authority);
+
+  const config::route* matched =
+      snap.router.match(head.method_string(), head[bhttp::field::host], target->path);
+  if (matched == nullptr) {
+    counters_.bad_requests.add();
+    return answer(
+        http::problem(version, bhttp::status::not_found, "Not Found", "no route matches"));
+  }
+  const config::route& rt = *matched;
+
+  const bool websocket = http::is_websocket_upgrade(head);
+  if (websocket && !rt.upgrade) {
+    counters_.bad_requests.add();
+    return answer(http::problem(version, bhttp::status::forbidden, "Forbidden",
+                                "route '" + rt.name + "' does not allow WebSocket upgrades"));
+  }
+  // A declared body over the route's limit is refused before any of it is read, and before
+  // any limit is charged.
+  if (rt.max_request_body != config::unlimited_size) {
+    const auto declared = head[bhttp::field::content_length];
+    std::uint64_t length = 0;
+    if (!declared.empty()) {
+      std::from_chars(declared.data(), declared.data() + declared.size(), length);
+      if (length > rt.max_request_body) {
+        counters_.bad_requests.add();
+        auto res = http::problem(version, bhttp::status::payload_too_large, "Content Too Large",
+                                 "the request body is larger than the route's max_request_body (" +
+                                     std::to_string(rt.max_request_body) + " bytes)");
+        res.set(bhttp::field::connection, "close");
+        return answer(std::move(res));
+      }
+    }
+  }
+  return routed{&snap.compiled(rt), std::move(*target), websocket};
+}
+
+asio::awaitable<std::variant<gateway_handler::identified, http::verdict>>
+gateway_handler::identify(const snapshot& snap, const http::request_head& head,
+                          const http::request_context& ctx, const routed& r) {
+  const config::rules& rules = *snap.rules;
+  const unsigned version = head.version();
+  const auto client = identity::client_address(ctx.peer.address(), head,
+                                               rules.identity.trusted_proxies);
+  // API key → plan: inline map, key file, then the store-backed directory (cached).
+  auto presented = identity::presented_key(rules, head, r.target.query);
+  if (const auto* err = std::get_if<identity::caller_error>(&presented)) {
+    co_return bad_request(version, identity::describe(*err));
+  }
+  std::string key = std::move(std::get<std::string>(presented));
+  auto plan = identity::static_plan(rules, key);
+  bool directory_down = false;
+  if (!plan && !key.empty() && rules.identity.directory.enabled) {
+    auto looked = co_await directory_plan(rules.identity.directory, key);
+    directory_down = looked.unavailable;
+    plan = std::move(looked.plan);
+  }
+  // A directory that cannot be read is a store failure, never "unknown key": the route's
+  // policy applies later, as for a failed check; under `local` the caller is limited as
+  // anonymous (by client address: an unverified key must not buy a bucket of its own).
+  if (directory_down) co_return identified{identity::anonymous_caller(rules, client), true};
+  auto made = identity::make_caller(rules, std::move(key), std::move(plan), client);
+  if (auto* err = std::get_if<identity::caller_error>(&made)) {
+    if (*err == identity::caller_error::unknown_key) {
+      counters_.bad_requests.add();
+      co_return answer(http::problem(version, bhttp::status::unauthorized, "Unauthorized",
+                                     identity::describe(*err)));
+    }
+    co_return bad_request(version, identity::describe(*err));
+  }
+  co_return identified{std::move(std::get<identity::caller>(made)), false};
+}
+
+asio::awaitable<http::verdict> gateway_handler::decide_limits(const snapshot& snap,
+                                                             http::request_head& head,
+                                                             const http::request_context& ctx,
+                                                             const routed& r,
+                                                             const identified& id) {
+  const config::rules& rules = *snap.rules;
+  const config::route& rt = *r.route->route;
+  const unsigned version = head.version();
+  route_counters& counted = counters_.of(rules, snap.generation, rt);
+
+  // The shadow marker and the decision time are the gateway's to set: a client's copy never
+  // reaches the upstream.
+  if (!rules.shadow_header.empty()) head.erase(rules.shadow_header);
+  if (!rules.decision_time_header.empty()) head.erase(rules.decision_time_header);
+
+  const auto& prepared = r.route->for_plan(id.who.plan);
+  const bool policy_decides =
+      id.directory_down && rt.on_store_failure != config::failure_policy::local;
+  if (prepared.limits.empty() && !policy_decides) {
+    counted.unlimited.add();
+    co_return forward(snap, r, ctx, false, {}, counted);
+  }
+
+  limiter::check_request check;
+  check.limits.reserve(prepared.limits.size());
+  for (std::size_t i = 0; i < prepared.limits.size(); ++i) {
+    const config::limit& l = *prepared.limits[i];
+    auto key = identity::limit_identity(l, id.who, rules, head);
+    if (!key) {
+      co_return bad_request(version,
+                            identity::describe(identity::caller_error::conflicting_values));
+    }
+    const auto& a = prepared.applied[i];
+    check.limits.push_back({limiter::bucket_key(l.name, key->first, key->second), l.algorithm,
+                            a.bucket, rt.cost, a.shadow});
+  }
+
+  // The applied list is the snapshot's, except under `local`, which rescales it.
+  std::vector<limiter::applied_limit> rescaled;
+  const std::vector<limiter::applied_limit>* applied = &prepared.applied;
+  boost::system::result<limiter::check_outcome> decided{
+      make_error_code(sluice::errc::store_unavailable)};
+  if (!id.directory_down) {  // (down: the store is known to be failing)
+    const auto asked = std::chrono::steady_clock::now();
+    // The request is needed again only for a local decision after a failure. (A named
+    // local, not a conditional temporary inside co_await: GCC 12 miscompiles that.)
+    limiter::check_request sent =
+        rt.on_store_failure == config::failure_policy::local ? check : std::move(check);
+    decided = co_await store_->check(std::move(sent));
+    counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
+  }
+  if (!decided) {
+    rescaled = prepared.applied;
+    if (auto v = apply_failure_policy(snap, r, id, decided.error(), ctx, check, rescaled,
+                                      decided, counted)) {
+      co_return std::move(*v);
+    }
+    applied = &rescaled;
+  }
+
+  const limiter::check_outcome& outcome = *decided;
+  // Shadow limits (DESIGN.md): each was decided as if alone; a would-be refusal is counted
+  // and, with `shadow_header:`, named to the upstream, and changes nothing else.
+  if (!rules.decision_time_header.empty() && outcome.now_ms > 0)
+    head.set(rules.decision_time_header, std::to_string(outcome.now_ms));
+  const auto shadow_hits = limiter::shadow_violations(*applied, outcome);
+  if (!shadow_hits.empty()) {
+    counted.shadow_limited.add();
+    if (!rules.shadow_header.empty()) {
+      std::string names;
+      for (const auto& n : shadow_hits) names += (names.empty() ? "" : ", ") + n;
+      head.set(rules.shadow_header, names);
+    }
+  }
+  auto fields = limiter::quota_headers(*applied, outcome, rules.headers);
+  if (!outcome.allowed) {
+    counted.limited.add();
+    // `retry_after_jitter:` only ever adds to the honest wait.
+    const auto retry = limiter::jittered_retry_after(
+        limiter::retry_after_seconds(*applied, outcome), rules.retry_after_jitter, jitter_());
+    auto violated = limiter::violated_policies(*applied, outcome);
+    http::response res{bhttp::status::too_many_requests, version};
+    res.set(bhttp::field::server, "sluice");
+    res.set(bhttp::field::content_type, "application/problem+json");
+    res.body() = limiter::quota_exceeded_body(violated, retry);
+    for (const auto& [name, value] : fields) res.set(name, value);
+    res.set(bhttp::field::retry_after, std::to_string(retry));
+    co_return answer(std::move(res));
+  }
+  counted.allowed.add();
+  co_return forward(snap, r, ctx, true, std::move(fields), counted);
+}
+
+std::optional<http::verdict> gateway_handler::apply_failure_policy(
+    const snapshot& snap, const routed& r, const identified& id,
+    const boost::system::error_code& ec, const http::request_context& ctx,
+    limiter::check_request& check, std::vector<limiter::applied_limit>& applied,
+    boost::system::result<limiter::check_outcome>& decided, route_counters& counted) {
+  const config::route& rt = *r.route->route;
+  switch (rt.on_store_failure) {
+    case config::failure_policy::fail_open:
+      counted.fail_open.add();
+      log_store_failure(ec, rt.name, "fail_open");
+      // Nothing true can be said about the quota: no quota fields.
+      return forward(snap, r, ctx, true, {}, counted);
+    case config::failure_policy::fail_closed: {
+      counted.fail_closed.add();
+      log_store_failure(ec, rt.name, "fail_closed");
+      auto res = http::problem(11, bhttp::status::service_unavailable, "Rate Limiter Unavailable",
+                               "the rate limiter cannot decide this request right now; retry later");
+      res.set(bhttp::field::retry_after, "1");
+      return answer(std::move(res));
+    }
+    case config::failure_policy::local: {
+      counted.local.add();
+      log_store_failure(ec, rt.name, "local");
+      const auto& limits = r.route->for_plan(id.who.plan).limits;
+      for (std::size_t i = 0; i < check.limits.size(); ++i) {
+        check.limits[i].bucket =
+            scaled(*limits[i]->find_params(id.who.plan), snap.rules->store.local_share, rt.cost);
+        applied[i].bucket = check.limits[i].bucket;
+      }
+      decided = shared_.local_store.decide(check);
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+http::verdict gateway_handler::forward(const snapshot& snap, const routed& r,
+                                       const http::request_context& ctx, bool limited,
+                                       std::vector<limiter::header_field> fields,
+                                       route_counters& counted) const {
+  const config::route& rt = *r.route->route;
+  http::verdict v;
+  v.what = http::verdict::kind::forward;
+  http::forward_plan& f = v.forward;
+  f.upstream = r.route->upstream;
+  f.target = f.upstream->base_path + r.target.path;
+  if (!r.target.query.empty()) {
+    f.target += '?';
+    f.target += r.target.query;
+  }
+  f.client_address = identity::normalise(ctx.peer.address()).to_string();
+  f.limited = limited;
+  f.response_fields = std::move(fields);
+  f.max_request_body = rt.max_request_body;
+  f.max_response_body = rt.max_response_body;
+  f.tunnel_idle_timeout = rt.tunnel_idle_timeout;
+  f.upgrade = r.websocket;
+  f.on_failure = [c = &counted](http::upstream_failure failure) {
+    (failure == http::upstream_failure::timeout ? c->gateway_timeout : c->bad_gateway).add();
+  };
+  (void)snap;
+  return v;
+}
+
+/// The plan of `key` in the store-backed directory: from this worker's cache when fresh
+/// (no round trip), else one HGET on this worker's directory connection, cached for
+/// `cache_ttl` (found) or `negative_ttl` (absent). A failed read (store down, timeout,
+/// error reply) is `unavailable` for this request only: the route's failure policy applies.
+asio::awaitable<gateway_handler::directory_answer> gateway_handler::directory_plan(
+    config::directory_settings d, std::string key) {
+  // Keys longer than this are never looked up: real keys are short, and a bound keeps the
+  // cache's memory bounded by cache_size × this.
+  constexpr std::size_t max_directory_key = 256;
+  if (key.size() > max_directory_key) co_return directory_answer{};
+  if (!cache_ || cache_hash_ != d.hash || cache_->capacity() != d.cache_size) {
+    if (cache_)
+      cache_->reset(d.cache_size);
+    else
+      cache_ = std::make_unique<identity::plan_cache>(d.cache_size);
+    cache_hash_ = d.hash;
+  }
+  std::string plan;
+  switch (cache_->get(key, identity::plan_cache::clock::now(), plan)) {
+    case identity::cache_state::found:
+      co_return directory_answer{std::move(plan)};
+    case identity::cache_state::not_found:
+      co_return directory_answer{};
+    case identity::cache_state::miss:
+      break;
+  }
+  if (!directory_) co_return directory_answer{std::nullopt, true};
+  auto found = co_await directory_->hget(d.hash, key);
+  if (!found) {
+    std::uint64_t suppressed = 0;
+    if (shared_.store_failure_log.admit(suppressed))
+      spdlog::warn(
+          "plan directory lookup failed ({}); the route's store failure policy "
+          "applies ({} similar lines suppressed)",
+          found.error().message(), suppressed);
+    co_return directory_answer{std::nullopt, true};
+  }
+  // The hash may have changed while we waited: the cache was reset for the new one.
+  if (cache_hash_ == d.hash)
+    cache_->put(key, *found, identity::plan_cache::clock::now(),
+                *found ? d.cache_ttl : d.negative_ttl);
+  co_return directory_answer{std::move(*found)};
+}
+
+void gateway_handler::log_store_failure(const boost::system::error_code& ec,
+                                        const std::string& route, const char* policy) {
+  std::uint64_t suppressed = 0;
+  if (shared_.store_failure_log.admit(suppressed)) {
+    spdlog::warn("store check failed ({}); route {} applies {} ({} similar lines suppressed)",
+                 ec.message(), route, policy, suppressed);
+  }
+}
+
+}  // namespace sluice::app

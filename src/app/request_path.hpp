@@ -1,0 +1,153 @@
+#pragma once
+// The gateway's request path, private to the app room: a rules snapshot compiled once for
+// the requests it decides, and the handler that decides each request on its head in named
+// steps — route → identify → decide → respond (429, 503...) or forward.
+
+#include "request_counters.hpp"
+
+#include "sluice/http/router.hpp"
+#include "sluice/http/types.hpp"
+#include "sluice/identity/identity.hpp"
+#include "sluice/identity/plan_cache.hpp"
+#include "sluice/limiter/check.hpp"
+#include "sluice/limiter/decision.hpp"
+#include "sluice/observability/log.hpp"
+#include "sluice/store/counter_store.hpp"
+#include "sluice/store/memory_store.hpp"
+#include "sluice/store/redis_directory.hpp"
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace sluice::app {
+
+/// What one route needs per request, prepared once per snapshot.
+struct compiled_route {
+  const config::route* route = nullptr;
+  std::shared_ptr<const config::upstream> upstream;  ///< resolved once, not by name
+  /// The limits a caller of each plan gets on this route (the plan's, then the route's, one
+  /// per name, case c15) with their bucket parameters: parallel to the check's limits.
+  struct plan_limits {
+    std::vector<const config::limit*> limits;
+    std::vector<limiter::applied_limit> applied;
+  };
+  std::unordered_map<std::string, plan_limits> by_plan;
+  plan_limits none;  ///< for a plan the snapshot does not define (never used by callers)
+
+  const plan_limits& for_plan(const std::string& plan) const {
+    auto it = by_plan.find(plan);
+    return it == by_plan.end() ? none : it->second;
+  }
+};
+
+/// An immutable rules snapshot with everything compiled from it: the router, the upstreams
+/// and, per route and plan, the limit lists.
+struct snapshot {
+  snapshot(std::shared_ptr<const config::rules> r, std::uint64_t g);
+  std::shared_ptr<const config::rules> rules;
+  http::router router;
+  std::uint64_t generation;
+  std::vector<compiled_route> routes;  ///< parallel to rules->routes
+
+  const compiled_route& compiled(const config::route& r) const {
+    return routes[static_cast<std::size_t>(&r - rules->routes.data())];
+  }
+};
+
+// Process-wide counters that no request touches; per-request counts are each worker's own
+// (request_counters), summed when read.
+struct counters {
+  std::atomic<std::uint64_t> reloads{0}, reload_failures{0};
+  std::atomic<std::int64_t> loaded_unix_ms{0};  // when the snapshot in force was installed
+};
+
+/// State shared by every worker: the current snapshot, counters, the local fallback store.
+struct shared_state {
+  std::atomic<std::shared_ptr<const snapshot>> current;
+  counters count;
+  store::memory_store local_store;  // `on_store_failure: local`: per-instance buckets
+  observability::log_throttle store_failure_log;
+};
+
+/// The gateway's request handler, one per worker.
+class gateway_handler final : public http::request_handler {
+ public:
+  gateway_handler(shared_state& shared, std::shared_ptr<store::counter_store> store,
+                  std::shared_ptr<store::redis_directory> directory = nullptr)
+      : shared_(shared), store_(std::move(store)), directory_(std::move(directory)) {}
+
+  boost::asio::awaitable<http::verdict> decide(http::request_head& head,
+                                               const http::request_context& ctx) override;
+
+  /// This worker's request counters (any thread may read them).
+  const request_counters& counters() const { return counters_; }
+  /// This worker's plan directory cache counters. Worker thread only.
+  identity::plan_cache::counters plan_cache_stats() const {
+    return cache_ ? cache_->stats() : identity::plan_cache::counters{};
+  }
+
+ private:
+  /// Step 1's result: the route and the canonical target.
+  struct routed {
+    const compiled_route* route = nullptr;
+    http::canonical_target target;
+    bool websocket = false;  ///< a WebSocket handshake the route allows: tunnel after 101
+  };
+  /// Step 2's result: who is calling (or the directory could not say).
+  struct identified {
+    identity::caller who;
+    bool directory_down = false;
+  };
+  /// What the directory says of a key.
+  struct directory_answer {
+    std::optional<std::string> plan;  ///< the key's plan; nullopt: not in the directory
+    bool unavailable = false;         ///< the directory could not be read (nothing cached)
+  };
+
+  /// Step 1: canonical target, route, and what the route allows of the head (body size,
+  /// upgrade). An absolute-form target is routed by its authority (RFC 9112 §3.2.2).
+  std::variant<routed, http::verdict> route(const snapshot& snap, http::request_head& head);
+  /// Step 2: the caller (API key, directory, plan).
+  boost::asio::awaitable<std::variant<identified, http::verdict>> identify(
+      const snapshot& snap, const http::request_head& head, const http::request_context& ctx,
+      const routed& r);
+  /// Step 3 and 4: decides every limit in one store check and answers (429, the failure
+  /// policy) or forwards.
+  boost::asio::awaitable<http::verdict> decide_limits(const snapshot& snap,
+                                                      http::request_head& head,
+                                                      const http::request_context& ctx,
+                                                      const routed& r, const identified& id);
+  /// The one place a store failure is handled: the route's `on_store_failure`. Returns the
+  /// verdict for fail_open (forward, no quota fields) and fail_closed (503); for `local`,
+  /// nullopt with `decided` set by the per-instance store (scaled by store.local_share) and
+  /// `applied` rescaled to match.
+  std::optional<http::verdict> apply_failure_policy(
+      const snapshot& snap, const routed& r, const identified& id,
+      const boost::system::error_code& ec, const http::request_context& ctx,
+      limiter::check_request& check, std::vector<limiter::applied_limit>& applied,
+      boost::system::result<limiter::check_outcome>& decided, route_counters& counted);
+  /// The forward verdict.
+  http::verdict forward(const snapshot& snap, const routed& r, const http::request_context& ctx,
+                        bool limited, std::vector<limiter::header_field> fields,
+                        route_counters& counted) const;
+  boost::asio::awaitable<directory_answer> directory_plan(config::directory_settings d,
+                                                          std::string key);
+  http::verdict bad_request(unsigned version, std::string_view detail);
+  void log_store_failure(const boost::system::error_code& ec, const std::string& route,
+                         const char* policy);
+
+  shared_state& shared_;
+  std::shared_ptr<store::counter_store> store_;
+  request_counters counters_;  // this worker's; summed by gateway::stats() and sample()
+  std::mt19937_64 jitter_{std::random_device{}()};  // Retry-After jitter; this worker's only
+  std::shared_ptr<store::redis_directory> directory_;  // null without a redis store
+  std::unique_ptr<identity::plan_cache> cache_;        // this worker's directory cache
+  std::string cache_hash_;                             // the hash cache_ holds entries of
+};
+
+}  // namespace sluice::app

@@ -1,0 +1,486 @@
+// Relaying one admitted request: connect (or reuse), `100 Continue`, the request body up,
+// the response head and body down, or a tunnel after `101`.
+//
+// Bodies go through one 64 KiB block from the worker's buffer_pool, one piece at a time: a
+// piece read from one side is written to the other before the next read, so a slow reader
+// slows the writer down and memory stays bounded (Beast's buffer_body, as in its relay
+// example). Reads are read_some: whatever has arrived is relayed at once (SSE, long polls).
+//
+// What can go wrong, and who hears about it:
+// - before any response byte reached the client: the session answers (400/408/413 for the
+//   client's body, 502/504 naming the upstream's fault);
+// - after: the client connection is closed, which is the only honest signal left (RFC 9112
+//   §9.6 / nginx and Envoy behave alike); the upstream connection is never pooled then.
+
+#include "sluice/http/relay.hpp"
+
+#include "sluice/errc.hpp"
+#include "sluice/http/headers.hpp"
+#include "sluice/http/problem.hpp"
+#include "sluice/log_throttle.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/serializer.hpp>
+#include <boost/beast/http/write.hpp>
+#include <spdlog/spdlog.h>
+
+#include <array>
+
+namespace sluice::http {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = asio::ip::tcp;
+using error_code = boost::system::error_code;
+using steady = std::chrono::steady_clock;
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+/// Largest response head accepted from an upstream.
+constexpr std::uint32_t response_header_limit = 64 * 1024;
+/// The tunnel's buffer per direction.
+constexpr std::size_t tunnel_buffer = 16 * 1024;
+
+/// Read-buffer capacity while a body streams: Beast reads at most the buffer's free capacity
+/// (at least 512 bytes) at a time, and a drained flat_buffer never grows on its own.
+constexpr std::size_t read_reserve = 64 * 1024;
+
+constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
+
+bool is_idempotent(bhttp::verb v) {
+  switch (v) {
+    case bhttp::verb::get:
+    case bhttp::verb::head:
+    case bhttp::verb::options:
+    case bhttp::verb::put:
+    case bhttp::verb::delete_:
+    case bhttp::verb::trace:
+      return true;
+    default:
+      return false;
+  }
+}
+
+boost::optional<std::uint64_t> limit_of(std::uint64_t bytes) {
+  if (bytes == config::unlimited_size) return boost::none;
+  return bytes;
+}
+
+/// Logs an upstream fault with its cause, at most once a second per kind.
+void log_failure(upstream_failure f, const config::upstream& up, const error_code& ec) {
+  static std::array<sluice::log_throttle, 6> throttles;
+  std::uint64_t suppressed = 0;
+  if (!throttles[static_cast<std::size_t>(f)].admit(suppressed)) return;
+  spdlog::warn("upstream {} ({}:{}): {} ({}) ({} similar lines suppressed)", up.name, up.host,
+               up.port, describe(f).detail, ec ? ec.message() : std::string("-"), suppressed);
+}
+
+/// The kind of fault a failed read of the response head is.
+upstream_failure head_failure(const error_code& ec) {
+  if (ec == beast::error::timeout) return upstream_failure::timeout;
+  if (ec == bhttp::error::body_limit) return upstream_failure::too_large;
+  if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message ||
+      ec == asio::error::eof || ec == asio::error::connection_reset ||
+      ec == asio::error::broken_pipe || ec == asio::error::operation_aborted ||
+      ec == asio::error::connection_aborted) {
+    return upstream_failure::closed;
+  }
+  if (ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category()) {
+    return upstream_failure::malformed;
+  }
+  return upstream_failure::closed;
+}
+
+/// The answer to a client request body that could not be read whole.
+std::optional<response> body_error_answer(const error_code& ec, unsigned version) {
+  if (ec == bhttp::error::body_limit) {
+    return problem(version, bhttp::status::payload_too_large, "Content Too Large",
+                   "the request body is larger than the route's max_request_body");
+  }
+  if (ec == beast::error::timeout) {
+    return problem(version, bhttp::status::request_timeout, "Request Timeout",
+                   "the request body did not arrive in time");
+  }
+  if (ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category() &&
+      ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
+    return problem(version, bhttp::status::bad_request, "Bad Request",
+                   "the request body is malformed (" + ec.message() + ")");
+  }
+  // The client closed mid-body: try a 400 (it may still read), then close.
+  return problem(version, bhttp::status::bad_request, "Bad Request",
+                 "the request body ended before its announced end");
+}
+
+/// Copies bytes one way until EOF or an error; `last` records activity for the idle timer.
+asio::awaitable<void> pump(tcp::socket& from, tcp::socket& to, steady::time_point& last) {
+  std::vector<char> buf(tunnel_buffer);
+  for (;;) {
+    auto [rec, n] = co_await from.async_read_some(asio::buffer(buf), use_tuple);
+    if (n > 0) {
+      last = steady::now();
+      auto [wec, wn] = co_await asio::async_write(to, asio::buffer(buf.data(), n), use_tuple);
+      (void)wn;
+      if (wec) co_return;
+      last = steady::now();
+    }
+    if (rec) {
+      // Pass a half-close on (a WebSocket close handshake may still need the other way).
+      error_code ignored;
+      to.shutdown(tcp::socket::shutdown_send, ignored);
+      co_return;
+    }
+  }
+}
+
+/// Ends when nothing moved either way for `idle`.
+asio::awaitable<void> idle_watch(steady::time_point& last, std::chrono::milliseconds idle) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    timer.expires_at(last + idle);
+    auto [ec] = co_await timer.async_wait(use_tuple);
+    if (ec) co_return;
+    if (steady::now() >= last + idle) co_return;
+  }
+}
+
+/// Tunnels bytes both ways until both directions ended, either side failed, or nothing
+/// moved for `idle`. Bytes already buffered on either side go first.
+asio::awaitable<void> tunnel(timed_socket& client, beast::flat_buffer& client_buffer,
+                             timed_socket& upstream, beast::flat_buffer& upstream_buffer,
+                             std::chrono::milliseconds idle) {
+  using namespace asio::experimental::awaitable_operators;
+  client.expires_never();
+  upstream.expires_never();
+  if (client_buffer.size() > 0) {
+    auto [ec, n] = co_await asio::async_write(upstream.socket(), client_buffer.data(), use_tuple);
+    (void)n;
+    if (ec) co_return;
+    client_buffer.clear();
+  }
+  if (upstream_buffer.size() > 0) {
+    auto [ec, n] = co_await asio::async_write(client.socket(), upstream_buffer.data(), use_tuple);
+    (void)n;
+    if (ec) co_return;
+    upstream_buffer.clear();
+  }
+  steady::time_point last = steady::now();
+  co_await ((pump(client.socket(), upstream.socket(), last) &&
+             pump(upstream.socket(), client.socket(), last)) ||
+            idle_watch(last, idle));
+}
+
+/// Writes a `1xx` interim response (not 100 or 101) to the client as received, less its
+/// hop-by-hop fields (RFC 9110 §15.2: a proxy forwards 1xx responses).
+asio::awaitable<error_code> relay_interim(client_side& c, const bhttp::response_header<>& head) {
+  bhttp::response<bhttp::empty_body> interim{head.result(), 11};
+  for (const auto& f : head) interim.insert(f.name_string(), f.value());
+  strip_hop_by_hop(interim.base());
+  c.stream.expires_after(c.write_timeout);
+  auto [ec, n] = co_await bhttp::async_write(c.stream, interim, use_tuple);
+  (void)n;
+  co_return ec;
+}
+
+}  // namespace
+
+std::unique_ptr<char[]> buffer_pool::take() {
+  if (free_.empty()) return std::make_unique_for_overwrite<char[]>(block_size);
+  auto b = std::move(free_.back());
+  free_.pop_back();
+  return b;
+}
+
+void buffer_pool::give(std::unique_ptr<char[]> block) {
+  if (block && free_.size() < 64) free_.push_back(std::move(block));
+}
+
+asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, upstream_pool& pool,
+                                    buffer_pool& buffers, relay_stats& stats) {
+  relay_result out;
+  const config::upstream& up = *plan.upstream;
+  auto& req = c.parser.get();
+  const unsigned version = req.version() == 10 ? 10 : 11;
+  const bool head_request = req.method() == bhttp::verb::head;
+  const bool has_body = !c.parser.is_done();
+  const bool replayable = !has_body && is_idempotent(req.method());
+  c.parser.body_limit(limit_of(plan.max_request_body));
+
+  auto fail = [&](upstream_failure f, const error_code& ec) {
+    log_failure(f, up, ec);
+    pool.count_failure();
+    if (plan.on_failure) plan.on_failure(f);
+    const auto text = describe(f);
+    out.answer = problem(version, text.status, text.title, text.detail);
+    for (const auto& [name, value] : plan.response_fields) out.answer->set(name, value);
+  };
+
+  prepare_upstream_head(req.base(), plan.target, plan.client_address,
+                        !has_body        ? body_framing::none
+                        : c.parser.chunked() ? body_framing::chunked
+                                             : body_framing::content_length,
+                        plan.upgrade);
+  if (req.count(bhttp::field::host) == 0) {
+    // An HTTP/1.0 client may omit Host; HTTP/1.1 requires one (RFC 9112 §3.2).
+    req.set(bhttp::field::host,
+            up.port == 80 ? up.host : up.host + ":" + std::to_string(up.port));
+  }
+
+  std::unique_ptr<char[]> block;
+  struct give_back {
+    buffer_pool& pool;
+    std::unique_ptr<char[]>& block;
+    ~give_back() { pool.give(std::move(block)); }
+  } give_back_guard{buffers, block};
+
+  const auto deadline = steady::now() + up.timeout;
+  bool continued = false;
+  for (int attempt = 0;; ++attempt) {
+    upstream_lease lease = co_await pool.acquire(up, deadline, /*probe=*/!replayable);
+    if (!lease) {
+      fail(lease.ec == errc::upstream_timeout ? upstream_failure::timeout
+                                              : upstream_failure::unreachable,
+           lease.ec);
+      co_return out;
+    }
+    auto& ups = *lease.stream;
+
+    // --- the request: head, then the body piece by piece -----------------------------------
+    error_code upload_error;
+    {
+      bhttp::request_serializer<bhttp::buffer_body> sr{req};
+      if (!has_body) {
+        req.body().data = nullptr;
+        req.body().size = 0;
+        req.body().more = false;
+        ups.expires_after(up.timeout);
+        auto [ec, n] = co_await bhttp::async_write(ups, sr, use_tuple);
+        (void)n;
+        upload_error = ups.timeout_error(ec);
+      } else {
+        if (c.expect_continue && !continued) {
+          // Admitted, and the upstream is there: now the client may send the body.
+          continued = true;
+          c.stream.expires_after(c.write_timeout);
+          auto [ec, n] = co_await asio::async_write(
+              c.stream, asio::buffer(continue_line.data(), continue_line.size()), use_tuple);
+          (void)n;
+          if (ec) co_return out;  // the client is gone
+        }
+        if (!block) block = buffers.take();
+        c.buffer.reserve(read_reserve);  // else Beast reads 512 bytes at a time
+        for (;;) {
+          req.body().data = block.get();
+          req.body().size = buffer_pool::block_size;
+          c.stream.expires_after(c.read_timeout);
+          auto [rec, rn] = co_await bhttp::async_read_some(c.stream, c.buffer, c.parser, use_tuple);
+          (void)rn;
+          rec = c.stream.timeout_error(rec);
+          if (rec == bhttp::error::need_buffer) rec = {};
+          if (rec) {
+            // The upstream got part of a request: that connection is done for.
+            ups.close();
+            out.answer = body_error_answer(rec, version);
+            co_return out;
+          }
+          const std::size_t got = buffer_pool::block_size - req.body().size;
+          req.body().data = block.get();
+          req.body().size = got;
+          req.body().more = !c.parser.is_done();
+          if (got == 0 && !c.parser.is_done()) continue;  // chunk framing only
+          ups.expires_after(up.timeout);
+          auto [wec, wn] = co_await bhttp::async_write(ups, sr, use_tuple);
+          (void)wn;
+          wec = ups.timeout_error(wec);
+          if (wec == bhttp::error::need_buffer) wec = {};
+          if (wec) {
+            upload_error = wec;  // the upstream may have answered early: read it below
+            break;
+          }
+          if (c.parser.is_done()) break;
+        }
+        out.body_read = c.parser.is_done();
+      }
+    }
+    if (!has_body) out.body_read = true;
+
+    // --- the response head (interim responses relayed or skipped) ----------------------------
+    std::optional<bhttp::response_parser<bhttp::buffer_body>> rp;
+    error_code head_error;
+    bool got_bytes = false;
+    for (;;) {
+      rp.emplace();
+      rp->header_limit(response_header_limit);
+      rp->body_limit(limit_of(plan.max_response_body));
+      rp->skip(head_request);  // a response to HEAD has no content (RFC 9110 §9.3.2)
+      ups.expires_after(up.timeout);
+      auto [ec, n] = co_await bhttp::async_read_header(ups, lease.buffer, *rp, use_tuple);
+      (void)n;
+      ec = ups.timeout_error(ec);
+      got_bytes = got_bytes || rp->got_some() || lease.buffer.size() > 0;
+      if (ec) {
+        head_error = ec;
+        break;
+      }
+      const unsigned status = rp->get().result_int();
+      if (status / 100 != 1 || status == 101) break;
+      if (status != 100 && version >= 11) {
+        if (auto wec = co_await relay_interim(c, rp->get())) {
+          ups.close();
+          co_return out;
+        }
+      }
+    }
+    if (head_error) {
+      ups.close();
+      if (upload_error) head_error = upload_error;
+      if (lease.reused && !got_bytes && replayable && attempt == 0 &&
+          head_error != beast::error::timeout) {
+        // A stale pooled connection: the upstream closed it while our request was on the way.
+        pool.count_retry();
+        continue;
+      }
+      fail(head_failure(head_error), head_error);
+      co_return out;
+    }
+
+    auto& res = rp->get();
+    const unsigned status = res.result_int();
+
+    // --- an upgrade: relay the 101, then tunnel ----------------------------------------------
+    if (status == 101) {
+      if (!plan.upgrade) {
+        ups.close();
+        fail(upstream_failure::malformed, bhttp::error::bad_status);
+        co_return out;
+      }
+      bhttp::response<bhttp::empty_body> switching{bhttp::status::switching_protocols, 11};
+      const std::string upgrade_to(res[bhttp::field::upgrade]);
+      for (const auto& f : res) switching.insert(f.name_string(), f.value());
+      prepare_client_response(switching.base(), plan.limited);
+      switching.set(bhttp::field::connection, "upgrade");
+      if (!upgrade_to.empty()) switching.set(bhttp::field::upgrade, upgrade_to);
+      for (const auto& [name, value] : plan.response_fields) switching.set(name, value);
+      c.stream.expires_after(c.write_timeout);
+      auto [wec, wn] = co_await bhttp::async_write(c.stream, switching, use_tuple);
+      (void)wn;
+      if (!wec) {
+        stats.tunnels_open.fetch_add(1, std::memory_order_relaxed);
+        stats.tunnels_total.fetch_add(1, std::memory_order_relaxed);
+        co_await tunnel(c.stream, c.buffer, ups, lease.buffer, plan.tunnel_idle_timeout);
+        stats.tunnels_open.fetch_sub(1, std::memory_order_relaxed);
+      }
+      ups.close();
+      out.keep_alive = false;
+      co_return out;
+    }
+
+    // --- the response: head, then the body piece by piece ------------------------------------
+    const bool upstream_keep = res.keep_alive() && !rp->need_eof();
+    const auto idle_for = upstream_pool::idle_lifetime(res);
+    const bool no_body = head_request || status == 204 || status == 304 || status / 100 == 1;
+    const bool close_delimited = !no_body && !rp->chunked() && !rp->content_length();
+    prepare_client_response(res, plan.limited);
+    for (const auto& [name, value] : plan.response_fields) res.set(name, value);
+    res.version(version);
+    bool keep = c.keep_alive && !c.closing && out.body_read && !upload_error;
+    if (status == 204 || status / 100 == 1) res.erase(bhttp::field::content_length);
+    if (!no_body && (rp->chunked() || close_delimited)) {
+      if (version >= 11) {
+        res.chunked(true);  // re-framed for this hop
+      } else {
+        keep = false;  // an HTTP/1.0 client reads to EOF
+      }
+    }
+    res.keep_alive(keep);
+
+    bhttp::response_serializer<bhttp::buffer_body> csr{res};
+    if (no_body || rp->is_done()) {
+      res.body().data = nullptr;
+      res.body().size = 0;
+      res.body().more = false;
+      c.stream.expires_after(c.write_timeout);
+      auto [wec, wn] = co_await bhttp::async_write(c.stream, csr, use_tuple);
+      (void)wn;
+      if (!wec && upstream_keep && lease.buffer.size() == 0 && !upload_error) {
+        pool.release(std::move(lease), idle_for);
+      } else {
+        ups.close();
+      }
+      out.keep_alive = keep && !wec;
+      co_return out;
+    }
+
+    if (lease.buffer.size() == 0) {
+      // Nothing of the body has arrived yet (an event stream, a long poll): the head goes
+      // first, so the client sees the response start now.
+      c.stream.expires_after(c.write_timeout);
+      auto [wec, wn] = co_await bhttp::async_write_header(c.stream, csr, use_tuple);
+      (void)wn;
+      if (wec) {
+        ups.close();
+        co_return out;
+      }
+    }
+    if (!block) block = buffers.take();
+    lease.buffer.reserve(read_reserve);  // else Beast reads 512 bytes at a time
+    for (;;) {
+      res.body().data = block.get();
+      res.body().size = buffer_pool::block_size;
+      ups.expires_after(up.timeout);
+      auto [rec, rn] = co_await bhttp::async_read_some(ups, lease.buffer, *rp, use_tuple);
+      (void)rn;
+      rec = ups.timeout_error(rec);
+      if (rec == bhttp::error::need_buffer) rec = {};
+      if (rec == bhttp::error::end_of_stream && close_delimited) rec = {};  // EOF ends it
+      if (rec) {
+        ups.close();
+        const auto f =
+            rec == bhttp::error::body_limit ? upstream_failure::too_large
+                                            : upstream_failure::body_failed;
+        log_failure(f, up, rec);
+        pool.count_failure();
+        if (plan.on_failure) plan.on_failure(f);
+        if (!csr.is_header_done()) {
+          const auto text = describe(f);
+          out.answer = problem(version, text.status, text.title, text.detail);
+        }
+        out.keep_alive = false;  // the client sees the connection close mid-body
+        co_return out;
+      }
+      const std::size_t got = buffer_pool::block_size - res.body().size;
+      const bool done = rp->is_done();
+      res.body().data = got ? block.get() : nullptr;
+      res.body().size = got;
+      res.body().more = !done;
+      if (got == 0 && !done) continue;  // chunk framing only
+      c.stream.expires_after(c.write_timeout);
+      auto [wec, wn] = co_await bhttp::async_write(c.stream, csr, use_tuple);
+      (void)wn;
+      if (wec == bhttp::error::need_buffer) wec = {};
+      if (wec) {
+        ups.close();  // the client is gone or too slow; the body is not read to its end
+        co_return out;
+      }
+      if (done) break;
+    }
+    if (upstream_keep && lease.buffer.size() == 0 && !upload_error) {
+      pool.release(std::move(lease), idle_for);
+    } else {
+      ups.close();  // e.g. more bytes than the Content-Length announced
+    }
+    out.keep_alive = keep;
+    co_return out;
+  }
+}
+
+}  // namespace sluice::http
