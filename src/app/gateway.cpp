@@ -210,8 +210,10 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
       w->directory = std::make_shared<store::redis_directory>(w->ioc.get_executor(), ds);
     }
     w->handler = std::make_shared<gateway_handler>(impl_->shared, w->store, w->directory);
-    w->server = std::make_unique<http::server>(w->ioc, endpoint, w->handler,
-                                               http::session_limits{}, i);
+    http::session_limits limits;
+    limits.read_timeout = rules->client_timeout;
+    limits.write_timeout = rules->client_timeout;
+    w->server = std::make_unique<http::server>(w->ioc, endpoint, w->handler, limits, i);
     endpoint = w->server->local_endpoint();  // later workers share the port actually bound
     impl_->workers.push_back(std::move(w));
   }

@@ -1403,7 +1403,7 @@ load_result loader::run(const YAML::Node& root) {
     return fail();
   }
   static const std::vector<std::string> keys{
-      "listen",    "admin",    "workers", "store",    "headers", "retry_after_jitter", "drain_timeout", "shadow_header", "decision_time_header",
+      "listen",    "admin",    "workers", "store",    "headers", "retry_after_jitter", "drain_timeout", "client_timeout", "shadow_header", "decision_time_header",
       "upstreams", "identity", "plans",   "api_keys", "routes", "api_keys_file"};
   auto top = fields(root, "", 1, keys);
   auto r = std::make_shared<rules>();
@@ -1430,6 +1430,10 @@ load_result loader::run(const YAML::Node& root) {
   if (const entry* e = top->find("retry_after_jitter")) {
     if (auto d = duration(*e, "retry_after_jitter", "retry_after_jitter", std::chrono::hours{1}))
       r->retry_after_jitter = *d;
+  }
+  if (const entry* e = top->find("client_timeout")) {
+    if (auto d = duration(*e, "client_timeout", "client_timeout", std::chrono::hours{1}))
+      r->client_timeout = *d;
   }
   if (const entry* e = top->find("drain_timeout")) {
     if (auto d = duration(*e, "drain_timeout", "drain_timeout", std::chrono::hours{1}))

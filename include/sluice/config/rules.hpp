@@ -218,6 +218,10 @@ struct rules {
   /// `drain_timeout:` on SIGTERM/SIGINT, requests in flight (and tunnels) get this long to
   /// finish before the process exits. Read at start-up.
   std::chrono::milliseconds drain_timeout{30000};
+  /// `client_timeout:` how long a client connection may be silent: waiting for a request
+  /// head (keep-alive idle included), between reads of a request body, and for a write to
+  /// drain. Read at start-up.
+  std::chrono::milliseconds client_timeout{30000};
   /// `shadow_header:` when set, a forwarded request that a shadow limit would have refused
   /// carries this field, listing those limits' names (comma-separated, declaration order);
   /// "" = not marked. The client never sees it.

@@ -325,6 +325,30 @@ routes:
   EXPECT_EQ(rt.limits[2].params.rate.period, 250ms);
 }
 
+TEST(defaults, data_path_settings) {
+  auto r = load_ok("upstreams: {api: {url: http://127.0.0.1:8081}}\n"
+                   "routes:\n"
+                   "  - {name: a, match: {path_prefix: /a}, upstream: api}\n"
+                   "  - {name: b, match: {path_prefix: /b}, upstream: api, max_request_body: 1GiB,\n"
+                   "     max_response_body: 10MB, upgrade: false, tunnel_idle_timeout: 5s}\n"
+                   "  - {name: c, match: {path_prefix: /c}, upstream: api,\n"
+                   "     max_request_body: unlimited, max_response_body: 512}\n"
+                   "drain_timeout: 5s\nclient_timeout: 10s\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->routes[0].max_request_body, 16ull * 1024 * 1024);
+  EXPECT_EQ(r->routes[0].max_response_body, unlimited_size);
+  EXPECT_TRUE(r->routes[0].upgrade);
+  EXPECT_EQ(r->routes[0].tunnel_idle_timeout, 300s);
+  EXPECT_EQ(r->routes[1].max_request_body, 1024ull * 1024 * 1024);
+  EXPECT_EQ(r->routes[1].max_response_body, 10'000'000u);
+  EXPECT_FALSE(r->routes[1].upgrade);
+  EXPECT_EQ(r->routes[1].tunnel_idle_timeout, 5s);
+  EXPECT_EQ(r->routes[2].max_request_body, unlimited_size);
+  EXPECT_EQ(r->routes[2].max_response_body, 512u);
+  EXPECT_EQ(r->drain_timeout, 5s);
+  EXPECT_EQ(r->client_timeout, 10s);
+}
+
 TEST(defaults, hash_groups_with_layout_hash) {
   auto r = load_ok("store: {type: redis, layout: hash, hash_groups: 1024}\n");
   ASSERT_TRUE(r);
@@ -868,6 +892,24 @@ const mistake mistake_table[] = {
      UP "store: {timeout: 5 sec}\n",
      {"rules.yaml:2: store.timeout: invalid duration '5 sec': expected a whole number and a unit "
       "(ms, s, m, h, d), such as 250ms or 5s"}},
+    {"malformed_size",
+     UP "routes:\n"
+        "  - {name: r, match: {path_prefix: /}, upstream: api, max_request_body: 12XB}\n",
+     {"rules.yaml:3: routes[0].max_request_body: invalid size '12XB': expected a whole number "
+      "of bytes with an optional unit (B, KB, MB, GB, KiB, MiB, GiB), such as 16MiB, or "
+      "unlimited"}},
+    {"size_too_large",
+     UP "routes:\n"
+        "  - {name: r, match: {path_prefix: /}, upstream: api, max_response_body: 9999999GiB}\n",
+     {"rules.yaml:3: routes[0].max_response_body: size '9999999GiB' is larger than 2^53 bytes "
+      "(use unlimited)"}},
+    {"upgrade_not_a_boolean",
+     UP "routes:\n"
+        "  - {name: r, match: {path_prefix: /}, upstream: api, upgrade: yes}\n",
+     {"rules.yaml:3: routes[0].upgrade: expected true or false, got 'yes'"}},
+    {"zero_drain_timeout",
+     UP "drain_timeout: 0s\n",
+     {"rules.yaml:2: drain_timeout: drain_timeout 0s is shorter than 1ms"}},
     {"zero_duration",
      UP "retry_after_jitter: 0s\n",
      {"rules.yaml:2: retry_after_jitter: retry_after_jitter 0s is shorter than 1ms"}},
