@@ -109,9 +109,12 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   if (auto* v = std::get_if<http::verdict>(&routed_or)) co_return std::move(*v);
   const routed& r = std::get<routed>(routed_or);
 
-  auto identified_or = co_await identify(*snap, head, ctx, r);
-  if (auto* v = std::get_if<http::verdict>(&identified_or)) co_return std::move(*v);
-  co_return co_await decide_limits(*snap, head, ctx, r, std::get<identified>(identified_or));
+  identified id;
+  std::optional<http::verdict> refused;
+  co_await identify(*snap, head, ctx, r, id, refused);
+  if (refused) co_return std::move(*refused);
+  http::verdict decided = co_await decide_limits(*snap, head, ctx, r, id);
+  co_return decided;
 }
 
 std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
@@ -163,9 +166,11 @@ std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
   return routed{&snap.compiled(rt), std::move(*target), websocket};
 }
 
-asio::awaitable<std::variant<gateway_handler::identified, http::verdict>>
-gateway_handler::identify(const snapshot& snap, const http::request_head& head,
-                          const http::request_context& ctx, const routed& r) {
+asio::awaitable<void> gateway_handler::identify(const snapshot& snap,
+                                                const http::request_head& head,
+                                                const http::request_context& ctx,
+                                                const routed& r, identified& out,
+                                                std::optional<http::verdict>& refused) {
   const config::rules& rules = *snap.rules;
   const unsigned version = head.version();
   const auto client = identity::client_address(ctx.peer.address(), head,
@@ -173,7 +178,8 @@ gateway_handler::identify(const snapshot& snap, const http::request_head& head,
   // API key → plan: inline map, key file, then the store-backed directory (cached).
   auto presented = identity::presented_key(rules, head, r.target.query);
   if (const auto* err = std::get_if<identity::caller_error>(&presented)) {
-    co_return bad_request(version, identity::describe(*err));
+    refused = bad_request(version, identity::describe(*err));
+    co_return;
   }
   std::string key = std::move(std::get<std::string>(presented));
   auto plan = identity::static_plan(rules, key);
@@ -186,17 +192,24 @@ gateway_handler::identify(const snapshot& snap, const http::request_head& head,
   // A directory that cannot be read is a store failure, never "unknown key": the route's
   // policy applies later, as for a failed check; under `local` the caller is limited as
   // anonymous (by client address: an unverified key must not buy a bucket of its own).
-  if (directory_down) co_return identified{identity::anonymous_caller(rules, client), true};
+  if (directory_down) {
+    out.who = identity::anonymous_caller(rules, client);
+    out.directory_down = true;
+    co_return;
+  }
   auto made = identity::make_caller(rules, std::move(key), std::move(plan), client);
   if (auto* err = std::get_if<identity::caller_error>(&made)) {
     if (*err == identity::caller_error::unknown_key) {
       counters_.bad_requests.add();
-      co_return answer(http::problem(version, bhttp::status::unauthorized, "Unauthorized",
+      refused = answer(http::problem(version, bhttp::status::unauthorized, "Unauthorized",
                                      identity::describe(*err)));
+    } else {
+      refused = bad_request(version, identity::describe(*err));
     }
-    co_return bad_request(version, identity::describe(*err));
+    co_return;
   }
-  co_return identified{std::move(std::get<identity::caller>(made)), false};
+  out.who = std::move(std::get<identity::caller>(made));
+  out.directory_down = false;
 }
 
 asio::awaitable<http::verdict> gateway_handler::decide_limits(const snapshot& snap,

@@ -112,10 +112,11 @@ class gateway_handler final : public http::request_handler {
   /// Step 1: canonical target, route, and what the route allows of the head (body size,
   /// upgrade). An absolute-form target is routed by its authority (RFC 9112 §3.2.2).
   std::variant<routed, http::verdict> route(const snapshot& snap, http::request_head& head);
-  /// Step 2: the caller (API key, directory, plan).
-  boost::asio::awaitable<std::variant<identified, http::verdict>> identify(
-      const snapshot& snap, const http::request_head& head, const http::request_context& ctx,
-      const routed& r);
+  /// Step 2: the caller (API key, directory, plan) into `out`, or the refusal (400, 401)
+  /// into `refused`.
+  boost::asio::awaitable<void> identify(const snapshot& snap, const http::request_head& head,
+                                        const http::request_context& ctx, const routed& r,
+                                        identified& out, std::optional<http::verdict>& refused);
   /// Step 3 and 4: decides every limit in one store check and answers (429, the failure
   /// policy) or forwards.
   boost::asio::awaitable<http::verdict> decide_limits(const snapshot& snap,
