@@ -105,16 +105,43 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   counters_.requests.add();
   // One snapshot decides the whole request, whatever reloads happen meanwhile.
   const std::shared_ptr<const snapshot> snap = shared_.current.load();
+  const config::rules& rules = *snap->rules;
   auto routed_or = route(*snap, head);
   if (auto* v = std::get_if<http::verdict>(&routed_or)) co_return std::move(*v);
   const routed& r = std::get<routed>(routed_or);
 
+  // identify: the directory round trip only for a key the snapshot does not know.
   identified id;
-  std::optional<http::verdict> refused;
-  co_await identify(*snap, head, ctx, r, id, refused);
-  if (refused) co_return std::move(*refused);
-  http::verdict decided = co_await decide_limits(*snap, head, ctx, r, id);
-  co_return decided;
+  presented p;
+  if (auto refused = present(*snap, head, ctx, r, p)) co_return std::move(*refused);
+  if (!p.plan && !p.key.empty() && rules.identity.directory.enabled) {
+    auto looked = co_await directory_plan(rules.identity.directory, p.key);
+    p.directory_down = looked.unavailable;
+    p.plan = std::move(looked.plan);
+  }
+  if (auto refused = identify(*snap, head, p, id)) co_return std::move(*refused);
+
+  // decide: one store check (no wait on the memory store).
+  limiter::check_request check;
+  if (auto v = prepare_check(*snap, head, ctx, r, id, check)) co_return std::move(*v);
+  boost::system::result<limiter::check_outcome> decided{
+      make_error_code(sluice::errc::store_unavailable)};
+  if (!id.directory_down) {  // (down: the store is known to be failing)
+    const auto asked = std::chrono::steady_clock::now();
+    limiter::check_outcome now;
+    if (store_->decide_now(check, now)) {
+      decided = std::move(now);
+    } else {
+      // The request is needed again only for a local decision after a failure. (A named
+      // local, not a conditional temporary inside co_await: GCC 12 miscompiles that.)
+      limiter::check_request sent =
+          r.route->route->on_store_failure == config::failure_policy::local ? check
+                                                                            : std::move(check);
+      decided = co_await store_->check(std::move(sent));
+    }
+    counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
+  }
+  co_return respond(*snap, head, ctx, r, id, check, decided);
 }
 
 std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
@@ -166,62 +193,57 @@ std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
   return routed{&snap.compiled(rt), std::move(*target), websocket};
 }
 
-asio::awaitable<void> gateway_handler::identify(const snapshot& snap,
-                                                const http::request_head& head,
-                                                const http::request_context& ctx,
-                                                const routed& r, identified& out,
-                                                std::optional<http::verdict>& refused) {
+std::optional<http::verdict> gateway_handler::present(const snapshot& snap,
+                                                     const http::request_head& head,
+                                                     const http::request_context& ctx,
+                                                     const routed& r, presented& p) {
   const config::rules& rules = *snap.rules;
-  const unsigned version = head.version();
-  const auto client = identity::client_address(ctx.peer.address(), head,
-                                               rules.identity.trusted_proxies);
-  // API key → plan: inline map, key file, then the store-backed directory (cached).
-  auto presented = identity::presented_key(rules, head, r.target.query);
-  if (const auto* err = std::get_if<identity::caller_error>(&presented)) {
-    refused = bad_request(version, identity::describe(*err));
-    co_return;
+  p.client = identity::client_address(ctx.peer.address(), head, rules.identity.trusted_proxies);
+  if (p.client == ctx.peer.address() && ctx.peer.address().is_v4()) p.client_text = ctx.peer_text;
+  // API key → plan: inline map, key file here; the store-backed directory (cached) next.
+  auto key = identity::presented_key(rules, head, r.target.query);
+  if (const auto* err = std::get_if<identity::caller_error>(&key)) {
+    return bad_request(head.version(), identity::describe(*err));
   }
-  std::string key = std::move(std::get<std::string>(presented));
-  auto plan = identity::static_plan(rules, key);
-  bool directory_down = false;
-  if (!plan && !key.empty() && rules.identity.directory.enabled) {
-    auto looked = co_await directory_plan(rules.identity.directory, key);
-    directory_down = looked.unavailable;
-    plan = std::move(looked.plan);
-  }
+  p.key = std::move(std::get<std::string>(key));
+  p.plan = identity::static_plan(rules, p.key);
+  return std::nullopt;
+}
+
+std::optional<http::verdict> gateway_handler::identify(const snapshot& snap,
+                                                      const http::request_head& head,
+                                                      presented& p, identified& out) {
+  const config::rules& rules = *snap.rules;
   // A directory that cannot be read is a store failure, never "unknown key": the route's
   // policy applies later, as for a failed check; under `local` the caller is limited as
   // anonymous (by client address: an unverified key must not buy a bucket of its own).
-  if (directory_down) {
-    out.who = identity::anonymous_caller(rules, client);
+  if (p.directory_down) {
+    out.who = identity::anonymous_caller(rules, p.client, p.client_text);
     out.directory_down = true;
-    co_return;
+    return std::nullopt;
   }
-  auto made = identity::make_caller(rules, std::move(key), std::move(plan), client);
+  auto made =
+      identity::make_caller(rules, std::move(p.key), std::move(p.plan), p.client, p.client_text);
   if (auto* err = std::get_if<identity::caller_error>(&made)) {
     if (*err == identity::caller_error::unknown_key) {
       counters_.bad_requests.add();
-      refused = answer(http::problem(version, bhttp::status::unauthorized, "Unauthorized",
-                                     identity::describe(*err)));
-    } else {
-      refused = bad_request(version, identity::describe(*err));
+      return answer(http::problem(head.version(), bhttp::status::unauthorized, "Unauthorized",
+                                  identity::describe(*err)));
     }
-    co_return;
+    return bad_request(head.version(), identity::describe(*err));
   }
   out.who = std::move(std::get<identity::caller>(made));
   out.directory_down = false;
+  return std::nullopt;
 }
 
-asio::awaitable<http::verdict> gateway_handler::decide_limits(const snapshot& snap,
-                                                             http::request_head& head,
-                                                             const http::request_context& ctx,
-                                                             const routed& r,
-                                                             const identified& id) {
+std::optional<http::verdict> gateway_handler::prepare_check(const snapshot& snap,
+                                                           http::request_head& head,
+                                                           const http::request_context& ctx,
+                                                           const routed& r, const identified& id,
+                                                           limiter::check_request& check) {
   const config::rules& rules = *snap.rules;
   const config::route& rt = *r.route->route;
-  const unsigned version = head.version();
-  route_counters& counted = counters_.of(rules, snap.generation, rt);
-
   // The shadow marker and the decision time are the gateway's to set: a client's copy never
   // reaches the upstream.
   if (!rules.shadow_header.empty()) head.erase(rules.shadow_header);
@@ -231,47 +253,46 @@ asio::awaitable<http::verdict> gateway_handler::decide_limits(const snapshot& sn
   const bool policy_decides =
       id.directory_down && rt.on_store_failure != config::failure_policy::local;
   if (prepared.limits.empty() && !policy_decides) {
+    route_counters& counted = counters_.of(rules, snap.generation, rt);
     counted.unlimited.add();
-    co_return forward(snap, r, ctx, false, {}, counted);
+    return forward(r, ctx, false, {}, counted);
   }
-
-  limiter::check_request check;
   check.limits.reserve(prepared.limits.size());
   for (std::size_t i = 0; i < prepared.limits.size(); ++i) {
     const config::limit& l = *prepared.limits[i];
     auto key = identity::limit_identity(l, id.who, rules, head);
     if (!key) {
-      co_return bad_request(version,
-                            identity::describe(identity::caller_error::conflicting_values));
+      return bad_request(head.version(),
+                         identity::describe(identity::caller_error::conflicting_values));
     }
     const auto& a = prepared.applied[i];
     check.limits.push_back({limiter::bucket_key(l.name, key->first, key->second), l.algorithm,
                             a.bucket, rt.cost, a.shadow});
   }
+  return std::nullopt;
+}
+
+http::verdict gateway_handler::respond(const snapshot& snap, http::request_head& head,
+                                       const http::request_context& ctx, const routed& r,
+                                       const identified& id, limiter::check_request& check,
+                                       boost::system::result<limiter::check_outcome>& decided) {
+  const config::rules& rules = *snap.rules;
+  const config::route& rt = *r.route->route;
+  const unsigned version = head.version();
+  route_counters& counted = counters_.of(rules, snap.generation, rt);
+  const auto& prepared = r.route->for_plan(id.who.plan);
 
   // The applied list is the snapshot's, except under `local`, which rescales it.
   std::vector<limiter::applied_limit> rescaled;
   const std::vector<limiter::applied_limit>* applied = &prepared.applied;
-  boost::system::result<limiter::check_outcome> decided{
-      make_error_code(sluice::errc::store_unavailable)};
-  if (!id.directory_down) {  // (down: the store is known to be failing)
-    const auto asked = std::chrono::steady_clock::now();
-    // The request is needed again only for a local decision after a failure. (A named
-    // local, not a conditional temporary inside co_await: GCC 12 miscompiles that.)
-    limiter::check_request sent =
-        rt.on_store_failure == config::failure_policy::local ? check : std::move(check);
-    decided = co_await store_->check(std::move(sent));
-    counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
-  }
   if (!decided) {
     rescaled = prepared.applied;
     if (auto v = apply_failure_policy(snap, r, id, decided.error(), ctx, check, rescaled,
                                       decided, counted)) {
-      co_return std::move(*v);
+      return std::move(*v);
     }
     applied = &rescaled;
   }
-
   const limiter::check_outcome& outcome = *decided;
   // Shadow limits (DESIGN.md): each was decided as if alone; a would-be refusal is counted
   // and, with `shadow_header:`, named to the upstream, and changes nothing else.
@@ -299,10 +320,10 @@ asio::awaitable<http::verdict> gateway_handler::decide_limits(const snapshot& sn
     res.body() = limiter::quota_exceeded_body(violated, retry);
     for (const auto& [name, value] : fields) res.set(name, value);
     res.set(bhttp::field::retry_after, std::to_string(retry));
-    co_return answer(std::move(res));
+    return answer(std::move(res));
   }
   counted.allowed.add();
-  co_return forward(snap, r, ctx, true, std::move(fields), counted);
+  return forward(r, ctx, true, std::move(fields), counted);
 }
 
 std::optional<http::verdict> gateway_handler::apply_failure_policy(
@@ -316,7 +337,7 @@ std::optional<http::verdict> gateway_handler::apply_failure_policy(
       counted.fail_open.add();
       log_store_failure(ec, rt.name, "fail_open");
       // Nothing true can be said about the quota: no quota fields.
-      return forward(snap, r, ctx, true, {}, counted);
+      return forward(r, ctx, true, {}, counted);
     case config::failure_policy::fail_closed: {
       counted.fail_closed.add();
       log_store_failure(ec, rt.name, "fail_closed");
@@ -341,8 +362,8 @@ std::optional<http::verdict> gateway_handler::apply_failure_policy(
   return std::nullopt;
 }
 
-http::verdict gateway_handler::forward(const snapshot& snap, const routed& r,
-                                       const http::request_context& ctx, bool limited,
+http::verdict gateway_handler::forward(const routed& r, const http::request_context& ctx,
+                                       bool limited,
                                        std::vector<limiter::header_field> fields,
                                        route_counters& counted) const {
   const config::route& rt = *r.route->route;
@@ -355,7 +376,7 @@ http::verdict gateway_handler::forward(const snapshot& snap, const routed& r,
     f.target += '?';
     f.target += r.target.query;
   }
-  f.client_address = identity::normalise(ctx.peer.address()).to_string();
+  f.client_address = ctx.peer_text;
   f.limited = limited;
   f.response_fields = std::move(fields);
   f.max_request_body = rt.max_request_body;
@@ -365,7 +386,6 @@ http::verdict gateway_handler::forward(const snapshot& snap, const routed& r,
   f.on_failure = [c = &counted](http::upstream_failure failure) {
     (failure == http::upstream_failure::timeout ? c->gateway_timeout : c->bad_gateway).add();
   };
-  (void)snap;
   return v;
 }
 

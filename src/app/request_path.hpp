@@ -112,17 +112,35 @@ class gateway_handler final : public http::request_handler {
   /// Step 1: canonical target, route, and what the route allows of the head (body size,
   /// upgrade). An absolute-form target is routed by its authority (RFC 9112 §3.2.2).
   std::variant<routed, http::verdict> route(const snapshot& snap, http::request_head& head);
-  /// Step 2: the caller (API key, directory, plan) into `out`, or the refusal (400, 401)
-  /// into `refused`.
-  boost::asio::awaitable<void> identify(const snapshot& snap, const http::request_head& head,
-                                        const http::request_context& ctx, const routed& r,
-                                        identified& out, std::optional<http::verdict>& refused);
-  /// Step 3 and 4: decides every limit in one store check and answers (429, the failure
-  /// policy) or forwards.
-  boost::asio::awaitable<http::verdict> decide_limits(const snapshot& snap,
-                                                      http::request_head& head,
-                                                      const http::request_context& ctx,
-                                                      const routed& r, const identified& id);
+  /// What a request presents for identification, before any directory lookup.
+  struct presented {
+    boost::asio::ip::address client;  ///< client_address(): the peer or the XFF entry
+    std::string_view client_text;     ///< its text when it is the peer's (else "")
+    std::string key;                  ///< the API key ("" when none)
+    std::optional<std::string> plan;  ///< its plan from the snapshot or the directory
+    bool directory_down = false;      ///< the store-backed directory could not be read
+  };
+  /// Step 2a: the client address and the presented key with its plan from the snapshot
+  /// (inline keys, key file). A refusal (400) when the key is ambiguous.
+  std::optional<http::verdict> present(const snapshot& snap, const http::request_head& head,
+                                       const http::request_context& ctx, const routed& r,
+                                       presented& p);
+  /// Step 2b (after the directory, when decide() needed it): the caller into `out`, or a
+  /// refusal (401 unknown key under `unknown_key: reject`, 400).
+  std::optional<http::verdict> identify(const snapshot& snap, const http::request_head& head,
+                                        presented& p, identified& out);
+  /// Step 3: every limit that applies, as one store check into `check`; or the verdict when
+  /// nothing is to be checked (forward unlimited) or an identity header is ambiguous (400).
+  std::optional<http::verdict> prepare_check(const snapshot& snap, http::request_head& head,
+                                             const http::request_context& ctx, const routed& r,
+                                             const identified& id,
+                                             limiter::check_request& check);
+  /// Step 4: answers from the decided outcome (429 with the quota fields, or forward), or
+  /// from the failure policy when the store could not decide.
+  http::verdict respond(const snapshot& snap, http::request_head& head,
+                        const http::request_context& ctx, const routed& r, const identified& id,
+                        limiter::check_request& check,
+                        boost::system::result<limiter::check_outcome>& decided);
   /// The one place a store failure is handled: the route's `on_store_failure`. Returns the
   /// verdict for fail_open (forward, no quota fields) and fail_closed (503); for `local`,
   /// nullopt with `decided` set by the per-instance store (scaled by store.local_share) and
@@ -133,8 +151,8 @@ class gateway_handler final : public http::request_handler {
       limiter::check_request& check, std::vector<limiter::applied_limit>& applied,
       boost::system::result<limiter::check_outcome>& decided, route_counters& counted);
   /// The forward verdict.
-  http::verdict forward(const snapshot& snap, const routed& r, const http::request_context& ctx,
-                        bool limited, std::vector<limiter::header_field> fields,
+  http::verdict forward(const routed& r, const http::request_context& ctx, bool limited,
+                        std::vector<limiter::header_field> fields,
                         route_counters& counted) const;
   boost::asio::awaitable<directory_answer> directory_plan(config::directory_settings d,
                                                           std::string key);

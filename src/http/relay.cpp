@@ -245,7 +245,11 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
   const auto deadline = steady::now() + up.timeout;
   bool continued = false;
   for (int attempt = 0;; ++attempt) {
-    upstream_lease lease = co_await pool.acquire(up, deadline, /*probe=*/!replayable);
+    upstream_lease lease;
+    if (attempt > 0 || !pool.try_reuse(up, /*probe=*/!replayable, lease)) {
+      // (A retry after a stale connection peeks at any pooled one it is given.)
+      lease = co_await pool.acquire(up, deadline, /*probe=*/!replayable || attempt > 0);
+    }
     if (!lease) {
       fail(lease.ec == errc::upstream_timeout ? upstream_failure::timeout
                                               : upstream_failure::unreachable,

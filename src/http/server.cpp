@@ -446,6 +446,11 @@ asio::awaitable<void> run_session(impl_ptr self, tcp::socket socket, std::uint64
   error_code ec;
   ctx.peer = s->stream.socket().remote_endpoint(ec);
   ctx.local = s->stream.socket().local_endpoint(ec);
+  auto peer = ctx.peer.address();
+  if (peer.is_v6() && peer.to_v6().is_v4_mapped()) {
+    peer = asio::ip::make_address_v4(asio::ip::v4_mapped, peer.to_v6());
+  }
+  ctx.peer_text = peer.to_string();
   ctx.worker = self->worker;
   co_await serve(self, s, ctx);
 }

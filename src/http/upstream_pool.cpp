@@ -178,17 +178,20 @@ asio::awaitable<void> connect(state_ptr st, const config::upstream& up,
   lease.stream.emplace(std::move(stream));
 }
 
-asio::awaitable<upstream_lease> acquire(state_ptr st, const config::upstream& up,
-                                        steady::time_point deadline, bool probe) {
-  upstream_lease lease;
+bool reuse(const state_ptr& st, const config::upstream& up, bool probe, upstream_lease& lease) {
   lease.key = up.host;
   lease.key += ':';
   lease.key += std::to_string(up.port);
-  if (st->take_idle(lease, probe)) {
-    lease.reused = true;
-    st->reuses.fetch_add(1, std::memory_order_relaxed);
-    co_return lease;
-  }
+  if (!st->take_idle(lease, probe)) return false;
+  lease.reused = true;
+  st->reuses.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+asio::awaitable<upstream_lease> acquire(state_ptr st, const config::upstream& up,
+                                        steady::time_point deadline, bool probe) {
+  upstream_lease lease;
+  if (reuse(st, up, probe, lease)) co_return lease;
   co_await connect(st, up, deadline, lease);
   if (lease.stream) st->connects.fetch_add(1, std::memory_order_relaxed);
   co_return lease;
@@ -299,6 +302,10 @@ asio::awaitable<boost::system::result<response>> upstream_pool::send(const confi
 asio::awaitable<upstream_lease> upstream_pool::acquire(const config::upstream& up,
                                                        steady::time_point deadline, bool probe) {
   return http::acquire(impl_, up, deadline, probe);
+}
+
+bool upstream_pool::try_reuse(const config::upstream& up, bool probe, upstream_lease& lease) {
+  return reuse(impl_, up, probe, lease);
 }
 
 void upstream_pool::release(upstream_lease lease, std::chrono::milliseconds idle_for) {

@@ -1,5 +1,7 @@
 #include "sluice/identity/identity.hpp"
 
+#include <boost/container/small_vector.hpp>
+
 #include "sluice/config/key_file.hpp"
 
 #include <boost/url/encoding_opts.hpp>
@@ -37,9 +39,9 @@ bool in_network(const ip::address& addr, const config::cidr& net) {
 }
 
 // The values of every line of header `name`, in order. Returns whether any line exists.
-std::vector<std::string_view> lines(const boost::beast::http::fields& headers,
-                                    std::string_view name) {
-  std::vector<std::string_view> out;
+boost::container::small_vector<std::string_view, 2> lines(
+    const boost::beast::http::fields& headers, std::string_view name) {
+  boost::container::small_vector<std::string_view, 2> out;
   auto range = headers.equal_range(name);
   for (auto it = range.first; it != range.second; ++it) out.push_back(it->value());
   return out;
@@ -155,11 +157,12 @@ ip::address client_address(const ip::address& peer, const boost::beast::http::fi
   return client;
 }
 
-std::string client_key(const ip::address& client, const config::identity_settings& settings) {
+std::string client_key(const ip::address& client, const config::identity_settings& settings,
+                       std::string_view known_text) {
   const ip::address a = normalise(client);
   if (a.is_v4()) {
     const int prefix = std::clamp(settings.ipv4_prefix, 1, 32);
-    if (prefix == 32) return a.to_string();
+    if (prefix == 32) return known_text.empty() ? a.to_string() : std::string(known_text);
     const std::uint32_t bits = a.to_v4().to_uint();
     const std::uint32_t mask = ~std::uint32_t{0} << (32 - prefix);
     return ip::make_address_v4(bits & mask).to_string() + "/" + std::to_string(prefix);
@@ -222,9 +225,10 @@ std::optional<std::string> static_plan(const config::rules& rules, std::string_v
   return std::nullopt;
 }
 
-caller anonymous_caller(const config::rules& rules, const ip::address& client) {
+caller anonymous_caller(const config::rules& rules, const ip::address& client,
+                        std::string_view client_text) {
   caller who;
-  who.client_ip = client_key(client, rules.identity);
+  who.client_ip = client_key(client, rules.identity, client_text);
   who.plan = "anonymous";
   who.anonymous = true;
   return who;
@@ -232,10 +236,11 @@ caller anonymous_caller(const config::rules& rules, const ip::address& client) {
 
 std::variant<caller, caller_error> make_caller(const config::rules& rules, std::string key,
                                                std::optional<std::string> plan,
-                                               const ip::address& client) {
+                                               const ip::address& client,
+                                               std::string_view client_text) {
   if (!key.empty() && plan && rules.plans.contains(*plan)) {
     caller who;
-    who.client_ip = client_key(client, rules.identity);
+    who.client_ip = client_key(client, rules.identity, client_text);
     who.api_key = std::move(key);
     who.plan = std::move(*plan);
     who.anonymous = false;
@@ -244,7 +249,7 @@ std::variant<caller, caller_error> make_caller(const config::rules& rules, std::
   if (rules.identity.unknown_key == config::unknown_key_policy::reject) {
     return caller_error::unknown_key;
   }
-  return anonymous_caller(rules, client);
+  return anonymous_caller(rules, client, client_text);
 }
 
 std::variant<caller, caller_error> identify(const config::rules& rules,

@@ -15,6 +15,8 @@
 // size / (shard_count * sweep_interval) entry visits per check.
 #include "sluice/store/memory_store.hpp"
 
+#include <boost/container/small_vector.hpp>
+
 #include "sluice/limiter/token_bucket.hpp"
 #include "sluice/limiter/window.hpp"
 
@@ -61,6 +63,10 @@ std::int64_t system_now_ms() {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
+/// A vector that keeps up to 4 elements inline (a request's few limits).
+template <class T>
+using small = boost::container::small_vector<T, 4>;
+
 }  // namespace
 
 struct memory_store::impl {
@@ -82,14 +88,14 @@ memory_store::~memory_store() = default;
 limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
   const std::size_t n = req.limits.size();
 
-  // Lock the shards of every key, in index order, each once.
-  std::vector<std::size_t> idx(n);
+  // Lock the shards of every key, in index order, each once. (Small vectors: a request has a
+  // few limits, and the decision should not allocate for its bookkeeping.)
+  small<std::size_t> idx(n);
   for (std::size_t i = 0; i < n; ++i) idx[i] = impl_->shard_of(req.limits[i].key);
-  std::vector<std::size_t> order = idx;
+  small<std::size_t> order = idx;
   std::sort(order.begin(), order.end());
   order.erase(std::unique(order.begin(), order.end()), order.end());
-  std::vector<std::unique_lock<std::mutex>> locks;
-  locks.reserve(order.size());
+  small<std::unique_lock<std::mutex>> locks;
   for (std::size_t s : order) locks.emplace_back(impl_->shards[s].mutex);
 
   // The clock is read under the locks, so checks on one bucket see non-decreasing time.
@@ -100,11 +106,11 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
   struct read_state {
     std::int64_t level = 0;             // token bucket
     limiter::window_counts counts;      // windows
-    limiter::log_entries log;           // sliding log, expired entries dropped
+    std::optional<limiter::log_entries> log;  // sliding log, expired entries dropped
     std::int64_t now_eff = 0;           // windows, log: max(now, the stored state's time)
   };
-  std::vector<read_state> rs(n);
-  std::vector<bool> admits(n);
+  small<read_state> rs(n);
+  small<bool> admits(n);
   limiter::check_outcome out;
   out.allowed = true;
   out.now_ms = now;
@@ -125,10 +131,11 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
                                          now, r.now_eff);
       admits[i] = limiter::window_admits(r.counts, l.bucket, l.algorithm, r.now_eff, l.cost);
     } else if (l.algorithm == config::algorithm::sliding_log) {
-      if (found && found->log) r.log = *found->log;
-      r.now_eff = limiter::log_now(r.log, now);
-      limiter::expire_log(r.log, l.bucket, r.now_eff);
-      admits[i] = limiter::log_wait(r.log, l.bucket, r.now_eff, l.cost) == 0;
+      r.log.emplace();
+      if (found && found->log) *r.log = *found->log;
+      r.now_eff = limiter::log_now(*r.log, now);
+      limiter::expire_log(*r.log, l.bucket, r.now_eff);
+      admits[i] = limiter::log_wait(*r.log, l.bucket, r.now_eff, l.cost) == 0;
     } else {
       r.level = limiter::refilled_level(found ? &found->state : nullptr, l.bucket, now);
       admits[i] = r.level >= l.cost * l.bucket.units_per_token;
@@ -160,9 +167,9 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       }
       out.limits.push_back(o);
     } else if (l.algorithm == config::algorithm::sliding_log) {
-      limiter::log_entries after = r.log;
+      limiter::log_entries after = *r.log;
       if (debit) after.insert(after.end(), static_cast<std::size_t>(l.cost), r.now_eff);
-      auto o = limiter::describe_log(r.log, after, l.bucket, r.now_eff, l.cost, admits[i]);
+      auto o = limiter::describe_log(*r.log, after, l.bucket, r.now_eff, l.cost, admits[i]);
       if (after.empty()) {
         sh.buckets.erase(l.key);
       } else {

@@ -33,6 +33,8 @@ using response = beast_http::response<beast_http::string_body>;
 struct request_context {
   boost::asio::ip::tcp::endpoint peer;   ///< the TCP peer (before any X-Forwarded-For)
   boost::asio::ip::tcp::endpoint local;  ///< the local address the client connected to
+  /// The peer's address as text (IPv4-mapped IPv6 as IPv4), made once per connection.
+  std::string peer_text;
   unsigned worker = 0;                   ///< index of the worker serving the connection
 };
 

@@ -69,6 +69,10 @@ class upstream_pool {
                                                  std::chrono::steady_clock::time_point deadline,
                                                  bool probe);
 
+  /// acquire()'s first step, without waiting: an idle pooled connection to `up`, when one
+  /// is open, into `lease` (true); false otherwise (then acquire() connects).
+  bool try_reuse(const config::upstream& up, bool probe, upstream_lease& lease);
+
   /// Returns a connection whose last response was read entirely and allows keep-alive; it may
   /// stay idle for `idle_for` (the upstream's Keep-Alive timeout less a margin).
   void release(upstream_lease lease, std::chrono::milliseconds idle_for);

@@ -65,8 +65,11 @@ boost::asio::ip::address client_address(const boost::asio::ip::address& peer,
 /// The text buckets key `client` by: the address (IPv4-mapped IPv6 as IPv4) masked to
 /// `ipv4_prefix` / `ipv6_prefix` bits; `addr/prefix` when the prefix is shorter than the
 /// address, the plain address otherwise.
+/// `known_text`: the text of `client` when the caller already has it (the session keeps its
+/// peer's), or "": it saves formatting the address again when no prefix applies.
 std::string client_key(const boost::asio::ip::address& client,
-                        const config::identity_settings& settings);
+                        const config::identity_settings& settings,
+                        std::string_view known_text = {});
 
 /// The API key a request presents, from the configured header (names match
 /// case-insensitively; surrounding blanks trimmed) and the query parameter
@@ -95,15 +98,19 @@ std::optional<std::string> static_plan(const config::rules& rules, std::string_v
 /// The anonymous caller at `client` (plan `anonymous`, keyed by its client_key()), whatever
 /// `unknown_key` says: what make_caller() gives an unknown key under `anonymous`, and what the
 /// gateway limits by when the directory cannot be read under the `local` policy.
-caller anonymous_caller(const config::rules& rules, const boost::asio::ip::address& client);
+/// `client_text`: as for client_key().
+caller anonymous_caller(const config::rules& rules, const boost::asio::ip::address& client,
+                        std::string_view client_text = {});
 
 /// The caller for a presented `key` (may be "") whose directory plan is `plan` (nullopt:
 /// unknown). An empty or unknown key is anonymous (plan `anonymous`) unless
 /// `unknown_key: reject` (caller_error::unknown_key). A plan the snapshot does not define is
 /// treated as unknown.
+/// `client_text`: as for client_key().
 std::variant<caller, caller_error> make_caller(const config::rules& rules, std::string key,
                                                std::optional<std::string> plan,
-                                               const boost::asio::ip::address& client);
+                                               const boost::asio::ip::address& client,
+                                               std::string_view client_text = {});
 
 /// Identifies the caller of a request from the snapshot alone: presented_key(), then
 /// static_plan(), then make_caller(). The gateway consults the store-backed directory

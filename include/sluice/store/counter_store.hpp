@@ -51,6 +51,15 @@ class counter_store {
   virtual boost::asio::awaitable<boost::system::result<limiter::check_outcome>> check(
       limiter::check_request req) = 0;
 
+  /// A store that decides in memory, without waiting (the memory store), decides here and
+  /// returns true with `out` set; a store that needs a round trip returns false (then
+  /// check() is the way). Saves a coroutine frame per request on the memory store.
+  virtual bool decide_now(const limiter::check_request& req, limiter::check_outcome& out) {
+    (void)req;
+    (void)out;
+    return false;
+  }
+
   /// Starts background work (connecting). Idempotent.
   virtual void start() {}
 

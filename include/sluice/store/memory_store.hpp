@@ -34,6 +34,12 @@ class memory_store final : public counter_store {
       limiter::check_request req) override;
   store_stats stats() const override;
 
+  /// decide(), always available: returns true.
+  bool decide_now(const limiter::check_request& req, limiter::check_outcome& out) override {
+    out = decide(req);
+    return true;
+  }
+
   /// The synchronous decision behind check(); safe from any thread.
   limiter::check_outcome decide(const limiter::check_request& req);
 
