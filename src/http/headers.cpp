@@ -79,9 +79,12 @@ void strip_hop_by_hop(bhttp::fields& fields) {
                                     bhttp::field::proxy_authorization};
   for (const auto f : fixed) fields.erase(f);
   for (const auto& name : named) {
-    // Host identifies the target on the next hop and cannot be hop-by-hop; a Connection line
-    // naming it is ignored for that name (the framing fields are reset per hop anyway).
-    if (boost::beast::iequals(name, "host")) continue;
+    // Host identifies the target on the next hop and Content-Length frames the message on
+    // it: neither can be hop-by-hop, and a Connection line naming them is ignored for that
+    // name (else `Connection: Content-Length` would strip a body's length and let the next
+    // hop read the body as another message). Transfer-Encoding is reset per hop anyway.
+    if (boost::beast::iequals(name, "host") || boost::beast::iequals(name, "content-length"))
+      continue;
     fields.erase(name);  // case-insensitive
   }
 }
@@ -101,7 +104,8 @@ bool is_websocket_upgrade(const request_head& head) {
 }
 
 void prepare_upstream_head(request_head& head, std::string_view target,
-                           std::string_view client_address, body_framing framing, bool upgrade) {
+                           std::string_view client_address, body_framing framing, bool upgrade,
+                           std::uint64_t length) {
   const unsigned received_version = head.version();
   // Upgrade is hop-by-hop: kept (with `Connection: upgrade`) only when the route allows it.
   strip_hop_by_hop(head);
@@ -132,7 +136,10 @@ void prepare_upstream_head(request_head& head, std::string_view target,
       head.set(bhttp::field::transfer_encoding, "chunked");
       break;
     case body_framing::content_length:
-      break;  // the parser accepted exactly one valid Content-Length
+      // One line with the parsed length, whatever repeats or lists the client sent
+      // (`5, 5`: RFC 9110 §8.6 lets a recipient collapse identical values).
+      head.set(bhttp::field::content_length, std::to_string(length));
+      break;
     case body_framing::none:
       if (method == bhttp::verb::post || method == bhttp::verb::put ||
           method == bhttp::verb::patch) {
@@ -149,7 +156,8 @@ void prepare_upstream_request(request& req, std::string_view target,
   // The body is in memory, so its length is known: Content-Length (or none when empty).
   const bool body = !req.body().empty();
   prepare_upstream_head(req.base(), target, client_address,
-                        body ? body_framing::content_length : body_framing::none, false);
+                        body ? body_framing::content_length : body_framing::none, false,
+                        req.body().size());
   req.keep_alive(true);
   if (body) req.content_length(req.body().size());
 }

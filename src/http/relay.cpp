@@ -182,7 +182,10 @@ asio::awaitable<void> tunnel(timed_socket& client, beast::flat_buffer& client_bu
 /// Writes a `1xx` interim response (not 100 or 101) to the client as received, less its
 /// hop-by-hop fields (RFC 9110 §15.2: a proxy forwards 1xx responses).
 asio::awaitable<error_code> relay_interim(client_side& c, const bhttp::response_header<>& head) {
-  bhttp::response<bhttp::empty_body> interim{head.result(), 11};
+  bhttp::response<bhttp::empty_body> interim;
+  interim.version(11);
+  interim.result(head.result_int());  // (103 has no enum value in Beast 1.81)
+  interim.reason(head.reason());
   for (const auto& f : head) interim.insert(f.name_string(), f.value());
   strip_hop_by_hop(interim.base());
   c.stream.expires_after(c.write_timeout);
@@ -228,7 +231,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
                         !has_body        ? body_framing::none
                         : c.parser.chunked() ? body_framing::chunked
                                              : body_framing::content_length,
-                        plan.upgrade);
+                        plan.upgrade, c.parser.content_length().value_or(0));
   if (req.count(bhttp::field::host) == 0) {
     // An HTTP/1.0 client may omit Host; HTTP/1.1 requires one (RFC 9112 §3.2).
     req.set(bhttp::field::host,
@@ -245,10 +248,12 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
   const auto deadline = steady::now() + up.timeout;
   bool continued = false;
   for (int attempt = 0;; ++attempt) {
+    // Every pooled connection is peeked at before reuse: bytes or EOF waiting on it (an
+    // upstream that sent more than it announced, or closed) make it unusable. A retry after
+    // a stale one opens a fresh connection.
     upstream_lease lease;
-    if (attempt > 0 || !pool.try_reuse(up, /*probe=*/!replayable, lease)) {
-      // (A retry after a stale connection peeks at any pooled one it is given.)
-      lease = co_await pool.acquire(up, deadline, /*probe=*/!replayable || attempt > 0);
+    if (attempt > 0 || !pool.try_reuse(up, /*probe=*/true, lease)) {
+      lease = co_await pool.acquire(up, deadline, /*probe=*/true, /*fresh=*/attempt > 0);
     }
     if (!lease) {
       fail(lease.ec == errc::upstream_timeout ? upstream_failure::timeout
@@ -397,7 +402,11 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     for (const auto& [name, value] : plan.response_fields) res.set(name, value);
     res.version(version);
     bool keep = c.keep_alive && !c.closing && out.body_read && !upload_error;
-    if (status == 204 || status / 100 == 1) res.erase(bhttp::field::content_length);
+    if (status == 204 || status / 100 == 1) {
+      res.erase(bhttp::field::content_length);
+    } else if (const auto length = rp->content_length(); length && !rp->chunked()) {
+      res.set(bhttp::field::content_length, std::to_string(*length));  // one line, whatever repeats the upstream sent
+    }
     if (!no_body && (rp->chunked() || close_delimited)) {
       if (version >= 11) {
         res.chunked(true);  // re-framed for this hop

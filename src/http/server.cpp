@@ -206,7 +206,9 @@ struct listener_state {
     error_code ec;
     acceptor.close(ec);
     for (auto& [id, s] : sessions) {
-      if (s->idle) s->stream.socket().close(ec);
+      // Idle: waiting for a request with none of it read. One already in the kernel's
+      // buffer is served (with Connection: close) rather than reset by the close.
+      if (s->idle && s->stream.socket().available(ec) == 0) s->stream.socket().close(ec);
     }
   }
 };

@@ -189,9 +189,15 @@ bool reuse(const state_ptr& st, const config::upstream& up, bool probe, upstream
 }
 
 asio::awaitable<upstream_lease> acquire(state_ptr st, const config::upstream& up,
-                                        steady::time_point deadline, bool probe) {
+                                        steady::time_point deadline, bool probe, bool fresh) {
   upstream_lease lease;
-  if (reuse(st, up, probe, lease)) co_return lease;
+  if (fresh) {
+    lease.key = up.host;
+    lease.key += ':';
+    lease.key += std::to_string(up.port);
+  } else if (reuse(st, up, probe, lease)) {
+    co_return lease;
+  }
   co_await connect(st, up, deadline, lease);
   if (lease.stream) st->connects.fetch_add(1, std::memory_order_relaxed);
   co_return lease;
@@ -215,7 +221,7 @@ asio::awaitable<boost::system::result<response>> exchange(state_ptr st, config::
   }
 
   for (int attempt = 0;; ++attempt) {
-    upstream_lease lease = co_await acquire(st, up, deadline, /*probe=*/!idempotent);
+    upstream_lease lease = co_await acquire(st, up, deadline, /*probe=*/true, attempt > 0);
     if (!lease) {
       st->failures.fetch_add(1, std::memory_order_relaxed);
       co_return lease.ec;
@@ -300,8 +306,9 @@ asio::awaitable<boost::system::result<response>> upstream_pool::send(const confi
 }
 
 asio::awaitable<upstream_lease> upstream_pool::acquire(const config::upstream& up,
-                                                       steady::time_point deadline, bool probe) {
-  return http::acquire(impl_, up, deadline, probe);
+                                                       steady::time_point deadline, bool probe,
+                                                       bool fresh) {
+  return http::acquire(impl_, up, deadline, probe, fresh);
 }
 
 bool upstream_pool::try_reuse(const config::upstream& up, bool probe, upstream_lease& lease) {

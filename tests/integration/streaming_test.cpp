@@ -235,6 +235,17 @@ class streaming : public testing::Test {
       } else if (target == "/s/short") {
         s.write("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + std::string(50, 's'));
         return;
+      } else if (target == "/s/late-extra") {
+        // A whole, valid-looking response 300 ms after the announced body, on a connection
+        // left open: a pooled reuse would hand it to the next request.
+        s.write("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+        std::this_thread::sleep_for(300ms);
+        s.write("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nPOISON");
+      } else if (target == "/s/conn-cl") {
+        s.write("HTTP/1.1 200 OK\r\nConnection: Content-Length\r\nContent-Length: 5\r\n\r\nhello");
+      } else if (target == "/s/hints") {
+        s.write("HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n");
+        s.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
       } else if (target == "/s/long") {
         // 10 bytes announced, 20 sent; the connection stays open so that a reuse would show.
         s.write("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789ABCDEFGHIJ");
@@ -714,6 +725,57 @@ TEST_F(streaming, upstream_body_longer_than_its_length_is_cut_and_not_reused) {
         << "the connection that sent extra bytes was reused";
   }
   EXPECT_GT(scripted.accepts(), accepts_before);
+}
+
+// Bytes an upstream sends after the announced body, even later, never reach another request:
+// every pooled connection is peeked at before reuse.
+TEST_F(streaming, late_bytes_after_a_response_poison_no_later_request) {
+  start(base_rules);
+  auto first = exchange(port(), "GET /s/late-extra HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->body, "hello");
+  std::this_thread::sleep_for(600ms);  // the extra response has arrived on the idle connection
+  for (int i = 0; i < 6; ++i) {
+    auto ok = exchange(port(), "GET /s/ok HTTP/1.1\r\nHost: x\r\n\r\n");
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->body, "ok") << "request " << i << " got another response's bytes";
+  }
+}
+
+// `Connection: Content-Length` never strips a message's length, in either direction (a body
+// read as a second request would skip routing and limits, and desynchronise the pool).
+TEST_F(streaming, connection_naming_content_length_keeps_the_framing) {
+  start(base_rules);
+  const std::string smuggled = "GET /v1/smuggled HTTP/1.1\r\nHost: internal\r\n\r\n";
+  auto a = exchange(port(), "POST /v1/posted HTTP/1.1\r\nHost: x\r\nConnection: Content-Length\r\n"
+                            "Content-Length: " + std::to_string(smuggled.size()) + "\r\n\r\n" +
+                            smuggled);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status(), 200u);
+  const auto got = upstream.requests();
+  ASSERT_EQ(got.size(), 1u) << "the body reached the upstream as a request of its own";
+  EXPECT_EQ(got[0].target, "/v1/posted");
+  EXPECT_EQ(got[0].header("Content-Length"), std::to_string(smuggled.size()));
+  EXPECT_EQ(got[0].body, smuggled);
+
+  auto b = exchange(port(), "GET /s/conn-cl HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->head.header("Content-Length"), "5");
+  EXPECT_EQ(b->body, "hello");
+}
+
+// 1xx other than 100 are relayed as sent (RFC 9110 §15.2; 103 is RFC 8297).
+TEST_F(streaming, early_hints_are_relayed) {
+  start(base_rules);
+  auto s = raw_socket::connect(port());
+  ASSERT_TRUE(s.write("GET /s/hints HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto hints = read_head(s, 3s);
+  ASSERT_TRUE(hints);
+  EXPECT_EQ(hints->status(), 103u);
+  EXPECT_EQ(hints->header("Link"), "</style.css>; rel=preload");
+  auto final_head = read_head(s, 3s);
+  ASSERT_TRUE(final_head);
+  EXPECT_EQ(final_head->status(), 200u);
 }
 
 TEST_F(streaming, upstream_connect_refused_is_502_could_not_be_reached) {

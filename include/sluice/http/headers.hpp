@@ -4,6 +4,7 @@
 
 #include "sluice/http/types.hpp"
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -12,7 +13,8 @@ namespace sluice::http {
 /// Removes the hop-by-hop fields (Connection, Keep-Alive, TE, Trailer, Transfer-Encoding,
 /// Upgrade, Proxy-Connection, Proxy-Authenticate, Proxy-Authorization) and every field named
 /// in Connection (every Connection line, case-insensitive), from a request or a response
-/// header set. A Connection line naming Host does not remove Host (it is never hop-by-hop).
+/// header set. A Connection line naming Host or Content-Length does not remove it (neither is
+/// ever hop-by-hop; removing Content-Length would re-frame the message on the next hop).
 void strip_hop_by_hop(boost::beast::http::fields& fields);
 
 /// Prepares a client request for the upstream: strips hop-by-hop fields and the
@@ -37,8 +39,11 @@ enum class body_framing {
 /// prepare_upstream_request() for a head whose body is streamed: the same field rules, with
 /// the framing given; `upgrade`: the request is a WebSocket handshake the route allows, so
 /// `Connection: upgrade` and `Upgrade: websocket` go upstream (RFC 9110 §7.8).
+/// `length`: the body's length for body_framing::content_length (set as the one
+/// Content-Length line).
 void prepare_upstream_head(request_head& head, std::string_view target,
-                           std::string_view client_address, body_framing framing, bool upgrade);
+                           std::string_view client_address, body_framing framing, bool upgrade,
+                           std::uint64_t length = 0);
 
 /// Whether a request is a WebSocket opening handshake (RFC 6455 §4.1): HTTP/1.1, `Upgrade`
 /// listing `websocket` and `Connection` listing `upgrade` (RFC 9110 §7.8), case-insensitive.

@@ -65,9 +65,10 @@ class upstream_pool {
   /// a pooled connection with a non-blocking peek first (for requests that cannot be replayed
   /// on a fresh connection if it turns out stale). Errors in `ec`:
   /// errc::upstream_unreachable (resolve or connect failed), errc::upstream_timeout.
+  /// `fresh`: skip the idle connections (a retry after a stale one).
   boost::asio::awaitable<upstream_lease> acquire(const config::upstream& up,
                                                  std::chrono::steady_clock::time_point deadline,
-                                                 bool probe);
+                                                 bool probe, bool fresh = false);
 
   /// acquire()'s first step, without waiting: an idle pooled connection to `up`, when one
   /// is open, into `lease` (true); false otherwise (then acquire() connects).
