@@ -59,9 +59,8 @@ struct miss_result {
 
 // `concurrency` coroutines each doing `per` sequential HGETs of random keys (a fraction
 // `absent` of them not in the hash).
-asio::awaitable<void> hgets(sluice::store::redis_directory& dir, std::string hash,
-                            std::size_t keys, std::size_t per, double absent, unsigned seed,
-                            miss_result* out) {
+asio::awaitable<void> hgets(sluice::store::redis_directory& dir, std::string hash, std::size_t keys,
+                            std::size_t per, double absent, unsigned seed, miss_result* out) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<std::size_t> pick(0, keys - 1);
   std::bernoulli_distribution missing(absent);
@@ -71,8 +70,10 @@ asio::awaitable<void> hgets(sluice::store::redis_directory& dir, std::string has
     auto r = co_await dir.hget(hash, k);
     out->latencies_us.push_back(
         std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
-    if (!r) ++out->errors;
-    else if (*r) ++out->found;
+    if (!r)
+      ++out->errors;
+    else if (*r)
+      ++out->found;
   }
   if (++out->finished == out->coroutines) out->end = clock_type::now();
 }
@@ -150,7 +151,11 @@ int main(int argc, char** argv) {
         "cache miss (HGET, %u in flight): p50 %.1f us, p99 %.1f us, mean %.1f us; "
         "%.0f lookups/s (%.1f us each amortised); %zu found, %zu absent, %zu errors\n",
         conc, percentile(r.latencies_us, 0.5), percentile(r.latencies_us, 0.99),
-        [&] { double s = 0; for (double x : r.latencies_us) s += x; return s / n; }(),
+        [&] {
+          double s = 0;
+          for (double x : r.latencies_us) s += x;
+          return s / n;
+        }(),
         n / r.wall_s, r.wall_s * 1e6 / n, r.found, n - r.found - r.errors, r.errors);
   }
   return 0;

@@ -7,11 +7,11 @@
 #include "sluice/observability/log.hpp"
 #include "sluice/version.hpp"
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/program_options.hpp>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
@@ -45,8 +45,8 @@ std::string summary(const sluice::config::rules& r) {
   }
   return std::to_string(r.routes.size()) + " routes, " + std::to_string(names.size()) +
          " limits, " + std::to_string(r.plans.size()) + " plans, " +
-         std::to_string(r.api_keys.size()) + " API keys, " +
-         std::to_string(r.upstreams.size()) + " upstreams; store: " + store;
+         std::to_string(r.api_keys.size()) + " API keys, " + std::to_string(r.upstreams.size()) +
+         " upstreams; store: " + store;
 }
 
 /// Checks `--listen`, `--admin` and `--workers` with the rules file's own parsers (the same
@@ -85,17 +85,15 @@ bool read_overrides(const po::variables_map& vm, sluice::app::gateway_options& o
 
 int main(int argc, char** argv) {
   po::options_description desc("sluice: a rate-limiting HTTP reverse proxy\n\nOptions");
-  desc.add_options()
-      ("help,h", "show this help")
-      ("version", "print the version and exit")
-      ("config,c", po::value<std::string>(), "run the gateway on this rules file")
-      ("check-config", po::value<std::string>(), "validate a rules file and exit (0 = valid)")
-      ("listen", po::value<std::string>(), "override `listen:` (host:port)")
-      ("admin", po::value<std::string>(), "override `admin:` (host:port of the admin listener)")
-      ("no-watch", "do not watch the rules file (reload on SIGHUP or POST /admin/reload only)")
-      ("workers", po::value<std::string>(), "override `workers:` (0..1024, 0 = one per core)")
-      ("log-level", po::value<std::string>()->default_value("info"),
-       "trace, debug, info, warn, error, critical, off");
+  desc.add_options()("help,h", "show this help")("version", "print the version and exit")(
+      "config,c", po::value<std::string>(), "run the gateway on this rules file")(
+      "check-config", po::value<std::string>(), "validate a rules file and exit (0 = valid)")(
+      "listen", po::value<std::string>(), "override `listen:` (host:port)")(
+      "admin", po::value<std::string>(), "override `admin:` (host:port of the admin listener)")(
+      "no-watch", "do not watch the rules file (reload on SIGHUP or POST /admin/reload only)")(
+      "workers", po::value<std::string>(), "override `workers:` (0..1024, 0 = one per core)")(
+      "log-level", po::value<std::string>()->default_value("info"),
+      "trace, debug, info, warn, error, critical, off");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);

@@ -85,8 +85,8 @@ struct config_watcher::impl {
   watch_settings settings;
   int inotify_fd = -1;
   int stop_fd = -1;
-  std::string dir;          // directory holding the name
-  std::string target_dir;   // directory the name resolves into ("" when the same or unknown)
+  std::string dir;         // directory holding the name
+  std::string target_dir;  // directory the name resolves into ("" when the same or unknown)
   int target_wd = -1;
   identity last;
   std::thread thread;
@@ -111,7 +111,8 @@ struct config_watcher::impl {
     if (target_wd >= 0) ::inotify_rm_watch(inotify_fd, target_wd);  // may be gone already
     target_wd = -1;
     target_dir = wanted;
-    if (!target_dir.empty()) target_wd = ::inotify_add_watch(inotify_fd, target_dir.c_str(), dir_mask);
+    if (!target_dir.empty())
+      target_wd = ::inotify_add_watch(inotify_fd, target_dir.c_str(), dir_mask);
   }
 
   /// Drains the inotify queue; true when any event was read.
@@ -191,7 +192,8 @@ config_watcher::config_watcher(std::string path, std::function<void()> on_change
   fs::path parent = fs::path(impl_->path).parent_path();
   impl_->dir = parent.empty() ? "." : parent.string();
   impl_->inotify_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (impl_->inotify_fd < 0) throw std::system_error(errno, std::generic_category(), "inotify_init1");
+  if (impl_->inotify_fd < 0)
+    throw std::system_error(errno, std::generic_category(), "inotify_init1");
   impl_->stop_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (impl_->stop_fd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
   if (::inotify_add_watch(impl_->inotify_fd, impl_->dir.c_str(), dir_mask) < 0) {
@@ -202,7 +204,9 @@ config_watcher::config_watcher(std::string path, std::function<void()> on_change
   impl_->thread = std::thread([p = impl_.get()] { p->run(); });
 }
 
-config_watcher::~config_watcher() { stop(); }
+config_watcher::~config_watcher() {
+  stop();
+}
 
 void config_watcher::stop() {
   if (!impl_->thread.joinable()) return;

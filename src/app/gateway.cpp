@@ -6,34 +6,34 @@
 #include "request_path.hpp"
 #include "sluice/errc.hpp"
 
+#include "sluice/config/key_file.hpp"
 #include "sluice/http/headers.hpp"
 #include "sluice/http/router.hpp"
 #include "sluice/http/server.hpp"
 #include "sluice/http/upstream_pool.hpp"
-#include "sluice/config/key_file.hpp"
 #include "sluice/identity/identity.hpp"
 #include "sluice/identity/plan_cache.hpp"
-#include "sluice/store/redis_directory.hpp"
 #include "sluice/limiter/decision.hpp"
 #include "sluice/limiter/keys.hpp"
 #include "sluice/observability/log.hpp"
 #include "sluice/store/memory_store.hpp"
+#include "sluice/store/redis_directory.hpp"
 #include "sluice/store/redis_store.hpp"
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <condition_variable>
+#include <cstdlib>
 #include <future>
 #include <map>
 #include <mutex>
-#include <stdexcept>
 #include <random>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -47,14 +47,16 @@ using http::response;
 
 std::int64_t unix_ms_now() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch()).count();
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 std::pair<std::string, std::uint16_t> split_host_port(const std::string& text) {
   auto colon = text.rfind(':');
   if (colon == std::string::npos) throw std::runtime_error("bad listen address: " + text);
   std::string host = text.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   return {host, static_cast<std::uint16_t>(std::stoul(text.substr(colon + 1)))};
 }
 
@@ -99,7 +101,8 @@ struct gateway::impl {
 
   void poll_key_files() {
     std::unique_lock lock(poller_mutex);
-    while (!poller_wake.wait_for(lock, std::chrono::seconds(1), [this] { return stopped.load(); })) {
+    while (
+        !poller_wake.wait_for(lock, std::chrono::seconds(1), [this] { return stopped.load(); })) {
       const auto snap = shared.current.load();
       if (!snap->rules->api_keys_file) continue;
       lock.unlock();
@@ -145,7 +148,8 @@ struct gateway::impl {
     asio::post(w.ioc, [shared, wp = &w] {
       shared->set_value({wp->store->stats(), wp->handler->plan_cache_stats()});
     });
-    if (answer.wait_for(std::chrono::seconds(1)) != std::future_status::ready) return last_samples[i];
+    if (answer.wait_for(std::chrono::seconds(1)) != std::future_status::ready)
+      return last_samples[i];
     return last_samples[i] = answer.get();
   }
 };
@@ -219,7 +223,9 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
   }
 }
 
-gateway::~gateway() { stop(); }
+gateway::~gateway() {
+  stop();
+}
 
 void gateway::start() {
   if (impl_->started) return;
@@ -267,9 +273,7 @@ void gateway::stop() {
   for (auto& w : impl_->workers) {
     if (w->thread.joinable()) w->thread.join();
   }
-  {
-    std::lock_guard lock(impl_->poller_mutex);
-  }
+  { std::lock_guard lock(impl_->poller_mutex); }
   impl_->poller_wake.notify_all();
   if (impl_->key_file_poller.joinable()) impl_->key_file_poller.join();
 }
@@ -292,7 +296,9 @@ std::size_t gateway::drain(std::chrono::milliseconds deadline, const std::atomic
   }
 }
 
-bool gateway::draining() const { return impl_->draining.load(); }
+bool gateway::draining() const {
+  return impl_->draining.load();
+}
 
 asio::ip::tcp::endpoint gateway::endpoint() const {
   return impl_->workers.front()->server->local_endpoint();
@@ -305,7 +311,9 @@ void gateway::reload(std::shared_ptr<const config::rules> rules) {
   impl_->shared.count.reloads.fetch_add(1);
 }
 
-void gateway::note_reload_failure() { impl_->shared.count.reload_failures.fetch_add(1); }
+void gateway::note_reload_failure() {
+  impl_->shared.count.reload_failures.fetch_add(1);
+}
 
 gateway::current_rules gateway::current() const {
   const auto snap = impl_->shared.current.load();
@@ -354,9 +362,9 @@ observability::metrics_sample gateway::sample() const {
   s.store.connected = s.store_connected > 0;
   // The least healthy connection's breaker (open > half-open > closed).
   using bs = store::breaker_state;
-  s.store.breaker = s.breaker[static_cast<std::size_t>(bs::open)] ? bs::open
+  s.store.breaker = s.breaker[static_cast<std::size_t>(bs::open)]        ? bs::open
                     : s.breaker[static_cast<std::size_t>(bs::half_open)] ? bs::half_open
-                                                                          : bs::closed;
+                                                                         : bs::closed;
   for (auto& [name, r] : routes) s.routes.push_back(std::move(r));
   s.reloads = impl_->shared.count.reloads.load();
   s.reload_failures = impl_->shared.count.reload_failures.load();

@@ -28,8 +28,8 @@ struct route_counters {
 /// only; add_to() and the counters' value() from any thread.
 class request_counters {
  public:
-  observability::owned_counter requests;      ///< every request handled
-  observability::owned_counter bad_requests;  ///< 400/401/404 before a decision
+  observability::owned_counter requests;          ///< every request handled
+  observability::owned_counter bad_requests;      ///< 400/401/404 before a decision
   observability::duration_histogram store_check;  ///< store check durations
 
   /// The counters of `route`, an element of `rules.routes` of the snapshot numbered
@@ -47,8 +47,8 @@ class request_counters {
 
   mutable std::mutex mutex_;  // guards by_name_'s structure (never taken per request)
   std::map<std::string, std::unique_ptr<route_counters>> by_name_;
-  std::uint64_t generation_ = 0;              // worker thread only
-  std::vector<route_counters*> by_index_;     // rules.routes index -> counters
+  std::uint64_t generation_ = 0;           // worker thread only
+  std::vector<route_counters*> by_index_;  // rules.routes index -> counters
 };
 
 }  // namespace sluice::app

@@ -16,8 +16,8 @@
 #include "sluice/http/problem.hpp"
 #include "sluice/limiter/keys.hpp"
 
-#include <boost/beast/http/field.hpp>
 #include <spdlog/spdlog.h>
+#include <boost/beast/http/field.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -101,7 +101,7 @@ http::verdict gateway_handler::bad_request(unsigned version, std::string_view de
 }
 
 asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
-                                                      const http::request_context& ctx) {
+                                                       const http::request_context& ctx) {
   counters_.requests.add();
   // One snapshot decides the whole request, whatever reloads happen meanwhile.
   const std::shared_ptr<const snapshot> snap = shared_.current.load();
@@ -194,9 +194,9 @@ std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
 }
 
 std::optional<http::verdict> gateway_handler::present(const snapshot& snap,
-                                                     const http::request_head& head,
-                                                     const http::request_context& ctx,
-                                                     const routed& r, presented& p) {
+                                                      const http::request_head& head,
+                                                      const http::request_context& ctx,
+                                                      const routed& r, presented& p) {
   const config::rules& rules = *snap.rules;
   p.client = identity::client_address(ctx.peer.address(), head, rules.identity.trusted_proxies);
   if (p.client == ctx.peer.address() && ctx.peer.address().is_v4()) p.client_text = ctx.peer_text;
@@ -211,8 +211,8 @@ std::optional<http::verdict> gateway_handler::present(const snapshot& snap,
 }
 
 std::optional<http::verdict> gateway_handler::identify(const snapshot& snap,
-                                                      const http::request_head& head,
-                                                      presented& p, identified& out) {
+                                                       const http::request_head& head, presented& p,
+                                                       identified& out) {
   const config::rules& rules = *snap.rules;
   // A directory that cannot be read is a store failure, never "unknown key": the route's
   // policy applies later, as for a failed check; under `local` the caller is limited as
@@ -238,10 +238,10 @@ std::optional<http::verdict> gateway_handler::identify(const snapshot& snap,
 }
 
 std::optional<http::verdict> gateway_handler::prepare_check(const snapshot& snap,
-                                                           http::request_head& head,
-                                                           const http::request_context& ctx,
-                                                           const routed& r, const identified& id,
-                                                           limiter::check_request& check) {
+                                                            http::request_head& head,
+                                                            const http::request_context& ctx,
+                                                            const routed& r, const identified& id,
+                                                            limiter::check_request& check) {
   const config::rules& rules = *snap.rules;
   const config::route& rt = *r.route->route;
   // The shadow marker and the decision time are the gateway's to set: a client's copy never
@@ -287,8 +287,8 @@ http::verdict gateway_handler::respond(const snapshot& snap, http::request_head&
   const std::vector<limiter::applied_limit>* applied = &prepared.applied;
   if (!decided) {
     rescaled = prepared.applied;
-    if (auto v = apply_failure_policy(snap, r, id, decided.error(), ctx, check, rescaled,
-                                      decided, counted)) {
+    if (auto v = apply_failure_policy(snap, r, id, decided.error(), ctx, check, rescaled, decided,
+                                      counted)) {
       return std::move(*v);
     }
     applied = &rescaled;
@@ -341,8 +341,9 @@ std::optional<http::verdict> gateway_handler::apply_failure_policy(
     case config::failure_policy::fail_closed: {
       counted.fail_closed.add();
       log_store_failure(ec, rt.name, "fail_closed");
-      auto res = http::problem(11, bhttp::status::service_unavailable, "Rate Limiter Unavailable",
-                               "the rate limiter cannot decide this request right now; retry later");
+      auto res =
+          http::problem(11, bhttp::status::service_unavailable, "Rate Limiter Unavailable",
+                        "the rate limiter cannot decide this request right now; retry later");
       res.set(bhttp::field::retry_after, "1");
       return answer(std::move(res));
     }
@@ -363,8 +364,7 @@ std::optional<http::verdict> gateway_handler::apply_failure_policy(
 }
 
 http::verdict gateway_handler::forward(const routed& r, const http::request_context& ctx,
-                                       bool limited,
-                                       std::vector<limiter::header_field> fields,
+                                       bool limited, std::vector<limiter::header_field> fields,
                                        route_counters& counted) const {
   const config::route& rt = *r.route->route;
   http::verdict v;

@@ -133,8 +133,7 @@ class gateway_handler final : public http::request_handler {
   /// nothing is to be checked (forward unlimited) or an identity header is ambiguous (400).
   std::optional<http::verdict> prepare_check(const snapshot& snap, http::request_head& head,
                                              const http::request_context& ctx, const routed& r,
-                                             const identified& id,
-                                             limiter::check_request& check);
+                                             const identified& id, limiter::check_request& check);
   /// Step 4: answers from the decided outcome (429 with the quota fields, or forward), or
   /// from the failure policy when the store could not decide.
   http::verdict respond(const snapshot& snap, http::request_head& head,
@@ -152,8 +151,7 @@ class gateway_handler final : public http::request_handler {
       boost::system::result<limiter::check_outcome>& decided, route_counters& counted);
   /// The forward verdict.
   http::verdict forward(const routed& r, const http::request_context& ctx, bool limited,
-                        std::vector<limiter::header_field> fields,
-                        route_counters& counted) const;
+                        std::vector<limiter::header_field> fields, route_counters& counted) const;
   boost::asio::awaitable<directory_answer> directory_plan(config::directory_settings d,
                                                           std::string key);
   http::verdict bad_request(unsigned version, std::string_view detail);
@@ -163,7 +161,7 @@ class gateway_handler final : public http::request_handler {
   shared_state& shared_;
   std::shared_ptr<store::counter_store> store_;
   request_counters counters_;  // this worker's; summed by gateway::stats() and sample()
-  std::mt19937_64 jitter_{std::random_device{}()};  // Retry-After jitter; this worker's only
+  std::mt19937_64 jitter_{std::random_device{}()};     // Retry-After jitter; this worker's only
   std::shared_ptr<store::redis_directory> directory_;  // null without a redis store
   std::unique_ptr<identity::plan_cache> cache_;        // this worker's directory cache
   std::string cache_hash_;                             // the hash cache_ holds entries of

@@ -28,8 +28,10 @@ asio::ip::tcp::endpoint parse_endpoint(const std::string& text) {
   const auto colon = text.rfind(':');
   if (colon == std::string::npos) throw std::runtime_error("bad admin address: " + text);
   std::string host = text.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return {asio::ip::make_address(host), static_cast<std::uint16_t>(std::stoul(text.substr(colon + 1)))};
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  return {asio::ip::make_address(host),
+          static_cast<std::uint16_t>(std::stoul(text.substr(colon + 1)))};
 }
 
 /// The settings a running gateway reads only at start-up (listen, admin, workers, and the
@@ -86,15 +88,17 @@ struct runtime::impl : observability::admin_backend {
       if (!pinned.empty()) {
         std::string names;
         for (const auto& n : pinned) names += (names.empty() ? "" : ", ") + n;
-        spdlog::warn("reload ({}): {} changes {}, read at start-up only: the running values stay "
-                     "in force until a restart",
-                     trigger, file, names);
+        spdlog::warn(
+            "reload ({}): {} changes {}, read at start-up only: the running values stay "
+            "in force until a restart",
+            trigger, file, names);
       }
       gw->reload(std::move(next));
       out.ok = true;
       out.generation = gw->current().generation;
       const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
-                          std::chrono::steady_clock::now() - began).count();
+                          std::chrono::steady_clock::now() - began)
+                          .count();
       spdlog::info("reload ({}): {} in force as generation {} (parsed and swapped in {} us)",
                    trigger, file, out.generation, us);
       return out;
@@ -103,7 +107,8 @@ struct runtime::impl : observability::admin_backend {
     out.generation = gw->current().generation;
     for (const auto& d : loaded.diagnostics) out.diagnostics.push_back(d.to_string());
     std::string more;
-    if (out.diagnostics.size() > 1) more = " (and " + std::to_string(out.diagnostics.size() - 1) + " more)";
+    if (out.diagnostics.size() > 1)
+      more = " (and " + std::to_string(out.diagnostics.size() - 1) + " more)";
     spdlog::error("reload ({}): {} refused, generation {} stays in force: {}{}", trigger, file,
                   out.generation, out.diagnostics.front(), more);
     return out;
@@ -121,9 +126,7 @@ struct runtime::impl : observability::admin_backend {
     auto r = reload("admin");
     return {r.ok, r.generation, std::move(r.diagnostics)};
   }
-  std::optional<std::string> metrics() override {
-    return observability::exposition(gw->sample());
-  }
+  std::optional<std::string> metrics() override { return observability::exposition(gw->sample()); }
 };
 
 runtime::runtime(std::string config_file, std::shared_ptr<const config::rules> rules,
@@ -134,18 +137,22 @@ runtime::runtime(std::string config_file, std::shared_ptr<const config::rules> r
   if (!options.gateway.admin.empty()) {
     impl_->admin_at = parse_endpoint(options.gateway.admin);
   } else if (!rules->admin_host.empty()) {
-    impl_->admin_at = asio::ip::tcp::endpoint{asio::ip::make_address(rules->admin_host), rules->admin_port};
+    impl_->admin_at =
+        asio::ip::tcp::endpoint{asio::ip::make_address(rules->admin_host), rules->admin_port};
   }
   impl_->gw = std::make_unique<app::gateway>(std::move(rules), options.gateway);
   if (impl_->admin_at) {
     // The backend is the impl itself; the shared_ptr does not own it (the runtime does, and
     // stops the listener before the impl goes away).
     std::shared_ptr<observability::admin_backend> backend(std::shared_ptr<void>{}, impl_.get());
-    impl_->admin = std::make_shared<observability::admin_server>(*impl_->admin_at, std::move(backend));
+    impl_->admin =
+        std::make_shared<observability::admin_server>(*impl_->admin_at, std::move(backend));
   }
 }
 
-runtime::~runtime() { stop(); }
+runtime::~runtime() {
+  stop();
+}
 
 void runtime::start() {
   if (impl_->started) return;
@@ -157,8 +164,10 @@ void runtime::start() {
       impl_->watcher = std::make_unique<config_watcher>(
           impl_->file, [p = impl_.get()] { p->reload("file change"); }, impl_->options.watching);
     } catch (const std::exception& e) {
-      spdlog::error("cannot watch {} ({}): file changes will not be seen; SIGHUP and "
-                    "POST /admin/reload still reload it", impl_->file, e.what());
+      spdlog::error(
+          "cannot watch {} ({}): file changes will not be seen; SIGHUP and "
+          "POST /admin/reload still reload it",
+          impl_->file, e.what());
     }
   }
 }
@@ -180,15 +189,21 @@ void runtime::stop() {
   impl_->gw->stop();
 }
 
-reload_outcome runtime::reload(std::string_view trigger) { return impl_->reload(trigger); }
+reload_outcome runtime::reload(std::string_view trigger) {
+  return impl_->reload(trigger);
+}
 
-gateway& runtime::gateway() { return *impl_->gw; }
+gateway& runtime::gateway() {
+  return *impl_->gw;
+}
 
 std::optional<asio::ip::tcp::endpoint> runtime::admin_endpoint() const {
   if (!impl_->admin) return std::nullopt;
   return impl_->admin->local_endpoint();
 }
 
-const std::string& runtime::config_file() const { return impl_->file; }
+const std::string& runtime::config_file() const {
+  return impl_->file;
+}
 
 }  // namespace sluice::app

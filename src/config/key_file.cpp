@@ -38,7 +38,9 @@ std::optional<std::string> api_key_file::find(std::string_view key) const {
   return it->second;
 }
 
-std::size_t api_key_file::size() const { return map_.load()->size(); }
+std::size_t api_key_file::size() const {
+  return map_.load()->size();
+}
 
 std::vector<diagnostic> api_key_file::poll() {
   struct stat st {};
@@ -79,7 +81,8 @@ std::vector<diagnostic> api_key_file::read(std::shared_ptr<const key_map>& out) 
   if (::stat(path_.c_str(), &st) != 0) {
     const int err = errno;
     seen_ = {};
-    diags.push_back({path_, 0, "api_keys_file", "cannot read file: " + std::string(std::strerror(err))});
+    diags.push_back(
+        {path_, 0, "api_keys_file", "cannot read file: " + std::string(std::strerror(err))});
     return diags;
   }
   seen_ = {static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,

@@ -534,8 +534,8 @@ class loader {
       if (p.value.rate.count > max_log_units)
         error(p.rate_line, p.rate_path,
               "rate " + p.rate_text + " is too large for sliding_log, which stores one " +
-                  "timestamp per unit: the count must be at most " +
-                  std::to_string(max_log_units) + " (use sliding_window or token_bucket)");
+                  "timestamp per unit: the count must be at most " + std::to_string(max_log_units) +
+                  " (use sliding_window or token_bucket)");
       return;
     }
     if (is_window(algo)) return;
@@ -601,12 +601,24 @@ class loader {
     std::string lower = *h;
     std::transform(lower.begin(), lower.end(), lower.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    static const std::set<std::string> reserved{
-        "host",       "content-length",    "transfer-encoding",     "connection",
-        "te",         "trailer",           "upgrade",               "keep-alive",
-        "proxy-connection", "x-forwarded-for", "via",               "expect",
-        "retry-after", "ratelimit",        "ratelimit-policy",      "x-ratelimit-limit",
-        "x-ratelimit-remaining", "x-ratelimit-reset"};
+    static const std::set<std::string> reserved{"host",
+                                                "content-length",
+                                                "transfer-encoding",
+                                                "connection",
+                                                "te",
+                                                "trailer",
+                                                "upgrade",
+                                                "keep-alive",
+                                                "proxy-connection",
+                                                "x-forwarded-for",
+                                                "via",
+                                                "expect",
+                                                "retry-after",
+                                                "ratelimit",
+                                                "ratelimit-policy",
+                                                "x-ratelimit-limit",
+                                                "x-ratelimit-remaining",
+                                                "x-ratelimit-reset"};
     if (reserved.contains(lower)) {
       error(e.line, path,
             "'" + *h + "' is managed by the gateway; choose another name, such as X-Sluice-Shadow");
@@ -816,9 +828,9 @@ class loader {
   // --- sections --------------------------------------------------------------------------
 
   void parse_store(const entry& e, rules& r) {
-    static const std::vector<std::string> keys{"type",         "address",     "nodes",
-                                               "timeout",      "password_env", "local_share",
-                                               "layout",       "hash_groups"};
+    static const std::vector<std::string> keys{"type",    "address",      "nodes",
+                                               "timeout", "password_env", "local_share",
+                                               "layout",  "hash_groups"};
     auto m = fields(e.value, "store", e.line, keys, true);
     if (!m) return;
     if (const entry* t = m->find("type")) {
@@ -1071,10 +1083,16 @@ class loader {
 
   void parse_routes(const entry& e) {
     if (!sequence(e.value, "routes", e.line, true)) return;
-    static const std::vector<std::string> keys{
-        "name",          "match",   "upstream",           "cost",
-        "on_store_failure", "limits", "max_request_body", "max_response_body",
-        "upgrade",       "tunnel_idle_timeout"};
+    static const std::vector<std::string> keys{"name",
+                                               "match",
+                                               "upstream",
+                                               "cost",
+                                               "on_store_failure",
+                                               "limits",
+                                               "max_request_body",
+                                               "max_response_body",
+                                               "upgrade",
+                                               "tunnel_idle_timeout"};
     static const std::vector<std::string> match_keys{"path", "path_prefix", "path_glob", "methods",
                                                      "host"};
     std::size_t i = 0;
@@ -1102,8 +1120,8 @@ class loader {
           const entry* glob = mm->find("path_glob");
           const int kinds = (exact ? 1 : 0) + (glob ? 1 : 0) + (mm->find("path_prefix") ? 1 : 0);
           if (kinds > 1) {
-            error(mt->line, mpath, "use one of path, path_prefix and path_glob, not " +
-                                       std::to_string(kinds));
+            error(mt->line, mpath,
+                  "use one of path, path_prefix and path_glob, not " + std::to_string(kinds));
           } else if (exact) {
             const std::string p = join(mpath, "path");
             if (auto s = string(exact->value, p, exact->line)) {
@@ -1280,10 +1298,10 @@ class loader {
       return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     });
     const bool bracketed = h.size() > 2 && h.front() == '[' && h.back() == ']';
-    const bool ok = !h.empty() && (bracketed || std::all_of(h.begin(), h.end(), [](char c) {
-                                     return std::isalnum(static_cast<unsigned char>(c)) ||
-                                            c == '-' || c == '.';
-                                   }));
+    const bool ok =
+        !h.empty() && (bracketed || std::all_of(h.begin(), h.end(), [](char c) {
+                         return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.';
+                       }));
     if (!bracketed && h.find(':') != std::string::npos) {
       error(line, path,
             "host '" + s + "' must not name a port; the request's port is ignored when matching");
@@ -1402,9 +1420,14 @@ load_result loader::run(const YAML::Node& root) {
     error(line_of(root, 1), "", "expected a mapping at the top level, got " + describe(root));
     return fail();
   }
-  static const std::vector<std::string> keys{
-      "listen",    "admin",    "workers", "store",    "headers", "retry_after_jitter", "drain_timeout", "client_timeout", "shadow_header", "decision_time_header",
-      "upstreams", "identity", "plans",   "api_keys", "routes", "api_keys_file"};
+  static const std::vector<std::string> keys{"listen",        "admin",
+                                             "workers",       "store",
+                                             "headers",       "retry_after_jitter",
+                                             "drain_timeout", "client_timeout",
+                                             "shadow_header", "decision_time_header",
+                                             "upstreams",     "identity",
+                                             "plans",         "api_keys",
+                                             "routes",        "api_keys_file"};
   auto top = fields(root, "", 1, keys);
   auto r = std::make_shared<rules>();
   r->source = file_;

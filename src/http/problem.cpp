@@ -14,11 +14,21 @@ void append_escaped(std::string& out, std::string_view s) {
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -77,8 +87,7 @@ failure_text describe(upstream_failure f) {
       return {bhttp::status::bad_gateway, "Bad Gateway",
               "the upstream response is larger than the route's max_response_body"};
     case upstream_failure::body_failed:
-      return {bhttp::status::bad_gateway, "Bad Gateway",
-              "the upstream response body broke off"};
+      return {bhttp::status::bad_gateway, "Bad Gateway", "the upstream response body broke off"};
   }
   return {bhttp::status::bad_gateway, "Bad Gateway", "the upstream failed"};
 }

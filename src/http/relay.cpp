@@ -19,18 +19,18 @@
 #include "sluice/http/problem.hpp"
 #include "sluice/log_throttle.hpp"
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
-#include <boost/beast/http/error.hpp>
 #include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
-#include <spdlog/spdlog.h>
 
 #include <array>
 
@@ -228,14 +228,13 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
   };
 
   prepare_upstream_head(req.base(), plan.target, plan.client_address,
-                        !has_body        ? body_framing::none
+                        !has_body            ? body_framing::none
                         : c.parser.chunked() ? body_framing::chunked
                                              : body_framing::content_length,
                         plan.upgrade, c.parser.content_length().value_or(0));
   if (req.count(bhttp::field::host) == 0) {
     // An HTTP/1.0 client may omit Host; HTTP/1.1 requires one (RFC 9112 §3.2).
-    req.set(bhttp::field::host,
-            up.port == 80 ? up.host : up.host + ":" + std::to_string(up.port));
+    req.set(bhttp::field::host, up.port == 80 ? up.host : up.host + ":" + std::to_string(up.port));
   }
 
   std::unique_ptr<char[]> block;
@@ -405,7 +404,8 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     if (status == 204 || status / 100 == 1) {
       res.erase(bhttp::field::content_length);
     } else if (const auto length = rp->content_length(); length && !rp->chunked()) {
-      res.set(bhttp::field::content_length, std::to_string(*length));  // one line, whatever repeats the upstream sent
+      res.set(bhttp::field::content_length,
+              std::to_string(*length));  // one line, whatever repeats the upstream sent
     }
     if (!no_body && (rp->chunked() || close_delimited)) {
       if (version >= 11) {
@@ -457,9 +457,8 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       if (rec == bhttp::error::end_of_stream && close_delimited) rec = {};  // EOF ends it
       if (rec) {
         ups.close();
-        const auto f =
-            rec == bhttp::error::body_limit ? upstream_failure::too_large
-                                            : upstream_failure::body_failed;
+        const auto f = rec == bhttp::error::body_limit ? upstream_failure::too_large
+                                                       : upstream_failure::body_failed;
         log_failure(f, up, rec);
         pool.count_failure();
         if (plan.on_failure) plan.on_failure(f);

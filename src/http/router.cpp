@@ -172,7 +172,6 @@ bool valid_host(std::string_view h) {
   return true;
 }
 
-
 boost::system::result<canonical_target> canonicalize(std::string_view target) {
   if (target.empty()) return errc::bad_request;
 
@@ -235,7 +234,7 @@ namespace {
 // Bit of a well-known method in a route's set (RFC 9110 §9 and PATCH, RFC 5789); -1 for an
 // extension method, which is compared as text.
 int method_bit(std::string_view m) {
-  static constexpr std::string_view known[] = {"GET",     "HEAD",    "POST",  "PUT",   "DELETE",
+  static constexpr std::string_view known[] = {"GET",     "HEAD",    "POST",  "PUT",  "DELETE",
                                                "CONNECT", "OPTIONS", "TRACE", "PATCH"};
   for (int i = 0; i < static_cast<int>(std::size(known)); ++i)
     if (known[i] == m) return i;

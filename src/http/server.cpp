@@ -177,7 +177,11 @@ struct session {
 struct listener_state {
   listener_state(asio::io_context& io, std::shared_ptr<request_handler> h, session_limits l,
                  unsigned w)
-      : ioc(io), acceptor(io), handler(std::move(h)), limits(l), worker(w),
+      : ioc(io),
+        acceptor(io),
+        handler(std::move(h)),
+        limits(l),
+        worker(w),
         pool(io.get_executor()) {}
 
   asio::io_context& ioc;
@@ -264,8 +268,8 @@ asio::awaitable<bool> discard_body(timed_socket& stream, beast::flat_buffer& buf
 /// Reads a whole request body into memory (verdict::kind::buffer), at most `limit` bytes.
 asio::awaitable<error_code> read_whole_body(timed_socket& stream, beast::flat_buffer& buffer,
                                             request_parser& parser,
-                                            std::chrono::milliseconds timeout,
-                                            std::uint64_t limit, std::string& body) {
+                                            std::chrono::milliseconds timeout, std::uint64_t limit,
+                                            std::string& body) {
   std::array<char, 4096> scratch{};
   parser.body_limit(limit);
   while (!parser.is_done()) {
@@ -360,10 +364,10 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
     bool body_settled = false;
     switch (v.what) {
       case verdict::kind::forward: {
-        auto r = co_await relay(client_side{stream, buffer, *parser, limits.read_timeout,
-                                            limits.write_timeout, client_keep_alive,
-                                            self->stopping, expect_continue},
-                                v.forward, self->pool, self->buffers, self->relays);
+        auto r = co_await relay(
+            client_side{stream, buffer, *parser, limits.read_timeout, limits.write_timeout,
+                        client_keep_alive, self->stopping, expect_continue},
+            v.forward, self->pool, self->buffers, self->relays);
         if (!r.answer) {
           if (r.keep_alive && !self->stopping) continue;
           if (stream.socket().is_open()) co_await lingering_close(stream);
@@ -552,7 +556,9 @@ void server::drain() {
   asio::dispatch(impl_->ioc, [self = impl_] { self->drain(); });
 }
 
-std::size_t server::open_sessions() const { return impl_->sessions.size(); }
+std::size_t server::open_sessions() const {
+  return impl_->sessions.size();
+}
 
 std::size_t server::busy_sessions() const {
   std::size_t n = 0;
@@ -560,8 +566,12 @@ std::size_t server::busy_sessions() const {
   return n;
 }
 
-upstream_pool& server::pool() { return impl_->pool; }
+upstream_pool& server::pool() {
+  return impl_->pool;
+}
 
-const relay_stats& server::relays() const { return impl_->relays; }
+const relay_stats& server::relays() const {
+  return impl_->relays;
+}
 
 }  // namespace sluice::http

@@ -18,11 +18,11 @@
 #include "sluice/errc.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/connect.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
-#include <boost/asio/connect.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/rfc7230.hpp>
@@ -131,8 +131,8 @@ bool is_idempotent(bhttp::verb v) {
 }
 
 /// Connects to the upstream within min(connect_timeout, time left before `deadline`).
-asio::awaitable<void> connect(state_ptr st, const config::upstream& up,
-                              steady::time_point deadline, upstream_lease& lease) {
+asio::awaitable<void> connect(state_ptr st, const config::upstream& up, steady::time_point deadline,
+                              upstream_lease& lease) {
   auto budget = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
   if (up.connect_timeout < budget) budget = up.connect_timeout;
   if (budget.count() <= 0) {
@@ -227,7 +227,8 @@ asio::awaitable<boost::system::result<response>> exchange(state_ptr st, config::
       co_return lease.ec;
     }
     auto& stream = *lease.stream;
-    stream.expires_after(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()));
+    stream.expires_after(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()));
     auto [wec, wn] = co_await bhttp::async_write(stream, req, use_tuple);
     (void)wn;
 
@@ -241,7 +242,8 @@ asio::awaitable<boost::system::result<response>> exchange(state_ptr st, config::
         parser.header_limit(response_header_limit);
         parser.body_limit(st->body_limit);
         parser.skip(head_request);  // a response to HEAD has no content (RFC 9110 §9.3.2)
-        stream.expires_after(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()));
+        stream.expires_after(
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()));
         auto [rec0, rn] = co_await bhttp::async_read(stream, lease.buffer, parser, use_tuple);
         (void)rn;
         const auto rec = stream.timeout_error(rec0);
@@ -320,8 +322,12 @@ void upstream_pool::release(upstream_lease lease, std::chrono::milliseconds idle
   impl_->put_idle(lease, steady::now() + idle_for);
 }
 
-void upstream_pool::count_failure() { impl_->failures.fetch_add(1, std::memory_order_relaxed); }
-void upstream_pool::count_retry() { impl_->retries.fetch_add(1, std::memory_order_relaxed); }
+void upstream_pool::count_failure() {
+  impl_->failures.fetch_add(1, std::memory_order_relaxed);
+}
+void upstream_pool::count_retry() {
+  impl_->retries.fetch_add(1, std::memory_order_relaxed);
+}
 
 std::chrono::milliseconds upstream_pool::idle_lifetime(const bhttp::fields& res) {
   const auto value = res[bhttp::field::keep_alive];

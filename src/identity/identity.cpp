@@ -15,7 +15,6 @@ namespace {
 
 namespace ip = boost::asio::ip;
 
-
 bool in_network(const ip::address& addr, const config::cidr& net) {
   std::array<unsigned char, 16> bytes{};
   std::size_t len = 0;
@@ -39,8 +38,8 @@ bool in_network(const ip::address& addr, const config::cidr& net) {
 }
 
 // The values of every line of header `name`, in order. Returns whether any line exists.
-boost::container::small_vector<std::string_view, 2> lines(
-    const boost::beast::http::fields& headers, std::string_view name) {
+boost::container::small_vector<std::string_view, 2> lines(const boost::beast::http::fields& headers,
+                                                          std::string_view name) {
   boost::container::small_vector<std::string_view, 2> out;
   auto range = headers.equal_range(name);
   for (auto it = range.first; it != range.second; ++it) out.push_back(it->value());
@@ -148,7 +147,8 @@ ip::address client_address(const ip::address& peer, const boost::beast::http::fi
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     boost::system::error_code ec;
     auto text = std::string(*it);
-    if (text.size() > 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
+    if (text.size() > 2 && text.front() == '[' && text.back() == ']')
+      text = text.substr(1, text.size() - 2);
     auto addr = ip::make_address(text, ec);
     if (ec) break;  // garbage: the last trusted hop is the client
     client = normalise(addr);
@@ -276,14 +276,14 @@ std::optional<std::pair<limiter::key_namespace, std::string>> limit_identity(
       return std::pair{ns::global, std::string("*")};
     case config::identity_kind::user:
     case config::identity_kind::header: {
-      const std::string& name = limit.by == config::identity_kind::user
-                                    ? rules.identity.user_header
-                                    : limit.header_name;
-      std::optional<std::string> v = name.empty() ? std::optional<std::string>(std::string())
-                                                  : single_value(headers, name);
+      const std::string& name =
+          limit.by == config::identity_kind::user ? rules.identity.user_header : limit.header_name;
+      std::optional<std::string> v =
+          name.empty() ? std::optional<std::string>(std::string()) : single_value(headers, name);
       if (!v) return std::nullopt;
       if (v->empty()) return std::pair{ns::fallback_ip, who.client_ip};
-      return std::pair{limit.by == config::identity_kind::user ? ns::user : ns::header, std::move(*v)};
+      return std::pair{limit.by == config::identity_kind::user ? ns::user : ns::header,
+                       std::move(*v)};
     }
   }
   return std::pair{ns::ip, who.client_ip};

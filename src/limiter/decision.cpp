@@ -70,7 +70,8 @@ std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits
     if (auto i = most_constraining(limits, outcome)) {
       const auto& o = outcome.limits[*i];
       out.emplace_back("X-RateLimit-Limit", std::to_string(o.limit));
-      out.emplace_back("X-RateLimit-Remaining", std::to_string(std::max<std::int64_t>(0, o.remaining)));
+      out.emplace_back("X-RateLimit-Remaining",
+                       std::to_string(std::max<std::int64_t>(0, o.remaining)));
       out.emplace_back("X-RateLimit-Reset", std::to_string(ceil_seconds(o.reset_ms)));
     }
   }
@@ -84,8 +85,10 @@ std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits
       policy += '"' + limits[i].name + "\";q=" + std::to_string(o.limit) +
                 ";w=" + std::to_string(policy_window_seconds(limits[i]));
       if (!state.empty()) state += ", ";
-      state += '"' + limits[i].name + "\";r=" + std::to_string(std::max<std::int64_t>(0, o.remaining));
-      if (o.remaining < o.limit) state += ";t=" + std::to_string(std::max<std::int64_t>(1, ceil_seconds(o.next_ms)));
+      state +=
+          '"' + limits[i].name + "\";r=" + std::to_string(std::max<std::int64_t>(0, o.remaining));
+      if (o.remaining < o.limit)
+        state += ";t=" + std::to_string(std::max<std::int64_t>(1, ceil_seconds(o.next_ms)));
     }
     if (!policy.empty()) {
       out.emplace_back("RateLimit-Policy", std::move(policy));

@@ -93,7 +93,8 @@ store_address packed_address(std::string_view bucket_key, std::uint32_t groups) 
   static constexpr char hex[] = "0123456789abcdef";
   char digits[16];
   int n = 0;
-  for (std::uint64_t g = fnv1a64(enc) % groups; n == 0 || g != 0; g >>= 4) digits[n++] = hex[g & 0xf];
+  for (std::uint64_t g = fnv1a64(enc) % groups; n == 0 || g != 0; g >>= 4)
+    digits[n++] = hex[g & 0xf];
   store_address out;
   out.key.reserve(bar + 3 + n);
   out.key.append(bucket_key.substr(0, bar + 1));

@@ -20,9 +20,9 @@ std::int64_t refilled_level(const bucket_state* state, const bucket_params& p,
     // Written under another rate: the same balance in tokens, in this rate's units, rounded
     // down. Computed in doubles exactly as the script does (the same IEEE operations), so
     // both stores agree; only a fraction of one unit can be lost.
-    stored = static_cast<std::int64_t>(std::floor(static_cast<double>(stored) /
-                                                  static_cast<double>(state->units_per_token) *
-                                                  static_cast<double>(p.units_per_token)));
+    stored = static_cast<std::int64_t>(
+        std::floor(static_cast<double>(stored) / static_cast<double>(state->units_per_token) *
+                   static_cast<double>(p.units_per_token)));
   }
   const std::int64_t level = std::clamp<std::int64_t>(stored, 0, cap);
   // A clock stepped back counts as no time (DESIGN.md, "Fine points").
@@ -33,8 +33,7 @@ std::int64_t refilled_level(const bucket_state* state, const bucket_params& p,
   return level + elapsed * p.refill_per_ms;
 }
 
-limit_outcome describe(std::int64_t level, const bucket_params& p, std::int64_t cost,
-                       bool admits) {
+limit_outcome describe(std::int64_t level, const bucket_params& p, std::int64_t cost, bool admits) {
   const std::int64_t cap = p.capacity();
   const std::int64_t upt = p.units_per_token;
   limit_outcome out;

@@ -13,7 +13,9 @@
 namespace sluice::limiter {
 namespace {
 
-bool sliding(config::algorithm a) { return a == config::algorithm::sliding_window; }
+bool sliding(config::algorithm a) {
+  return a == config::algorithm::sliding_window;
+}
 
 }  // namespace
 
@@ -66,8 +68,7 @@ std::int64_t window_wait(const window_counts& c, const bucket_params& p, config:
   // current·(w − e) <= (lim − need)·w, i.e. e = max(0, w − floor((lim − need)·w / current)).
   // With need == lim and current > 0 that is e = w: the start of the window after next.
   const std::int64_t spare = lim - need;
-  const std::int64_t e =
-      c.current == 0 ? 0 : std::max<std::int64_t>(0, w - spare * w / c.current);
+  const std::int64_t e = c.current == 0 ? 0 : std::max<std::int64_t>(0, w - spare * w / c.current);
   return to_end + e;
 }
 

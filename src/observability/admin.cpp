@@ -11,11 +11,11 @@
 #include "sluice/limiter/guarantee.hpp"
 #include "sluice/observability/metrics.hpp"
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include <thread>
 
@@ -228,9 +228,9 @@ class admin_handler final : public http::buffered_handler {
       }
       if (path == "/readyz") {
         if (!get) return not_allowed("GET, HEAD");
-        return backend_->ready() ? reply(v, bhttp::status::ok, "ready\n", "text/plain")
-                                 : reply(v, bhttp::status::service_unavailable, "not ready\n",
-                                         "text/plain");
+        return backend_->ready()
+                   ? reply(v, bhttp::status::ok, "ready\n", "text/plain")
+                   : reply(v, bhttp::status::service_unavailable, "not ready\n", "text/plain");
       }
       if (path == "/admin/config") {
         if (!get) return not_allowed("GET, HEAD");
@@ -286,7 +286,9 @@ admin_server::admin_server(asio::ip::tcp::endpoint endpoint, std::shared_ptr<adm
       http::session_limits{}, 0, /*share_port=*/false);  // a port in use is an error
 }
 
-admin_server::~admin_server() { stop(); }
+admin_server::~admin_server() {
+  stop();
+}
 
 void admin_server::start() {
   if (impl_->thread.joinable()) return;

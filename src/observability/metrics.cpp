@@ -96,7 +96,9 @@ MetricFamily gauge(std::string name, std::string help, double value) {
   return f;
 }
 
-double d(std::uint64_t v) { return static_cast<double>(v); }
+double d(std::uint64_t v) {
+  return static_cast<double>(v);
+}
 
 std::vector<MetricFamily> families(const metrics_sample& s) {
   std::vector<MetricFamily> out;
@@ -163,8 +165,8 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
 
   // The counter store.
   const auto& st = s.store;
-  out.push_back(counter("sluice_store_checks_total", "Checks decided by the counter store.",
-                        d(st.checks)));
+  out.push_back(
+      counter("sluice_store_checks_total", "Checks decided by the counter store.", d(st.checks)));
   out.push_back(counter("sluice_store_timeouts_total",
                         "Store checks that missed their deadline (store.timeout).",
                         d(st.timeouts)));
@@ -179,24 +181,21 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                         "Store replies that arrived after their check's deadline (dropped).",
                         d(st.late_replies)));
   out.push_back(counter("sluice_store_reconnects_total",
-                        "Store connections established after the first one.",
-                        d(st.reconnects)));
+                        "Store connections established after the first one.", d(st.reconnects)));
   out.push_back(counter("sluice_store_connect_failures_total",
                         "Store connection attempts that failed.", d(st.connect_failures)));
   out.push_back(counter("sluice_store_script_loads_total",
                         "SCRIPT LOADs sent (at connection and after NOSCRIPT).",
                         d(st.script_loads)));
   out.push_back(counter("sluice_store_breaker_opens_total",
-                        "Times a store connection's circuit breaker opened.",
-                        d(st.breaker_opens)));
+                        "Times a store connection's circuit breaker opened.", d(st.breaker_opens)));
   out.push_back(gauge("sluice_store_connected",
                       "Store connections (one per worker; the memory store counts as one) "
                       "connected now.",
                       d(s.store_connected)));
   {
     auto f = family("sluice_store_breaker_state",
-                    "Store connections whose circuit breaker is in this state.",
-                    MetricType::Gauge);
+                    "Store connections whose circuit breaker is in this state.", MetricType::Gauge);
     add_gauge(f, d(s.breaker[static_cast<std::size_t>(store::breaker_state::closed)]),
               {{"state", "closed"}});
     add_gauge(f, d(s.breaker[static_cast<std::size_t>(store::breaker_state::open)]),

@@ -36,7 +36,9 @@ void hiredis_asio::add_read(void* p) {
   a->arm_read();
 }
 
-void hiredis_asio::del_read(void* p) { static_cast<hiredis_asio*>(p)->want_read_ = false; }
+void hiredis_asio::del_read(void* p) {
+  static_cast<hiredis_asio*>(p)->want_read_ = false;
+}
 
 void hiredis_asio::add_write(void* p) {
   auto* a = static_cast<hiredis_asio*>(p);
@@ -44,7 +46,9 @@ void hiredis_asio::add_write(void* p) {
   a->arm_write();
 }
 
-void hiredis_asio::del_write(void* p) { static_cast<hiredis_asio*>(p)->want_write_ = false; }
+void hiredis_asio::del_write(void* p) {
+  static_cast<hiredis_asio*>(p)->want_write_ = false;
+}
 
 void hiredis_asio::cleanup(void* p) {
   auto* a = static_cast<hiredis_asio*>(p);

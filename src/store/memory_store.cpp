@@ -38,9 +38,9 @@ constexpr std::uint64_t sweep_interval = 1024;
 // (its limit's algorithm changed on reload) reads as missing, as in the script.
 struct entry {
   config::algorithm kind = config::algorithm::token_bucket;
-  limiter::bucket_state state;                  // token bucket
-  limiter::window_counts counts;                // fixed window, sliding window
-  std::unique_ptr<limiter::log_entries> log;    // sliding log (allocated only for it)
+  limiter::bucket_state state;                // token bucket
+  limiter::window_counts counts;              // fixed window, sliding window
+  std::unique_ptr<limiter::log_entries> log;  // sliding log (allocated only for it)
   std::int64_t expires_at_ms = 0;
 };
 
@@ -99,15 +99,14 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
   for (std::size_t s : order) locks.emplace_back(impl_->shards[s].mutex);
 
   // The clock is read under the locks, so checks on one bucket see non-decreasing time.
-  const std::int64_t now =
-      req.now_ms_override >= 0 ? req.now_ms_override : impl_->clock();
+  const std::int64_t now = req.now_ms_override >= 0 ? req.now_ms_override : impl_->clock();
 
   // Phase 1: read and decide (reads only, like the script, so duplicate keys behave alike).
   struct read_state {
-    std::int64_t level = 0;             // token bucket
-    limiter::window_counts counts;      // windows
+    std::int64_t level = 0;                   // token bucket
+    limiter::window_counts counts;            // windows
     std::optional<limiter::log_entries> log;  // sliding log, expired entries dropped
-    std::int64_t now_eff = 0;           // windows, log: max(now, the stored state's time)
+    std::int64_t now_eff = 0;                 // windows, log: max(now, the stored state's time)
   };
   small<read_state> rs(n);
   small<bool> admits(n);

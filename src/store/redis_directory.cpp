@@ -12,14 +12,14 @@
 #include "sluice/errc.hpp"
 #include "store/hiredis_asio.hpp"
 
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
 #include <boost/asio/append.hpp>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <hiredis/async.h>
-#include <hiredis/hiredis.h>
 
 #include <unordered_map>
 #include <vector>
@@ -59,7 +59,9 @@ struct redis_directory::impl : std::enable_shared_from_this<impl> {
   std::uint64_t next_id = first_id;
   std::unordered_map<std::uint64_t, pending> inflight;
 
-  static impl* owner(const redisAsyncContext* c) { return c ? static_cast<impl*>(c->data) : nullptr; }
+  static impl* owner(const redisAsyncContext* c) {
+    return c ? static_cast<impl*>(c->data) : nullptr;
+  }
 
   void connect() {
     if (state == state_t::stopped || ac != nullptr) return;
@@ -197,25 +199,32 @@ struct redis_directory::impl : std::enable_shared_from_this<impl> {
       redisAsyncFree(c);
       io.reset();
     }
-    while (!inflight.empty()) complete(inflight.begin()->first, errc::store_unavailable, std::nullopt);
+    while (!inflight.empty())
+      complete(inflight.begin()->first, errc::store_unavailable, std::nullopt);
   }
 };
 
 redis_directory::redis_directory(asio::any_io_executor ex, redis_directory_settings settings)
     : impl_(std::make_shared<impl>(std::move(ex), std::move(settings))) {}
 
-redis_directory::~redis_directory() { impl_->stop(); }
+redis_directory::~redis_directory() {
+  impl_->stop();
+}
 
 void redis_directory::start() {
   if (impl_->state == impl::state_t::idle && impl_->ac == nullptr) impl_->connect();
 }
 
-void redis_directory::stop() { impl_->stop(); }
+void redis_directory::stop() {
+  impl_->stop();
+}
 
-bool redis_directory::connected() const { return impl_->state == impl::state_t::ready; }
+bool redis_directory::connected() const {
+  return impl_->state == impl::state_t::ready;
+}
 
 asio::awaitable<boost::system::result<value>> redis_directory::hget(std::string hash,
-                                                                   std::string field) {
+                                                                    std::string field) {
   auto token = asio::as_tuple(asio::use_awaitable);
   auto [ec, v] = co_await asio::async_initiate<decltype(token), void(error_code, value)>(
       [](auto handler, std::shared_ptr<impl> self, std::string h, std::string f) {

@@ -33,23 +33,23 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
-#include <boost/asio/associated_executor.hpp>
+#include <spdlog/spdlog.h>
 #include <boost/asio/append.hpp>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/async_result.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
-#include <optional>
-#include <atomic>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string_view>
 #include <unordered_map>
@@ -97,9 +97,9 @@ std::string_view reply_text(const redisReply* r) {
 // this one check, such as WRONGTYPE from a colliding key): they count towards the breaker.
 // Redis error prefixes: https://redis.io/docs/reference/protocol-spec/#simple-errors
 bool unhealthy_error(std::string_view text) {
-  for (std::string_view prefix : {"READONLY", "OOM", "BUSY", "LOADING", "MASTERDOWN", "MISCONF",
-                                   "NOAUTH", "NOPERM", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS",
-                                   "NOSCRIPT"}) {
+  for (std::string_view prefix :
+       {"READONLY", "OOM", "BUSY", "LOADING", "MASTERDOWN", "MISCONF", "NOAUTH", "NOPERM",
+        "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS", "NOSCRIPT"}) {
     if (text.starts_with(prefix)) return true;
   }
   return false;
@@ -132,10 +132,10 @@ struct atomic_stats {
 
 // How a completed check counts for the breaker.
 enum class verdict {
-  answered,  // the server answered (a decision, or an error of this check only)
-  failed,    // the server did not serve it: error reply of an unhealthy server, lost connection
-  timed_out, // the deadline passed
-  not_sent,  // refused before reaching the server (no effect on the breaker)
+  answered,   // the server answered (a decision, or an error of this check only)
+  failed,     // the server did not serve it: error reply of an unhealthy server, lost connection
+  timed_out,  // the deadline passed
+  not_sent,   // refused before reaching the server (no effect on the breaker)
 };
 
 }  // namespace
@@ -148,7 +148,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     check_handler handler;
     std::uint64_t loads_at_send = 0;  // loads_sent when it was (last) sent
     bool retried = false;
-    bool probe = false;  // the one check let through by a half-open breaker
+    bool probe = false;             // the one check let through by a half-open breaker
     std::int64_t sent_wall_ms = 0;  // this host's real-time clock when it was sent
     bool learns_clock = false;      // decided on Redis's own clock (no test override)
   };
@@ -296,8 +296,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     if (!settings.password.empty()) {
       const char* argv[] = {"AUTH", settings.password.c_str()};
       const std::size_t lens[] = {4, settings.password.size()};
-      redisAsyncCommandArgv(c, &impl::on_setup_reply, reinterpret_cast<void*>(tag_auth), 2,
-                            argv, lens);
+      redisAsyncCommandArgv(c, &impl::on_setup_reply, reinterpret_cast<void*>(tag_auth), 2, argv,
+                            lens);
     }
     send_script_load(tag_initial_load);
     connect_timer.expires_after(settings.connect_timeout);
@@ -417,9 +417,10 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     if (ping_outstanding && !stalled && now - ping_sent > settings.command_timeout) {
       stalled = true;
       counters.connected = false;
-      spdlog::warn("redis {}:{}: no answer to an idle PING within {} ms: not ready until it "
-                   "answers",
-                   settings.host, settings.port, settings.command_timeout.count());
+      spdlog::warn(
+          "redis {}:{}: no answer to an idle PING within {} ms: not ready until it "
+          "answers",
+          settings.host, settings.port, settings.command_timeout.count());
     }
     if (!ping_outstanding && now - last_heard >= idle_probe_every) {
       if (redisAsyncCommand(ac, &impl::on_ping_reply, nullptr, "PING") == REDIS_OK) {
@@ -564,9 +565,10 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         set_breaker(breaker_state::closed);
         const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
             std::chrono::steady_clock::now() - opened_at);
-        spdlog::info("redis {}:{}: breaker closed, the store answers again (open {} ms, {} "
-                     "checks refused meanwhile)",
-                     settings.host, settings.port, ms.count(), refused_while_open);
+        spdlog::info(
+            "redis {}:{}: breaker closed, the store answers again (open {} ms, {} "
+            "checks refused meanwhile)",
+            settings.host, settings.port, ms.count(), refused_while_open);
       } else {
         open_breaker(v);
       }
@@ -648,8 +650,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       spdlog::warn("redis {}:{}: check missed its {} ms deadline", settings.host, settings.port,
                    settings.command_timeout.count());
     }
-    last_check_failure = "missed the " + std::to_string(settings.command_timeout.count()) +
-                         " ms deadline";
+    last_check_failure =
+        "missed the " + std::to_string(settings.command_timeout.count()) + " ms deadline";
     complete(it, errc::store_timeout, {}, verdict::timed_out);
   }
 
@@ -692,9 +694,10 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         }
         ++counters.errors;
         if (error_log.allow()) {
-          spdlog::warn("redis {}:{}: check refused as stale by the server ({}): the clocks of "
-                       "this host and the server moved apart; offset learned again",
-                       settings.host, settings.port, text);
+          spdlog::warn(
+              "redis {}:{}: check refused as stale by the server ({}): the clocks of "
+              "this host and the server moved apart; offset learned again",
+              settings.host, settings.port, text);
         }
         complete(it, errc::store_error, {}, verdict::answered);
         return;
@@ -761,9 +764,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   }
 
   // Never resumes the caller inline (we may be inside a hiredis callback or the initiation).
-  void finish(check_handler h, error_code ec, check_outcome out) {
-    h.post(ex, ec, std::move(out));
-  }
+  void finish(check_handler h, error_code ec, check_outcome out) { h.post(ex, ec, std::move(out)); }
 
   void stop() {
     state = conn_state::stopped;
@@ -782,17 +783,18 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
 redis_store::redis_store(asio::any_io_executor ex, redis_settings settings)
     : impl_(std::make_shared<impl>(std::move(ex), std::move(settings))) {}
 
-redis_store::~redis_store() { impl_->stop(); }
+redis_store::~redis_store() {
+  impl_->stop();
+}
 
 asio::awaitable<boost::system::result<check_outcome>> redis_store::check(
     limiter::check_request req) {
   auto token = asio::as_tuple(asio::use_awaitable);
-  auto [ec, out] =
-      co_await asio::async_initiate<decltype(token), void(error_code, check_outcome)>(
-          [](auto handler, std::shared_ptr<impl> self, limiter::check_request r) {
-            self->start_check(std::move(r), check_handler(std::move(handler)));
-          },
-          token, impl_, std::move(req));
+  auto [ec, out] = co_await asio::async_initiate<decltype(token), void(error_code, check_outcome)>(
+      [](auto handler, std::shared_ptr<impl> self, limiter::check_request r) {
+        self->start_check(std::move(r), check_handler(std::move(handler)));
+      },
+      token, impl_, std::move(req));
   if (ec) co_return ec;
   co_return std::move(out);
 }
@@ -801,8 +803,12 @@ void redis_store::start() {
   if (impl_->state == impl::conn_state::idle && impl_->ac == nullptr) impl_->connect();
 }
 
-void redis_store::stop() { impl_->stop(); }
+void redis_store::stop() {
+  impl_->stop();
+}
 
-store_stats redis_store::stats() const { return impl_->counters.snapshot(); }
+store_stats redis_store::stats() const {
+  return impl_->counters.snapshot();
+}
 
 }  // namespace sluice::store

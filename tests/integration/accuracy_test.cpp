@@ -56,9 +56,11 @@ decision_time_header: X-Sluice-Decided-At
 upstreams: {api: {url: UPSTREAM_URL}}
 routes:
   - {name: light, match: {path_prefix: /a}, upstream: api, cost: 1, on_store_failure: fail_closed,
-     limits: [)" + limit + R"(]}
+     limits: [)" +
+         limit + R"(]}
   - {name: heavy, match: {path_prefix: /b}, upstream: api, cost: 3, on_store_failure: fail_closed,
-     limits: [)" + limit + "]}\n";
+     limits: [)" +
+         limit + "]}\n";
 }
 
 /// Every admitted request the upstream saw, per key, at its store decision time.

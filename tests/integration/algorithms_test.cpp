@@ -42,13 +42,15 @@ identity: {api_key: {header: X-API-Key}}
 plans: {free: {limits: []}}
 api_keys: {key-a: free}
 upstreams: {api: {url: UPSTREAM_URL}}
-)" + extra + R"(
+)" + extra +
+         R"(
 routes:
   - name: items
     match: {path_prefix: /v1/items}
     upstream: api
     limits:
-      - )" + limit + "\n";
+      - )" +
+         limit + "\n";
 }
 
 // c01, fixed-window main table, exactly as written: 5/1m, six requests at window offsets
@@ -100,7 +102,6 @@ TEST(fixed_window, c07_persisted_window_key_is_re_armed) {
   EXPECT_FALSE(w.buckets().exists(key));
   EXPECT_EQ(w.redis->command({"EXISTS", w.buckets().where(key).key}).integer, 0);
 }
-
 
 void expect_exactly_five(const std::vector<client_response>& responses, std::size_t upstream_hits,
                          config::algorithm a) {

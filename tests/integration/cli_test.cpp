@@ -4,12 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <sys/wait.h>
 #include <utility>
 #include <vector>
 
@@ -77,8 +77,11 @@ routes:
 )");
   auto check = run("--check-config " + bad);
   EXPECT_NE(check.exit_code, 0);
-  EXPECT_NE(check.output.find(bad + ":15: routes[0].limits[0].plans.free.burst: cost 1 can never be admitted by burst 0"),
-            std::string::npos)
+  EXPECT_NE(
+      check.output.find(
+          bad +
+          ":15: routes[0].limits[0].plans.free.burst: cost 1 can never be admitted by burst 0"),
+      std::string::npos)
       << check.output;
   auto start = run("--config " + bad + " --listen 127.0.0.1:0");
   EXPECT_NE(start.exit_code, 0);

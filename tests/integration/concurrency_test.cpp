@@ -27,7 +27,6 @@ routes:
       - {name: items_key, by: api_key, rate: 5/1m, burst: 5}
 )";
 
-
 void expect_exactly_five(const std::vector<client_response>& responses, std::size_t upstream_hits) {
   std::map<std::string, int> remaining_of_200;
   int ok = 0, limited = 0;

@@ -33,7 +33,8 @@ class schedule {
  public:
   schedule() : start_(std::chrono::steady_clock::now()) {}
   void at(double t) const {
-    std::this_thread::sleep_until(start_ + std::chrono::microseconds(static_cast<long long>(t * 1e6)));
+    std::this_thread::sleep_until(start_ +
+                                  std::chrono::microseconds(static_cast<long long>(t * 1e6)));
   }
 
  private:
@@ -51,10 +52,11 @@ struct world {
   }
 
   std::string render(const std::string& yaml, const std::string& store_extra = "") const {
-    std::string store = kind == store_kind::redis
-                            ? "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) +
-                                  "\", timeout: 250ms" + store_extra + "}"
-                            : "{type: memory" + store_extra + "}";
+    std::string store =
+        kind == store_kind::redis
+            ? "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) +
+                  "\", timeout: 250ms" + store_extra + "}"
+            : "{type: memory" + store_extra + "}";
     return substitute(yaml, {{"UPSTREAM_URL", upstream.url()}, {"STORE", store}});
   }
 
@@ -124,7 +126,8 @@ inline std::pair<long long, long long> bucket_state(const redis_reply& r) {
 /// Expects the whole burst to finish within 1 s.
 inline std::vector<client_response> burst(const std::vector<std::uint16_t>& ports, int n) {
   std::vector<std::unique_ptr<http_connection>> conns;
-  for (int i = 0; i < n; ++i) conns.push_back(std::make_unique<http_connection>(ports[i % ports.size()]));
+  for (int i = 0; i < n; ++i)
+    conns.push_back(std::make_unique<http_connection>(ports[i % ports.size()]));
   std::vector<client_response> out(n);
   std::latch go(n + 1);
   std::vector<std::thread> threads;

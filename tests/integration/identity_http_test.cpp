@@ -52,19 +52,25 @@ TEST_P(identity_http, c12_xff_spoofing) {
   schedule s;
   auto xff = [](std::string v) { return header_list{{"X-Forwarded-For", std::move(v)}}; };
   s.at(0.0);
-  expect_row(from(w, lb, "POST", "/login", xff("198.51.100.1, 203.0.113.7")), 200, 3, 2, -1, -1, "row 1");
+  expect_row(from(w, lb, "POST", "/login", xff("198.51.100.1, 203.0.113.7")), 200, 3, 2, -1, -1,
+             "row 1");
   s.at(0.1);
-  expect_row(from(w, lb, "POST", "/login", xff("198.51.100.2, 203.0.113.7")), 200, 3, 1, -1, -1, "row 2");
+  expect_row(from(w, lb, "POST", "/login", xff("198.51.100.2, 203.0.113.7")), 200, 3, 1, -1, -1,
+             "row 2");
   s.at(0.2);
-  expect_row(from(w, lb, "POST", "/login", xff("198.51.100.3, 203.0.113.7")), 200, 3, 0, -1, -1, "row 3");
+  expect_row(from(w, lb, "POST", "/login", xff("198.51.100.3, 203.0.113.7")), 200, 3, 0, -1, -1,
+             "row 3");
   s.at(0.3);
-  expect_row(from(w, lb, "POST", "/login", xff("198.51.100.4, 203.0.113.7")), 429, 3, 0, -1, 20, "row 4");
+  expect_row(from(w, lb, "POST", "/login", xff("198.51.100.4, 203.0.113.7")), 429, 3, 0, -1, 20,
+             "row 4");
   s.at(0.4);
-  expect_row(from(w, lb, "POST", "/login", xff("192.0.2.50, 203.0.113.7")), 429, 3, 0, -1, 20, "row 5");
+  expect_row(from(w, lb, "POST", "/login", xff("192.0.2.50, 203.0.113.7")), 429, 3, 0, -1, 20,
+             "row 5");
   s.at(0.5);
   expect_row(from(w, lb, "POST", "/login", xff("192.0.2.50")), 200, 3, 2, -1, -1, "row 6");
   s.at(0.6);
-  expect_row(from(w, "127.203.113.9", "POST", "/login", xff("192.0.2.50")), 200, 3, 2, -1, -1, "row 7");
+  expect_row(from(w, "127.203.113.9", "POST", "/login", xff("192.0.2.50")), 200, 3, 2, -1, -1,
+             "row 7");
   s.at(0.7);
   expect_row(from(w, lb, "POST", "/login",
                   {{"X-Forwarded-For", "198.51.100.77"}, {"X-Forwarded-For", "203.0.113.8"}}),
@@ -79,11 +85,10 @@ TEST_P(identity_http, c12_xff_spoofing) {
   if (GetParam() == store_kind::redis) {
     using ns = limiter::key_namespace;
     EXPECT_EQ(scan(w, "sl:{login_ip|*"),
-              (std::set<std::string>{key("login_ip", ns::ip, "203.0.113.7"),
-                                     key("login_ip", ns::ip, "192.0.2.50"),
-                                     key("login_ip", ns::ip, "127.203.113.9"),
-                                     key("login_ip", ns::ip, "203.0.113.8"),
-                                     key("login_ip", ns::ip, "203.0.113.12")}));
+              (std::set<std::string>{
+                  key("login_ip", ns::ip, "203.0.113.7"), key("login_ip", ns::ip, "192.0.2.50"),
+                  key("login_ip", ns::ip, "127.203.113.9"), key("login_ip", ns::ip, "203.0.113.8"),
+                  key("login_ip", ns::ip, "203.0.113.12")}));
     EXPECT_TRUE(scan(w, "*198.51.100*").empty());
   }
 }
@@ -137,7 +142,7 @@ TEST_P(identity_http, c13_part_a_ip_identity_absent_or_empty) {
     EXPECT_EQ(keys, (std::set<std::string>{key("public_ip", ns::ip, a), key("public_ip", ns::ip, b),
                                            key("public_ip", ns::ip, lb)}));
     for (const auto& k : scan(w, "sl:*")) {
-      EXPECT_EQ(k.find("||"), std::string::npos) << k;  // no empty part
+      EXPECT_EQ(k.find("||"), std::string::npos) << k;   // no empty part
       EXPECT_EQ(k.find("|r}"), std::string::npos) << k;  // no empty raw value
     }
   }
@@ -167,16 +172,16 @@ TEST_P(identity_http, c13_part_b_api_key_absent_empty_or_unknown) {
              "row 8 (header name in lower case)");
   EXPECT_EQ(w.upstream.request_count(), 6u);
   // Two different values for the identity header: 400, nothing counted, nothing forwarded.
-  EXPECT_EQ(from(w, p20, "GET", "/v1/items", {{"X-API-Key", "key-a"}, {"X-API-Key", "key-b"}}).status,
-            400u);
+  EXPECT_EQ(
+      from(w, p20, "GET", "/v1/items", {{"X-API-Key", "key-a"}, {"X-API-Key", "key-b"}}).status,
+      400u);
   EXPECT_EQ(w.upstream.request_count(), 6u);
   if (GetParam() == store_kind::redis) {
     using ns = limiter::key_namespace;
     EXPECT_EQ(scan(w, "sl:{items_key|*"),
-              (std::set<std::string>{key("items_key", ns::anonymous_ip, p20),
-                                     key("items_key", ns::anonymous_ip, p21),
-                                     key("items_key", ns::api_key, p20),
-                                     key("items_key", ns::api_key, "key-a")}));
+              (std::set<std::string>{
+                  key("items_key", ns::anonymous_ip, p20), key("items_key", ns::anonymous_ip, p21),
+                  key("items_key", ns::api_key, p20), key("items_key", ns::api_key, "key-a")}));
   }
 }
 
@@ -192,7 +197,8 @@ TEST_P(identity_http, c13_part_b_with_unknown_key_reject) {
   if (GetParam() == store_kind::redis) {
     EXPECT_TRUE(scan(w, "sl:*").empty());
   }
-  expect_row(from(w, p20, "GET", "/v1/items", {{"X-API-Key", "key-a"}}), 200, 3, 2, -1, -1, "known");
+  expect_row(from(w, p20, "GET", "/v1/items", {{"X-API-Key", "key-a"}}), 200, 3, 2, -1, -1,
+             "known");
 }
 
 // `api_keys_file:` is hot-reloaded by itself: a key added to the file is known within ~2 s.
@@ -333,7 +339,7 @@ routes:
   w.redis->command({"HSET", "sluice:api_keys", "odd-key", "no-such-plan"});
   expect_row(w.get("/x", {{"X-API-Key", "dir-key"}}), 200, 100, 99, -1, -1, "directory key");
   expect_row(w.get("/x", {{"X-API-Key", "inline-key"}}), 200, 100, 99, -1, -1, "inline key");
-  EXPECT_FALSE(w.get("/x", {{"X-API-Key", "odd-key"}}).has("X-RateLimit-Limit"));  // unknown plan
+  EXPECT_FALSE(w.get("/x", {{"X-API-Key", "odd-key"}}).has("X-RateLimit-Limit"));   // unknown plan
   EXPECT_FALSE(w.get("/x", {{"X-API-Key", "late-key"}}).has("X-RateLimit-Limit"));  // absent
   // Cached: removing the key from Redis changes nothing within cache_ttl.
   w.redis->command({"HDEL", "sluice:api_keys", "dir-key"});

@@ -94,7 +94,6 @@ scrape parse(const std::string& text) {
   return s;
 }
 
-
 /// Upstreams, an optional redis-server, and a runtime (gateway + admin listener on port 0)
 /// from a rules file in which UPSTREAM_URL, SLOW_URL, GONE_URL and STORE are substituted.
 struct metrics_world {
@@ -108,10 +107,11 @@ struct metrics_world {
     slow.set_response(late);
     const std::string gone_url = gone.url();
     gone.stop();  // nothing listens there any more: connections are refused (502)
-    std::string store = kind == store_kind::redis
-                            ? "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) +
-                                  "\"" + store_extra + "}"
-                            : "{type: memory}";
+    std::string store =
+        kind == store_kind::redis
+            ? "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) + "\"" +
+                  store_extra + "}"
+            : "{type: memory}";
     file = dir.path / "rules.yaml";
     std::ofstream(file) << substitute(yaml, {{"UPSTREAM_URL", upstream.url()},
                                              {"SLOW_URL", slow.url()},
@@ -255,9 +255,10 @@ TEST_P(metrics_cases, counts_every_decision_exactly) {
   EXPECT_LT(m.at("sluice_store_check_duration_seconds_sum"), 7 * 0.25);
   // Buckets are cumulative.
   double previous = 0;
-  for (const char* le : {"0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01",
-                         "0.025", "0.05", "0.1", "0.25", "1", "+Inf"}) {
-    const double v = m.at(std::string("sluice_store_check_duration_seconds_bucket{le=\"") + le + "\"}");
+  for (const char* le : {"0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025",
+                         "0.05", "0.1", "0.25", "1", "+Inf"}) {
+    const double v =
+        m.at(std::string("sluice_store_check_duration_seconds_bucket{le=\"") + le + "\"}");
     EXPECT_GE(v, previous) << le;
     previous = v;
   }
@@ -295,7 +296,8 @@ TEST_P(metrics_cases, counts_every_decision_exactly) {
   // Reloads: a valid one moves the generation and its timestamp, an invalid one is counted
   // as failed and changes neither.
   const double loaded = m.at("sluice_config_last_reload_success_timestamp_seconds");
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   EXPECT_GT(loaded, now - 60);
   EXPECT_LE(loaded, now + 1);
   EXPECT_EQ(m.at("sluice_config_reloads_total{result=\"ok\"}"), 0);
@@ -365,11 +367,16 @@ struct tally {
     ++sent;
     const bool quota = r.has("X-RateLimit-Remaining");
     std::string d;
-    if (r.status == 200 && quota) d = "allowed";
-    else if (r.status == 200) d = "fail_open";
-    else if (r.status == 429) d = "limited";
-    else if (r.status == 503) d = "fail_closed";
-    else ADD_FAILURE() << route << ": " << r.status << " " << r.body;
+    if (r.status == 200 && quota)
+      d = "allowed";
+    else if (r.status == 200)
+      d = "fail_open";
+    else if (r.status == 429)
+      d = "limited";
+    else if (r.status == 503)
+      d = "fail_closed";
+    else
+      ADD_FAILURE() << route << ": " << r.status << " " << r.body;
     ++decisions[route][d];
   }
   int n(const std::string& route, const std::string& d) const {

@@ -45,7 +45,8 @@ class proxy : public testing::TestWithParam<store_kind> {};
 // c17: connection-level headers never cross the proxy, in either direction.
 TEST_P(proxy, c17_hop_by_hop_headers) {
   world w(GetParam(), c17_rules, 1);
-  w.upstream.set_response({200, {{"Connection", "close"}, {"Keep-Alive", "timeout=1"}}, {}, {}, false});
+  w.upstream.set_response(
+      {200, {{"Connection", "close"}, {"Keep-Alive", "timeout=1"}}, {}, {}, false});
   http_connection c(w.port());
   c.send_raw(c17_request);
   auto r = c.read_response();
@@ -108,7 +109,8 @@ TEST_P(proxy, c17_framing) {
 // an unlimited route they pass through untouched.
 TEST_P(proxy, upstream_rate_limit_fields_only_pass_on_unlimited_routes) {
   world w(GetParam(), c17_rules, 1);
-  w.upstream.set_response({200, {{"X-RateLimit-Remaining", "7"}, {"RateLimit", "\"up\";r=7"}}, {}, {}, false});
+  w.upstream.set_response(
+      {200, {{"X-RateLimit-Remaining", "7"}, {"RateLimit", "\"up\";r=7"}}, {}, {}, false});
   auto limited = w.get("/v1/items", {{"X-API-Key", "key-a"}});
   EXPECT_EQ(limited.count("X-RateLimit-Remaining"), 1u);
   EXPECT_EQ(limited.header("X-RateLimit-Remaining"), "99");
@@ -126,7 +128,8 @@ TEST_P(proxy, headers_none_sends_no_quota_fields_but_still_strips_upstream_ones)
   rules = "headers: []\n" + rules;
   rules = substitute(rules, {{"rate: 100/1m, burst: 100", "rate: 1/1m, burst: 1"}});
   world w(GetParam(), rules, 1);
-  w.upstream.set_response({200, {{"X-RateLimit-Remaining", "7"}, {"RateLimit", "\"up\";r=7"}}, {}, {}, false});
+  w.upstream.set_response(
+      {200, {{"X-RateLimit-Remaining", "7"}, {"RateLimit", "\"up\";r=7"}}, {}, {}, false});
   auto ok = w.get("/v1/items", {{"X-API-Key", "key-a"}});
   EXPECT_EQ(ok.status, 200u);
   for (auto name : {"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit",
@@ -173,7 +176,7 @@ TEST_P(collisions, c14_key_collision) {
   std::mt19937 rng(14);
   std::string big(8000, 'a');
   for (auto& ch : big) ch = static_cast<char>('a' + rng() % 26);
-  const std::vector<std::string> values = {"a:b",   "a_b",  "a b",  "a%3Ab",                 "A:B",
+  const std::vector<std::string> values = {"a:b",   "a_b",  "a b",  "a%3Ab",          "A:B",
                                            "{a}:b", "a}b{", "ключ", "\xef\xbd\x81:b", big};
   schedule s;
   double t = 0;
@@ -181,7 +184,8 @@ TEST_P(collisions, c14_key_collision) {
     s.at(t);
     expect_row(w.get("/v1/docs", {{"X-Tenant", v}}), 200, 1, 0, -1, -1, "first " + v.substr(0, 16));
     s.at(t + 0.1);
-    expect_row(w.get("/v1/docs", {{"X-Tenant", v}}), 429, 1, 0, -1, 60, "second " + v.substr(0, 16));
+    expect_row(w.get("/v1/docs", {{"X-Tenant", v}}), 429, 1, 0, -1, 60,
+               "second " + v.substr(0, 16));
     t += 0.2;
   }
   expect_row(w.get("/v1/archive", {{"X-Tenant", "b"}}), 200, 1, 0, -1, -1, "archive b");
@@ -208,8 +212,8 @@ TEST_P(collisions, c14_key_collision) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(stores, collisions,
-                         testing::Values(store_kind::memory, store_kind::redis), store_name);
+INSTANTIATE_TEST_SUITE_P(stores, collisions, testing::Values(store_kind::memory, store_kind::redis),
+                         store_name);
 
 const char* const routing_rules = R"(
 store: {type: memory}
@@ -272,8 +276,9 @@ TEST(store_outage, unreachable_then_killed_then_restarted) {
   world w(store_kind::redis, store_down_rules);
   {
     // A gateway pointed at a port where nothing listens.
-    auto rules = substitute(store_down_rules, {{"UPSTREAM_URL", w.upstream.url()},
-                                               {"STORE", "{type: redis, address: \"127.0.0.1:1\", timeout: 20ms}"}});
+    auto rules = substitute(store_down_rules,
+                            {{"UPSTREAM_URL", w.upstream.url()},
+                             {"STORE", "{type: redis, address: \"127.0.0.1:1\", timeout: 20ms}"}});
     gateway_fixture nowhere(rules);
     for (int i = 0; i < 5; ++i) {
       const auto start = std::chrono::steady_clock::now();

@@ -12,16 +12,16 @@
 
 #include <boost/json.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <iostream>
-#include <signal.h>
+#include <regex>
 #include <sstream>
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace sluice::test {
 namespace {
@@ -29,7 +29,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
-
 
 void write_in_place(const fs::path& p, const std::string& text) {
   std::ofstream out(p, std::ios::trunc);  // same inode when the file exists
@@ -79,7 +78,8 @@ struct live_world {
   void start(const fs::path& path, bool watch = true) {
     file = path;
     auto loaded = config::load_file(file.string());
-    if (!loaded.ok()) throw std::runtime_error("rules did not load: " + loaded.diagnostics.front().to_string());
+    if (!loaded.ok())
+      throw std::runtime_error("rules did not load: " + loaded.diagnostics.front().to_string());
     app::runtime_options options;
     options.gateway.listen = "127.0.0.1:0";
     options.gateway.admin = "127.0.0.1:0";
@@ -91,10 +91,11 @@ struct live_world {
 
   /// `yaml` with UPSTREAM_URL and STORE substituted for this world.
   std::string render(const std::string& yaml) const {
-    std::string store = kind == store_kind::redis
-                            ? "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) +
-                                  "\", timeout: 250ms}"
-                            : "{type: memory}";
+    std::string store =
+        kind == store_kind::redis
+            ? "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) +
+                  "\", timeout: 250ms}"
+            : "{type: memory}";
     return substitute(yaml, {{"UPSTREAM_URL", upstream.url()}, {"STORE", store}});
   }
 
@@ -127,14 +128,17 @@ long long wait_for(F generation, std::uint64_t want, std::chrono::milliseconds l
     }
     std::this_thread::sleep_for(2ms);
   }
-  return generation() >= want ? std::chrono::duration_cast<std::chrono::milliseconds>(limit).count() : -1;
+  return generation() >= want ? std::chrono::duration_cast<std::chrono::milliseconds>(limit).count()
+                              : -1;
 }
 
-long long wait_generation(const live_world& w, std::uint64_t want, std::chrono::milliseconds limit = 2000ms) {
+long long wait_generation(const live_world& w, std::uint64_t want,
+                          std::chrono::milliseconds limit = 2000ms) {
   return wait_for([&] { return w.stats().generation; }, want, limit);
 }
 
-long long wait_failures(const live_world& w, std::uint64_t want, std::chrono::milliseconds limit = 2000ms) {
+long long wait_failures(const live_world& w, std::uint64_t want,
+                        std::chrono::milliseconds limit = 2000ms) {
   return wait_for([&] { return w.stats().reload_failures; }, want, limit);
 }
 
@@ -160,9 +164,11 @@ api_keys: {key-a: free, key-b: free}
 upstreams: {api: {url: UPSTREAM_URL}}
 routes:
   - {name: items, match: {path_prefix: /v1/items}, upstream: api,
-     limits: [)" + items_limit + R"(]}
+     limits: [)" +
+         items_limit + R"(]}
   - {name: other, match: {path_prefix: /v1/other}, upstream: api,
-     limits: [{name: other_key, by: api_key, rate: )" + other_rate + R"(}]}
+     limits: [{name: other_key, by: api_key, rate: )" +
+         other_rate + R"(}]}
 )";
 }
 
@@ -181,7 +187,8 @@ TEST_P(reload_cases, c16_token_bucket_symlink_swap_carries_and_caps_balances) {
   // key-b spends 5 tokens at t = 0 ... 0.4; key-a spends 1 (it then holds 4).
   for (int i = 0; i < 5; ++i) {
     s.at(0.1 * i);
-    expect_row(w.get("/v1/items", key_b), 200, 5, 4 - i, -1, -1, "key-b spend " + std::to_string(i + 1));
+    expect_row(w.get("/v1/items", key_b), 200, 5, 4 - i, -1, -1,
+               "key-b spend " + std::to_string(i + 1));
   }
   s.at(0.5);
   expect_row(w.get("/v1/items", key_a), 200, 5, 4, 12, -1, "key-a under v1");
@@ -227,7 +234,8 @@ class window_schedule {
     start_ = system_clock::time_point(milliseconds(start));
   }
   void at(double offset) const {
-    std::this_thread::sleep_until(start_ + std::chrono::microseconds(static_cast<long long>(offset * 1e6)));
+    std::this_thread::sleep_until(start_ +
+                                  std::chrono::microseconds(static_cast<long long>(offset * 1e6)));
   }
 
  private:
@@ -338,10 +346,12 @@ TEST_P(reload_cases, c05_zero_limit_reload_is_refused_and_v1_stays) {
   EXPECT_EQ(body.at("generation").to_number<long long>(), 1);
   const auto& diags = body.at("diagnostics").as_array();
   ASSERT_EQ(diags.size(), 2u) << r.body;
-  EXPECT_EQ(diags[0].as_string(), file.string() + ":15: routes[0].limits[0].plans.free.rate: rate 0/1m "
-                                                  "never refills: the count must be at least 1");
-  EXPECT_EQ(diags[1].as_string(), file.string() + ":15: routes[0].limits[0].plans.free.burst: cost 1 "
-                                                  "can never be admitted by burst 0");
+  EXPECT_EQ(diags[0].as_string(), file.string() +
+                                      ":15: routes[0].limits[0].plans.free.rate: rate 0/1m "
+                                      "never refills: the count must be at least 1");
+  EXPECT_EQ(diags[1].as_string(), file.string() +
+                                      ":15: routes[0].limits[0].plans.free.burst: cost 1 "
+                                      "can never be admitted by burst 0");
   EXPECT_EQ(w.stats().reload_failures, 1u);
   EXPECT_EQ(w.stats().generation, 1u);
 
@@ -376,7 +386,8 @@ TEST_P(reload_cases, each_trigger_is_seen_within_2s_and_keeps_counts) {
   write_in_place(file, w.render(counting_rules(10)));
   w.start(file);
   // Three spends under burst 10 (refill: one token per 6 min, nothing within the test).
-  for (int i = 0; i < 3; ++i) expect_row(w.get("/v1/items", key_a), 200, 10, 9 - i, -1, -1, "spend");
+  for (int i = 0; i < 3; ++i)
+    expect_row(w.get("/v1/items", key_a), 200, 10, 9 - i, -1, -1, "spend");
   long long remaining = 7;
 
   struct step {
@@ -402,7 +413,8 @@ TEST_P(reload_cases, each_trigger_is_seen_within_2s_and_keeps_counts) {
     const auto t0 = steady::now();
     st.deliver(burst);
     ASSERT_GE(wait_generation(w, before + 1), 0) << st.name << " was not seen within 2 s";
-    report_latency(st.name, std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count());
+    report_latency(
+        st.name, std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count());
     // Let the burst settle: one delivery is one reload.
     std::this_thread::sleep_for(400ms);
     EXPECT_EQ(w.stats().generation, before + 1);
@@ -419,9 +431,10 @@ TEST_P(reload_cases, each_trigger_is_seen_within_2s_and_keeps_counts) {
 // counts carry over.
 
 std::string traffic_rules(bool v2) {
-  std::string limits = v2 ? "[{name: traffic_key, by: api_key, rate: 300/1h, burst: 300},\n"
-                            "              {name: traffic_ip, by: ip, rate: 100000/1h, burst: 100000}]"
-                          : "[{name: traffic_key, by: api_key, rate: 120/1h, burst: 120}]";
+  std::string limits =
+      v2 ? "[{name: traffic_key, by: api_key, rate: 300/1h, burst: 300},\n"
+           "              {name: traffic_ip, by: ip, rate: 100000/1h, burst: 100000}]"
+         : "[{name: traffic_key, by: api_key, rate: 120/1h, burst: 120}]";
   return R"(store: STORE
 identity: {api_key: {header: X-API-Key}}
 plans: {free: {limits: []}}
@@ -429,7 +442,8 @@ api_keys: {key-a: free}
 upstreams: {api: {url: UPSTREAM_URL}}
 routes:
   - {name: items, match: {path_prefix: /v1/items}, upstream: api,
-     limits: )" + limits + R"(}
+     limits: )" +
+         limits + R"(}
 )";
 }
 
@@ -552,7 +566,8 @@ TEST_P(reload_cases, start_up_settings_keep_their_running_values) {
   std::string next = "workers: 7\n" + w.render(counting_rules(20));
   const auto store_at = next.find("timeout: 250ms");
   if (store_at != std::string::npos) next.replace(store_at, 14, "timeout: 900ms, layout: key");
-  next = std::regex_replace(next, std::regex("\\{type: memory\\}"), "{type: memory, timeout: 900ms}");
+  next =
+      std::regex_replace(next, std::regex("\\{type: memory\\}"), "{type: memory, timeout: 900ms}");
   write_in_place(file, next);
   ASSERT_EQ(w.admin("POST", "/admin/reload").status, 200u);
   auto after = boost::json::parse(w.admin("GET", "/admin/config").body).as_object();
@@ -583,7 +598,8 @@ TEST_P(reload_cases, admin_endpoints) {
   auto o = boost::json::parse(cfg.body).as_object();
   EXPECT_EQ(o.at("generation").to_number<long long>(), 1);
   EXPECT_EQ(o.at("source").as_string(), file.string());
-  EXPECT_EQ(o.at("store").at("type").as_string(), GetParam() == store_kind::redis ? "redis" : "memory");
+  EXPECT_EQ(o.at("store").at("type").as_string(),
+            GetParam() == store_kind::redis ? "redis" : "memory");
   if (GetParam() == store_kind::redis) {
     EXPECT_EQ(o.at("store").at("layout").as_string(), "hash");
     EXPECT_EQ(o.at("store").at("hash_groups").to_number<long long>(), 65536);
@@ -605,7 +621,8 @@ TEST_P(reload_cases, admin_endpoints) {
   EXPECT_EQ(limit.at("plans").at("pro").at("burst").to_number<long long>(), 5);
   // Each limit states its guarantee (in the limiter room's words), per plan override too.
   EXPECT_EQ(std::string(limit.at("guarantee").as_string()).rfind("exact:", 0), 0u) << cfg.body;
-  EXPECT_EQ(std::string(limit.at("plans").at("pro").at("guarantee").as_string()).rfind("exact:", 0), 0u);
+  EXPECT_EQ(std::string(limit.at("plans").at("pro").at("guarantee").as_string()).rfind("exact:", 0),
+            0u);
 
   // A valid reload: 200 with the new generation, and /admin/config shows it.
   std::string v2 = w.render(c05_v1);
@@ -663,7 +680,8 @@ class sluice_process {
       ::dup2(::fileno(out), 1);
       ::dup2(::fileno(out), 2);
       ::execl(SLUICE_BINARY, SLUICE_BINARY, "--config", config.c_str(), "--listen", "127.0.0.1:0",
-              "--admin", "127.0.0.1:0", "--workers", "1", "--no-watch", static_cast<char*>(nullptr));
+              "--admin", "127.0.0.1:0", "--workers", "1", "--no-watch",
+              static_cast<char*>(nullptr));
       ::_exit(127);
     }
   }
@@ -721,7 +739,8 @@ class sluice_process {
 std::uint64_t admin_generation(std::uint16_t admin_port) {
   auto r = get(admin_port, "/admin/config");
   if (r.status != 200) return 0;
-  return static_cast<std::uint64_t>(boost::json::parse(r.body).at("generation").to_number<long long>());
+  return static_cast<std::uint64_t>(
+      boost::json::parse(r.body).at("generation").to_number<long long>());
 }
 
 TEST_P(reload_cases, sighup_reloads_a_running_process_within_2s_and_keeps_counts) {
@@ -743,7 +762,8 @@ TEST_P(reload_cases, sighup_reloads_a_running_process_within_2s_and_keeps_counts
   proc.signal(SIGHUP);
   const auto seen = wait_for([&] { return admin_generation(proc.admin_port); }, 2);
   ASSERT_GE(seen, 0) << "SIGHUP was not seen within 2 s\n" << proc.log();
-  report_latency("SIGHUP", std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count());
+  report_latency("SIGHUP",
+                 std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count());
   expect_row(get(proc.port, "/v1/items", key_a), 200, 20, 6, -1, -1, "count kept after SIGHUP");
 
   // An invalid file on SIGHUP: refused, one log line, the config stays.
@@ -754,8 +774,9 @@ TEST_P(reload_cases, sighup_reloads_a_running_process_within_2s_and_keeps_counts
     std::this_thread::sleep_for(10ms);
   }
   const auto log = proc.log();
-  EXPECT_NE(log.find("reload (SIGHUP): " + file.string() + " refused, generation 2 stays in force: " +
-                     file.string() + ":8: routes[0].limits[0].burst:"),
+  EXPECT_NE(log.find("reload (SIGHUP): " + file.string() +
+                     " refused, generation 2 stays in force: " + file.string() +
+                     ":8: routes[0].limits[0].burst:"),
             std::string::npos)
       << log;
   EXPECT_EQ(admin_generation(proc.admin_port), 2u);
@@ -765,8 +786,8 @@ TEST_P(reload_cases, sighup_reloads_a_running_process_within_2s_and_keeps_counts
   EXPECT_EQ(proc.wait_exit(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(stores, reload_cases, testing::Values(store_kind::memory, store_kind::redis),
-                         store_name);
+INSTANTIATE_TEST_SUITE_P(stores, reload_cases,
+                         testing::Values(store_kind::memory, store_kind::redis), store_name);
 
 }  // namespace
 }  // namespace sluice::test

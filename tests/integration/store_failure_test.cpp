@@ -83,7 +83,7 @@ struct fault_world {
   struct options {
     std::vector<std::string> redis_args;
     bool proxied = false;
-    unsigned workers = 1;  // c11: the 5 requests in flight share one store connection
+    unsigned workers = 1;     // c11: the 5 requests in flight share one store connection
     std::string address;      // overrides the store address ("" = the server or the proxy)
     std::string store_extra;  // appended inside the store mapping
   };
@@ -291,7 +291,7 @@ routes:
   ASSERT_EQ(w.redis.command({"HSET", "sluice:api_keys", "good-key", "free"}).integer, 1);
   EXPECT_EQ(w.get("/v1/open", "good-key").status, 200u);
   EXPECT_EQ(w.get("/v1/open", "bad-key").status, 401u);  // the directory says: no such key
-  std::this_thread::sleep_for(1200ms);  // both cache entries expire
+  std::this_thread::sleep_for(1200ms);                   // both cache entries expire
   w.redis.kill();
   auto open = w.get("/v1/open", "good-key");
   EXPECT_EQ(open.status, 200u) << open.body;
@@ -420,10 +420,10 @@ TEST(store_failure, idle_freeze_is_seen_by_readiness) {
 // decided after a store failure follows the new share at once.
 TEST(store_failure, local_share_follows_a_reload) {
   fault_world w(c11_rules, workers(1));
-  const std::string store = "{type: redis, address: \"127.0.0.1:" +
-                            std::to_string(w.redis.port()) + "\", timeout: 50ms, local_share: 0.5}";
-  ASSERT_EQ(w.gateway->reload(substitute(
-                c11_rules, {{"UPSTREAM_URL", w.upstream.url()}, {"STORE", store}})),
+  const std::string store = "{type: redis, address: \"127.0.0.1:" + std::to_string(w.redis.port()) +
+                            "\", timeout: 50ms, local_share: 0.5}";
+  ASSERT_EQ(w.gateway->reload(
+                substitute(c11_rules, {{"UPSTREAM_URL", w.upstream.url()}, {"STORE", store}})),
             "");
   w.redis.kill();
   // local_key is 10/1m, burst 10: half of it on this instance, 5.
@@ -492,7 +492,8 @@ TEST(store_failure, killed_then_restarted_during_traffic) {
   // Both workers reconnect; the one the recovery probe did not reach may take another
   // backoff step, so allow it up to a second more.
   const auto until = clock_type::now() + 1000ms;
-  while (w.stats().store.reconnects < 2u && clock_type::now() < until) std::this_thread::sleep_for(20ms);
+  while (w.stats().store.reconnects < 2u && clock_type::now() < until)
+    std::this_thread::sleep_for(20ms);
   EXPECT_GE(w.stats().store.reconnects, 2u);
 }
 

@@ -747,9 +747,10 @@ TEST_F(streaming, late_bytes_after_a_response_poison_no_later_request) {
 TEST_F(streaming, connection_naming_content_length_keeps_the_framing) {
   start(base_rules);
   const std::string smuggled = "GET /v1/smuggled HTTP/1.1\r\nHost: internal\r\n\r\n";
-  auto a = exchange(port(), "POST /v1/posted HTTP/1.1\r\nHost: x\r\nConnection: Content-Length\r\n"
-                            "Content-Length: " + std::to_string(smuggled.size()) + "\r\n\r\n" +
-                            smuggled);
+  auto a = exchange(port(),
+                    "POST /v1/posted HTTP/1.1\r\nHost: x\r\nConnection: Content-Length\r\n"
+                    "Content-Length: " +
+                        std::to_string(smuggled.size()) + "\r\n\r\n" + smuggled);
   ASSERT_TRUE(a);
   EXPECT_EQ(a->status(), 200u);
   const auto got = upstream.requests();

@@ -15,7 +15,9 @@ api_keys: {key-a: free, key-b: free, key-p: pro}
 upstreams: {api: {url: UPSTREAM_URL}}
 )";
 
-std::string rules(const std::string& routes) { return std::string(base_rules) + "routes:\n" + routes; }
+std::string rules(const std::string& routes) {
+  return std::string(base_rules) + "routes:\n" + routes;
+}
 
 class token_bucket_cases : public testing::TestWithParam<store_kind> {};
 
@@ -40,7 +42,8 @@ TEST_P(token_bucket_cases, c01_off_by_one_remaining) {
   const long long reset[] = {12, 24, 36, 48, 60};
   for (int i = 0; i < 5; ++i) {
     s.at(0.1 * i);
-    expect_row(w.get("/v1/items", key_a), 200, 5, remaining[i], reset[i], -1, "row " + std::to_string(i + 1));
+    expect_row(w.get("/v1/items", key_a), 200, 5, remaining[i], reset[i], -1,
+               "row " + std::to_string(i + 1));
   }
   s.at(0.5);
   expect_row(w.get("/v1/items", key_a), 429, 5, 0, 60, 12, "row 6");
@@ -64,7 +67,8 @@ TEST_P(token_bucket_cases, c01_remaining_n_means_n_more_admissions) {
       - {name: inv_three, by: api_key, rate: 10/1h, burst: 10}
 )"));
   // Remaining counts units: with cost c, Remaining n leaves floor(n / c) admissions.
-  for (auto [path, cost] : {std::pair<std::string, unsigned long>{"/v1/one", 1}, {"/v1/three", 3}}) {
+  for (auto [path, cost] :
+       {std::pair<std::string, unsigned long>{"/v1/one", 1}, {"/v1/three", 3}}) {
     std::vector<client_response> seen;
     for (int i = 0; i < 12; ++i) seen.push_back(w.get(path, key_a));
     for (std::size_t i = 0; i < seen.size(); ++i) {
@@ -148,7 +152,8 @@ TEST_P(token_bucket_cases, c03_no_starvation_part_b) {
       // The stored state means 0.4 token at t = 1.6 (never 0 tokens at t = 1.6).
       auto [level, stamp] = bucket_state(w.raw(key_of("items_key", "key-b")));
       auto now = w.redis->command({"TIME"});
-      const long long now_ms = std::stoll(now.elements[0].str) * 1000 + std::stoll(now.elements[1].str) / 1000;
+      const long long now_ms =
+          std::stoll(now.elements[0].str) * 1000 + std::stoll(now.elements[1].str) / 1000;
       const double tokens_now = (level + (now_ms - stamp)) / 1000.0;
       EXPECT_NEAR(tokens_now, 0.4, 0.08);
     }

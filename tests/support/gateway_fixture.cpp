@@ -8,7 +8,8 @@ namespace sluice::test {
 
 std::string substitute(std::string text, const std::map<std::string, std::string>& vars) {
   for (const auto& [key, value] : vars) {
-    for (auto pos = text.find(key); pos != std::string::npos; pos = text.find(key, pos + value.size())) {
+    for (auto pos = text.find(key); pos != std::string::npos;
+         pos = text.find(key, pos + value.size())) {
       text.replace(pos, key.size(), value);
     }
   }
@@ -35,9 +36,13 @@ gateway_fixture::gateway_fixture(const std::string& yaml, unsigned workers) {
   gateway_->start();
 }
 
-gateway_fixture::~gateway_fixture() { gateway_->stop(); }
+gateway_fixture::~gateway_fixture() {
+  gateway_->stop();
+}
 
-std::uint16_t gateway_fixture::port() const { return gateway_->endpoint().port(); }
+std::uint16_t gateway_fixture::port() const {
+  return gateway_->endpoint().port();
+}
 
 std::string gateway_fixture::reload(const std::string& yaml) {
   auto r = config::load_string(yaml, "rules.yaml");

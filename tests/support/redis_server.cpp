@@ -5,9 +5,9 @@
 #include <hiredis/hiredis.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -98,10 +98,10 @@ redis_server::~redis_server() {
 }
 
 void redis_server::spawn() {
-  std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_),
-                                   "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                                   "--dir", dir_, "--logfile", dir_ + "/redis.log",
-                                   "--daemonize", "no"};
+  std::vector<std::string> args = {
+      "redis-server", "--port",    std::to_string(port_), "--bind",      "127.0.0.1",
+      "--save",       "",          "--appendonly",        "no",          "--dir",
+      dir_,           "--logfile", dir_ + "/redis.log",   "--daemonize", "no"};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

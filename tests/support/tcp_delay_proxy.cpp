@@ -47,8 +47,7 @@ struct pump {
 };
 
 struct connection {
-  explicit connection(asio::any_io_executor ex)
-      : client(ex), server(ex), up(ex), down(ex) {}
+  explicit connection(asio::any_io_executor ex) : client(ex), server(ex), up(ex), down(ex) {}
   tcp::socket client;
   tcp::socket server;
   pump up;    // client -> server
@@ -96,23 +95,24 @@ struct tcp_delay_proxy::impl {
 
 namespace {
 
-asio::awaitable<void> read_side(tcp_delay_proxy::impl* self,
-                                std::shared_ptr<connection> c, bool replies) {
+asio::awaitable<void> read_side(tcp_delay_proxy::impl* self, std::shared_ptr<connection> c,
+                                bool replies) {
   tcp::socket& from = replies ? c->server : c->client;
   pump& p = replies ? c->down : c->up;
   std::string buf(16 * 1024, '\0');
   while (true) {
     auto [ec, n] = co_await from.async_read_some(asio::buffer(buf), use_tuple);
     if (ec) break;
-    p.queue.push_back({buf.substr(0, n), clock_type::now() + (replies ? self->delay : std::chrono::milliseconds(0))});
+    p.queue.push_back({buf.substr(0, n),
+                       clock_type::now() + (replies ? self->delay : std::chrono::milliseconds(0))});
     p.wake.cancel();
   }
   p.eof = true;
   p.wake.cancel();
 }
 
-asio::awaitable<void> write_side(tcp_delay_proxy::impl* self,
-                                 std::shared_ptr<connection> c, bool replies) {
+asio::awaitable<void> write_side(tcp_delay_proxy::impl* self, std::shared_ptr<connection> c,
+                                 bool replies) {
   tcp::socket& to = replies ? c->client : c->server;
   pump& p = replies ? c->down : c->up;
   while (true) {
@@ -142,8 +142,7 @@ asio::awaitable<void> write_side(tcp_delay_proxy::impl* self,
   if (c->up.eof && c->down.eof) c->close();
 }
 
-asio::awaitable<void> serve(tcp_delay_proxy::impl* self,
-                            std::shared_ptr<connection> c) {
+asio::awaitable<void> serve(tcp_delay_proxy::impl* self, std::shared_ptr<connection> c) {
   auto [ec] = co_await c->server.async_connect(
       tcp::endpoint(asio::ip::address_v4::loopback(), self->target_port), use_tuple);
   if (ec) {
@@ -195,7 +194,9 @@ tcp_delay_proxy::~tcp_delay_proxy() {
   impl_->thread.join();
 }
 
-std::uint16_t tcp_delay_proxy::port() const { return impl_->acceptor.local_endpoint().port(); }
+std::uint16_t tcp_delay_proxy::port() const {
+  return impl_->acceptor.local_endpoint().port();
+}
 
 void tcp_delay_proxy::set_reply_delay(std::chrono::milliseconds delay) {
   impl_->run_on_thread([i = impl_.get(), delay] { i->delay = delay; });
@@ -208,6 +209,8 @@ void tcp_delay_proxy::set_hold(bool hold) {
   });
 }
 
-std::size_t tcp_delay_proxy::accepts() const { return impl_->accepted.load(); }
+std::size_t tcp_delay_proxy::accepts() const {
+  return impl_->accepted.load();
+}
 
 }  // namespace sluice::test

@@ -21,29 +21,29 @@ namespace sluice::app {
 /// Process-wide counters, summed over the workers (for tests and logs; the metrics room reads
 /// gateway::sample()). Monotonic.
 struct gateway_stats {
-  std::uint64_t requests = 0;       ///< requests handled (any status)
-  std::uint64_t allowed = 0;        ///< limited requests admitted by the store
-  std::uint64_t rejected = 0;       ///< 429s
-  std::uint64_t unlimited = 0;      ///< requests on routes with no limit
-  std::uint64_t fail_open = 0;      ///< store failures answered by forwarding
-  std::uint64_t fail_closed = 0;    ///< store failures answered with 503
-  std::uint64_t local = 0;          ///< store failures decided by the local limiter
-  std::uint64_t shadow_rejections = 0; ///< requests a shadow limit would have refused
-  std::uint64_t bad_requests = 0;   ///< 400/401/404 answered by the gateway
-  std::uint64_t upstream_errors = 0;///< 502/504
-  std::uint64_t reloads = 0;        ///< snapshots swapped in after start
-  std::uint64_t reload_failures = 0;///< reloads refused (invalid file); the config stayed
-  std::uint64_t generation = 0;     ///< current config generation (starts at 1)
-  store::store_stats store;         ///< summed over workers
+  std::uint64_t requests = 0;           ///< requests handled (any status)
+  std::uint64_t allowed = 0;            ///< limited requests admitted by the store
+  std::uint64_t rejected = 0;           ///< 429s
+  std::uint64_t unlimited = 0;          ///< requests on routes with no limit
+  std::uint64_t fail_open = 0;          ///< store failures answered by forwarding
+  std::uint64_t fail_closed = 0;        ///< store failures answered with 503
+  std::uint64_t local = 0;              ///< store failures decided by the local limiter
+  std::uint64_t shadow_rejections = 0;  ///< requests a shadow limit would have refused
+  std::uint64_t bad_requests = 0;       ///< 400/401/404 answered by the gateway
+  std::uint64_t upstream_errors = 0;    ///< 502/504
+  std::uint64_t reloads = 0;            ///< snapshots swapped in after start
+  std::uint64_t reload_failures = 0;    ///< reloads refused (invalid file); the config stayed
+  std::uint64_t generation = 0;         ///< current config generation (starts at 1)
+  store::store_stats store;             ///< summed over workers
 };
 
 /// Start-up options that override the rules file (command line, tests).
 struct gateway_options {
-  std::string listen;               ///< "host:port" overriding `listen:`; "" = from the file
+  std::string listen;  ///< "host:port" overriding `listen:`; "" = from the file
   /// "host:port" overriding `admin:` for the admin listener (app::runtime starts it; port 0
   /// picks a free one); "" = from the file (none when the file has no `admin:`).
   std::string admin;
-  unsigned workers = 0;             ///< overrides `workers:` when > 0
+  unsigned workers = 0;  ///< overrides `workers:` when > 0
 };
 
 /// The running gateway.

@@ -36,8 +36,8 @@ enum class unknown_key_policy { anonymous, reject };
 
 /// A rate `N/DURATION`: `count` units per `period`.
 struct rate {
-  std::int64_t count = 0;                 ///< units per period, 1 .. 2^53
-  std::chrono::milliseconds period{0};    ///< > 0
+  std::int64_t count = 0;               ///< units per period, 1 .. 2^53
+  std::chrono::milliseconds period{0};  ///< > 0
 };
 
 /// Rate and burst of a limit, possibly overridden for one plan.
@@ -49,14 +49,14 @@ struct limit_params {
 /// One limit: a named bucket per caller identity. Two routes share a bucket only by naming
 /// the same limit (DESIGN.md, "A limit's fields").
 struct limit {
-  std::string name;                      ///< unique; the bucket's identity in the store
+  std::string name;  ///< unique; the bucket's identity in the store
   identity_kind by = identity_kind::api_key;
-  std::string header_name;               ///< for `by: header:NAME` (as written)
+  std::string header_name;  ///< for `by: header:NAME` (as written)
   enum algorithm algorithm = algorithm::token_bucket;
-  limit_params params;                   ///< defaults for every caller
+  limit_params params;                                 ///< defaults for every caller
   std::map<std::string, limit_params> plan_overrides;  ///< `plans:` overrides, by plan name
   limit_mode mode = limit_mode::enforce;
-  int line = 0;                          ///< 1-based line in the rules file (diagnostics)
+  int line = 0;  ///< 1-based line in the rules file (diagnostics)
   /// False when the limit has no top-level `rate:` and only `plans:` overrides (DESIGN.md's
   /// `search_key`): it then applies only to callers whose plan has an override, and `params`
   /// is meaningless (count 0).
@@ -100,10 +100,10 @@ struct route_match {
   path_kind kind = path_kind::prefix;
   /// The pattern of `kind`: canonical, starts with '/'. Kept in `path_prefix` for prefix
   /// routes (the historical name) and in `path` for exact and glob routes.
-  std::string path_prefix;               ///< canonical path prefix, starts with '/'
-  std::string path;                      ///< exact path or glob pattern
-  std::vector<std::string> methods;      ///< upper-case method names
-  std::string host;                      ///< lower-case host name without port; "" = any host
+  std::string path_prefix;           ///< canonical path prefix, starts with '/'
+  std::string path;                  ///< exact path or glob pattern
+  std::vector<std::string> methods;  ///< upper-case method names
+  std::string host;                  ///< lower-case host name without port; "" = any host
 };
 
 /// A size setting without a limit (`unlimited` in a rules file).
@@ -113,8 +113,8 @@ inline constexpr std::uint64_t unlimited_size = ~std::uint64_t{0};
 struct route {
   std::string name;
   route_match match;
-  std::string upstream;                  ///< name of an entry of `rules::upstreams`
-  std::int64_t cost = 1;                 ///< units each request spends in every limit
+  std::string upstream;   ///< name of an entry of `rules::upstreams`
+  std::int64_t cost = 1;  ///< units each request spends in every limit
   failure_policy on_store_failure = failure_policy::fail_open;
   std::vector<limit> limits;
   /// `max_request_body`: largest request body in bytes (413 over it: from a declared
@@ -135,10 +135,10 @@ struct route {
 /// An upstream (`upstreams.NAME.url`), an `http://host:port` origin.
 struct upstream {
   std::string name;
-  std::string url;                       ///< as written
-  std::string host;                      ///< host name or address
+  std::string url;   ///< as written
+  std::string host;  ///< host name or address
   std::uint16_t port = 80;
-  std::string base_path;                 ///< path prefix of the url without trailing '/', often ""
+  std::string base_path;  ///< path prefix of the url without trailing '/', often ""
   std::chrono::milliseconds connect_timeout{1000};
   /// Wait for the response head, and for each read of the response body (504 when the head
   /// is late; a stalled body closes the client connection).
@@ -159,15 +159,15 @@ struct store_settings {
   /// bucket. Read at start (a reload does not move existing buckets).
   enum class layout_kind { hash, key };
   layout_kind layout = layout_kind::hash;
-  std::uint32_t hash_groups = 65536;     ///< `hash_groups`: 1 .. 16,777,216
+  std::uint32_t hash_groups = 65536;  ///< `hash_groups`: 1 .. 16,777,216
 };
 
 /// An IPv4 or IPv6 network in CIDR notation (`trusted_proxies` entries).
 struct cidr {
-  std::string text;                      ///< as written
+  std::string text;  ///< as written
   bool v6 = false;
-  std::array<unsigned char, 16> bytes{}; ///< network address (v4 in the first 4 bytes)
-  int prefix = 0;                        ///< prefix length in bits
+  std::array<unsigned char, 16> bytes{};  ///< network address (v4 in the first 4 bytes)
+  int prefix = 0;                         ///< prefix length in bits
 };
 
 /// `identity.directory:` a store-backed plan directory: a Redis hash of API key → plan name,
@@ -192,8 +192,8 @@ struct identity_settings {
   /// Buckets keyed by client address use its network of this many bits: an IPv6 host
   /// cannot rotate through its /64 to get fresh buckets (`ipv6_prefix:`, 1..128).
   int ipv6_prefix = 64;
-  int ipv4_prefix = 32;                      ///< `ipv4_prefix:`, 1..32 (24 = per /24 range)
-  directory_settings directory;              ///< store-backed plan directory
+  int ipv4_prefix = 32;          ///< `ipv4_prefix:`, 1..32 (24 = per /24 range)
+  directory_settings directory;  ///< store-backed plan directory
 };
 
 /// Which rate-limit header sets to send (`headers:`).
@@ -204,12 +204,12 @@ struct header_sets {
 
 /// A whole rules file.
 struct rules {
-  std::string source;                    ///< file name it was loaded from (diagnostics)
+  std::string source;  ///< file name it was loaded from (diagnostics)
   std::string listen_host = "0.0.0.0";
   std::uint16_t listen_port = 8080;
-  std::string admin_host;                ///< "" = no admin listener
+  std::string admin_host;  ///< "" = no admin listener
   std::uint16_t admin_port = 0;
-  unsigned workers = 0;                  ///< 0 = one per core
+  unsigned workers = 0;  ///< 0 = one per core
   store_settings store;
   header_sets headers;
   /// `retry_after_jitter:` up to this much random delay is added to Retry-After (never

@@ -52,7 +52,7 @@ struct client_side {
   request_parser& parser;             ///< has read the head; the body (if any) is unread
   std::chrono::milliseconds read_timeout;
   std::chrono::milliseconds write_timeout;
-  bool keep_alive;       ///< the client allows another request on the connection
+  bool keep_alive;  ///< the client allows another request on the connection
   /// The server's draining flag, read when the response head goes out: once set, the
   /// response carries `Connection: close`.
   const bool& closing;

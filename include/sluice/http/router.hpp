@@ -6,10 +6,10 @@
 
 #include <boost/system/result.hpp>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
-#include <cstdint>
 
 namespace sluice::http {
 
@@ -28,8 +28,8 @@ struct canonical_target {
 bool valid_host(std::string_view host);
 
 /// Canonicalises an origin-form or absolute-form request target: absolute-form is reduced to
-/// its path (its authority kept in `authority`); percent-encoded unreserved characters are decoded (RFC 3986 §2.3, §6.2.2.2);
-/// repeated slashes merged; dot segments removed (RFC 3986 §5.2.4).
+/// its path (its authority kept in `authority`); percent-encoded unreserved characters are decoded
+/// (RFC 3986 §2.3, §6.2.2.2); repeated slashes merged; dot segments removed (RFC 3986 §5.2.4).
 /// Errors: errc::bad_request for an encoded '/' or NUL, a `..` above the root, an
 /// asterisk-form or authority-form target, or malformed percent-encoding.
 boost::system::result<canonical_target> canonicalize(std::string_view target);

@@ -16,7 +16,7 @@ namespace sluice::http {
 
 /// Limits applied to every client connection (RFC 9112; RFC 6585 §5 for 431).
 struct session_limits {
-  std::uint32_t header_limit = 8 * 1024;          ///< request head bytes; over: 431
+  std::uint32_t header_limit = 8 * 1024;  ///< request head bytes; over: 431
   /// Body bytes a `verdict::kind::buffer` request may carry (over: 413); forwarded bodies
   /// are streamed under their route's `max_request_body` instead.
   std::uint64_t body_limit = 1024 * 1024;

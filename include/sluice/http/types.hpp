@@ -35,7 +35,7 @@ struct request_context {
   boost::asio::ip::tcp::endpoint local;  ///< the local address the client connected to
   /// The peer's address as text (IPv4-mapped IPv6 as IPv4), made once per connection.
   std::string peer_text;
-  unsigned worker = 0;                   ///< index of the worker serving the connection
+  unsigned worker = 0;  ///< index of the worker serving the connection
 };
 
 /// Why a relayed exchange failed (for the 502/504 problem body, the log and the metrics).
@@ -53,15 +53,15 @@ enum class upstream_failure {
 /// a rules snapshot outlives the decision.
 struct forward_plan {
   std::shared_ptr<const config::upstream> upstream;  ///< where to (one per snapshot and name)
-  std::string target;                   ///< origin-form target for the upstream hop
-  std::string client_address;           ///< appended to X-Forwarded-For
-  bool limited = false;                 ///< strip the upstream's own rate-limit fields
+  std::string target;                                ///< origin-form target for the upstream hop
+  std::string client_address;                        ///< appended to X-Forwarded-For
+  bool limited = false;                              ///< strip the upstream's own rate-limit fields
   /// Fields added to the relayed response (the quota headers), in order.
   std::vector<std::pair<std::string, std::string>> response_fields;
   std::uint64_t max_request_body = config::unlimited_size;
   std::uint64_t max_response_body = config::unlimited_size;
   std::chrono::milliseconds tunnel_idle_timeout{300000};
-  bool upgrade = false;                 ///< the request asks for an upgrade the route allows
+  bool upgrade = false;  ///< the request asks for an upgrade the route allows
   /// Called once when the exchange fails (metrics, per route). May be empty.
   std::function<void(upstream_failure)> on_failure;
 };
@@ -97,8 +97,7 @@ class request_handler {
 /// tests): decide() asks for the body, respond() is the handler's.
 class buffered_handler : public request_handler {
  public:
-  boost::asio::awaitable<verdict> decide(request_head& head,
-                                         const request_context& ctx) override;
+  boost::asio::awaitable<verdict> decide(request_head& head, const request_context& ctx) override;
   boost::asio::awaitable<response> respond(request req, const request_context& ctx) override = 0;
 };
 

@@ -11,10 +11,10 @@
 #include <boost/beast/http/fields.hpp>
 
 #include <optional>
-#include <variant>
-#include <vector>
 #include <string>
 #include <string_view>
+#include <variant>
+#include <vector>
 
 namespace sluice::identity {
 
@@ -24,9 +24,9 @@ struct caller {
   /// text, or `network/prefix` when `identity.ipv6_prefix` / `ipv4_prefix` is shorter than
   /// the address (`2001:db8:1:2::/64`), so one host cannot rotate through its network.
   std::string client_ip;
-  std::string plan;           ///< the caller's plan name ("anonymous" when anonymous)
-  std::string api_key;        ///< the directory key; "" when anonymous
-  bool anonymous = true;      ///< no key, an empty key, or a key not in the directory
+  std::string plan;       ///< the caller's plan name ("anonymous" when anonymous)
+  std::string api_key;    ///< the directory key; "" when anonymous
+  bool anonymous = true;  ///< no key, an empty key, or a key not in the directory
 };
 
 /// Why a request's caller could not be established.
@@ -68,8 +68,7 @@ boost::asio::ip::address client_address(const boost::asio::ip::address& peer,
 /// `known_text`: the text of `client` when the caller already has it (the session keeps its
 /// peer's), or "": it saves formatting the address again when no prefix applies.
 std::string client_key(const boost::asio::ip::address& client,
-                        const config::identity_settings& settings,
-                        std::string_view known_text = {});
+                       const config::identity_settings& settings, std::string_view known_text = {});
 
 /// The API key a request presents, from the configured header (names match
 /// case-insensitively; surrounding blanks trimmed) and the query parameter

@@ -18,9 +18,9 @@ namespace sluice::identity {
 
 /// What the cache knows about a key.
 enum class cache_state {
-  miss,      ///< nothing fresh: ask the store
-  found,     ///< the key is in the directory; the plan is returned
-  not_found, ///< negative entry: the directory does not list the key (no round trip)
+  miss,       ///< nothing fresh: ask the store
+  found,      ///< the key is in the directory; the plan is returned
+  not_found,  ///< negative entry: the directory does not list the key (no round trip)
 };
 
 /// A bounded LRU cache with per-entry expiry.

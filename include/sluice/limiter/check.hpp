@@ -49,26 +49,26 @@ struct bucket_params {
 
 /// One limit to check for one caller.
 struct limit_check {
-  std::string key;                   ///< store key (see keys.hpp), bounded, injection-proof
+  std::string key;  ///< store key (see keys.hpp), bounded, injection-proof
   config::algorithm algorithm = config::algorithm::token_bucket;
   bucket_params bucket;
-  std::int64_t cost = 1;             ///< units this request spends, 1 .. Limit
-  bool shadow = false;               ///< evaluated on its own; never refuses the request
+  std::int64_t cost = 1;  ///< units this request spends, 1 .. Limit
+  bool shadow = false;    ///< evaluated on its own; never refuses the request
 };
 
 /// The outcome of one limit in a decided check. All times are milliseconds of store time.
 struct limit_outcome {
-  bool admits = false;               ///< this limit alone would admit the request's cost
-  std::int64_t limit = 0;            ///< the most a caller can spend at once (burst; window limit)
-  std::int64_t remaining = 0;        ///< whole units left after the decision (never < 0)
-  std::int64_t reset_ms = 0;         ///< until Remaining would equal Limit again (bucket full)
-  std::int64_t retry_after_ms = 0;   ///< until `cost` would be admitted (0 when admits)
-  std::int64_t next_ms = 0;          ///< until Remaining grows by one (0 when at Limit)
+  bool admits = false;              ///< this limit alone would admit the request's cost
+  std::int64_t limit = 0;           ///< the most a caller can spend at once (burst; window limit)
+  std::int64_t remaining = 0;       ///< whole units left after the decision (never < 0)
+  std::int64_t reset_ms = 0;        ///< until Remaining would equal Limit again (bucket full)
+  std::int64_t retry_after_ms = 0;  ///< until `cost` would be admitted (0 when admits)
+  std::int64_t next_ms = 0;         ///< until Remaining grows by one (0 when at Limit)
 };
 
 /// The outcome of a whole check: `limits` is parallel to the request's `limit_check`s.
 struct check_outcome {
-  bool allowed = false;              ///< every enforced limit admitted; all were debited
+  bool allowed = false;  ///< every enforced limit admitted; all were debited
   std::vector<limit_outcome> limits;
   /// The store time the check was decided at, ms since the Unix epoch (Redis TIME or the
   /// memory store's clock); 0 when unknown. `decision_time_header` forwards it.
@@ -90,6 +90,8 @@ struct check_request {
 };
 
 /// Ceiling of a / b for a >= 0, b > 0.
-constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0); }
+constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return a / b + (a % b != 0);
+}
 
 }  // namespace sluice::limiter

@@ -30,7 +30,9 @@ struct applied_limit {
 using header_field = std::pair<std::string, std::string>;
 
 /// Whole seconds from milliseconds, rounded up (the direction every header promise needs).
-constexpr std::int64_t ceil_seconds(std::int64_t ms) { return ms <= 0 ? 0 : ceil_div(ms, 1000); }
+constexpr std::int64_t ceil_seconds(std::int64_t ms) {
+  return ms <= 0 ? 0 : ceil_div(ms, 1000);
+}
 
 /// Index of the most constraining enforced limit: least Remaining; ties: the larger Reset,
 /// then the first declared. nullopt when no limit is enforced.
@@ -76,8 +78,7 @@ std::vector<std::string> violated_policies(const std::vector<applied_limit>& lim
 /// The RFC 9457 `application/problem+json` body of a 429: type
 /// `https://iana.org/assignments/http-problem-types#quota-exceeded`, title, status, detail
 /// and `violated-policies`.
-std::string quota_exceeded_body(const std::vector<std::string>& violated,
-                                std::int64_t retry_after);
+std::string quota_exceeded_body(const std::vector<std::string>& violated, std::int64_t retry_after);
 
 /// An RFC 9457 problem body for the gateway's other refusals (400, 401, 404, 502, 503, 504).
 /// `type` is a URI; "about:blank" when empty.

@@ -14,13 +14,13 @@ namespace sluice::limiter {
 /// Namespaces of an identity value inside a key. Each kind has its own, so an API key whose
 /// text is an address never meets the anonymous-by-IP bucket of that address (case c13).
 enum class key_namespace : char {
-  api_key = 'k',        ///< a directory API key
-  anonymous_ip = 'a',   ///< an anonymous caller keyed by client address
+  api_key = 'k',       ///< a directory API key
+  anonymous_ip = 'a',  ///< an anonymous caller keyed by client address
   user = 'u',
   ip = 'i',
   global = 'g',
   header = 'h',
-  fallback_ip = 'f',    ///< `by: user|header:NAME` whose value is absent: the client address
+  fallback_ip = 'f',  ///< `by: user|header:NAME` whose value is absent: the client address
 };
 
 /// Builds the key of limit `limit_name` for identity `value` in namespace `ns`:

@@ -23,13 +23,11 @@ struct bucket_state {
 /// The level of a bucket at `now_ms`: lazy refill `min(capacity, level + elapsed * refill)`,
 /// with elapsed clamped at 0 (a clock stepped back counts as no time). A missing bucket
 /// (`state == nullptr`) is full.
-std::int64_t refilled_level(const bucket_state* state, const bucket_params& p,
-                            std::int64_t now_ms);
+std::int64_t refilled_level(const bucket_state* state, const bucket_params& p, std::int64_t now_ms);
 
 /// Fills `out` from a bucket at level `level` after the decision for a request of `cost`
 /// tokens. `admits` says whether the level before debiting held `cost` tokens.
-limit_outcome describe(std::int64_t level, const bucket_params& p, std::int64_t cost,
-                       bool admits);
+limit_outcome describe(std::int64_t level, const bucket_params& p, std::int64_t cost, bool admits);
 
 /// Time to live of a bucket key at `level`: the time to refill to full, at least 1 ms.
 std::int64_t ttl_ms(std::int64_t level, const bucket_params& p);

@@ -21,17 +21,17 @@ enum class breaker_state { closed, open, half_open };
 
 /// Counters a store keeps for the metrics room. Monotonic unless noted.
 struct store_stats {
-  std::uint64_t checks = 0;          ///< checks decided by the store
-  std::uint64_t timeouts = 0;        ///< checks that missed their deadline
-  std::uint64_t errors = 0;          ///< error replies, protocol errors, disconnects mid-check
-  std::uint64_t unavailable = 0;     ///< checks refused at once (not connected / breaker open)
-  std::uint64_t script_loads = 0;    ///< SCRIPT LOADs (start-up and after NOSCRIPT)
-  std::uint64_t reconnects = 0;      ///< connections established after the first
-  std::uint64_t late_replies = 0;    ///< replies that arrived after their deadline (dropped)
+  std::uint64_t checks = 0;            ///< checks decided by the store
+  std::uint64_t timeouts = 0;          ///< checks that missed their deadline
+  std::uint64_t errors = 0;            ///< error replies, protocol errors, disconnects mid-check
+  std::uint64_t unavailable = 0;       ///< checks refused at once (not connected / breaker open)
+  std::uint64_t script_loads = 0;      ///< SCRIPT LOADs (start-up and after NOSCRIPT)
+  std::uint64_t reconnects = 0;        ///< connections established after the first
+  std::uint64_t late_replies = 0;      ///< replies that arrived after their deadline (dropped)
   std::uint64_t connect_failures = 0;  ///< connection attempts that failed (refused, timed out,
                                        ///< name not resolved, AUTH or SCRIPT LOAD refused)
-  std::uint64_t breaker_opens = 0;   ///< times the breaker opened (closed/half-open -> open)
-  bool connected = false;            ///< gauge
+  std::uint64_t breaker_opens = 0;     ///< times the breaker opened (closed/half-open -> open)
+  bool connected = false;              ///< gauge
   breaker_state breaker = breaker_state::closed;  ///< gauge
 };
 

@@ -18,10 +18,10 @@ namespace sluice::store {
 
 /// Settings of a directory connection.
 struct redis_directory_settings {
-  std::string host = "127.0.0.1";                  ///< an address (no blocking resolution)
+  std::string host = "127.0.0.1";  ///< an address (no blocking resolution)
   std::uint16_t port = 6379;
-  std::string password;                            ///< "" = no AUTH
-  std::chrono::milliseconds command_timeout{5};    ///< deadline of one HGET
+  std::string password;                          ///< "" = no AUTH
+  std::chrono::milliseconds command_timeout{5};  ///< deadline of one HGET
 };
 
 /// One hiredis async connection on a worker's executor, for HGET.
@@ -42,8 +42,8 @@ class redis_directory {
   redis_directory& operator=(const redis_directory&) = delete;
 
   /// `HGET hash field`: the value, or nullopt when the hash has no such field.
-  boost::asio::awaitable<boost::system::result<std::optional<std::string>>> hget(
-      std::string hash, std::string field);
+  boost::asio::awaitable<boost::system::result<std::optional<std::string>>> hget(std::string hash,
+                                                                                 std::string field);
 
   /// Starts connecting. Idempotent.
   void start();

@@ -16,8 +16,8 @@ namespace sluice::store {
 struct redis_settings {
   std::string host = "127.0.0.1";
   std::uint16_t port = 6379;
-  std::chrono::milliseconds command_timeout{5};   ///< deadline of one check
-  std::chrono::milliseconds connect_timeout{250}; ///< deadline of one connection attempt
+  std::chrono::milliseconds command_timeout{5};    ///< deadline of one check
+  std::chrono::milliseconds connect_timeout{250};  ///< deadline of one connection attempt
   std::string password;                            ///< "" = no AUTH
   /// Consecutive failed checks (deadline missed, connection lost mid-check, an error reply that
   /// says the server cannot serve: READONLY, OOM, BUSY, LOADING...) that open the breaker;

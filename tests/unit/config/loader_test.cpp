@@ -326,14 +326,15 @@ routes:
 }
 
 TEST(defaults, data_path_settings) {
-  auto r = load_ok("upstreams: {api: {url: http://127.0.0.1:8081}}\n"
-                   "routes:\n"
-                   "  - {name: a, match: {path_prefix: /a}, upstream: api}\n"
-                   "  - {name: b, match: {path_prefix: /b}, upstream: api, max_request_body: 1GiB,\n"
-                   "     max_response_body: 10MB, upgrade: false, tunnel_idle_timeout: 5s}\n"
-                   "  - {name: c, match: {path_prefix: /c}, upstream: api,\n"
-                   "     max_request_body: unlimited, max_response_body: 512}\n"
-                   "drain_timeout: 5s\nclient_timeout: 10s\n");
+  auto r = load_ok(
+      "upstreams: {api: {url: http://127.0.0.1:8081}}\n"
+      "routes:\n"
+      "  - {name: a, match: {path_prefix: /a}, upstream: api}\n"
+      "  - {name: b, match: {path_prefix: /b}, upstream: api, max_request_body: 1GiB,\n"
+      "     max_response_body: 10MB, upgrade: false, tunnel_idle_timeout: 5s}\n"
+      "  - {name: c, match: {path_prefix: /c}, upstream: api,\n"
+      "     max_request_body: unlimited, max_response_body: 512}\n"
+      "drain_timeout: 5s\nclient_timeout: 10s\n");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->routes[0].max_request_body, 16ull * 1024 * 1024);
   EXPECT_EQ(r->routes[0].max_response_body, unlimited_size);
@@ -1120,7 +1121,6 @@ INSTANTIATE_TEST_SUITE_P(config, mistakes, ::testing::ValuesIn(mistake_table),
                            return std::string(info.param.name);
                          });
 
-
 // ---------------------------------------------------------------------------------------------
 // Issue 4: the new identity and routing fields load; the API key file and its diagnostics.
 
@@ -1442,15 +1442,16 @@ TEST(parse_rate, forms) {
 #define ALGO_UP "upstreams: {api: {url: http://127.0.0.1:8081}}\n"
 
 TEST(algorithms, every_window_algorithm_is_accepted) {
-  auto r = load_ok(ALGO_UP "routes:\n"
-                      "  - name: r\n"
-                      "    match: {path_prefix: /}\n"
-                      "    upstream: api\n"
-                      "    limits:\n"
-                      "      - {name: a, algorithm: fixed_window, rate: 5/1m}\n"
-                      "      - {name: b, algorithm: sliding_window, rate: 3/1m}\n"
-                      "      - {name: c, algorithm: sliding_log, rate: 10/1s, mode: shadow}\n"
-                      "      - {name: d, rate: 5/1m, burst: 5}\n");
+  auto r = load_ok(ALGO_UP
+                   "routes:\n"
+                   "  - name: r\n"
+                   "    match: {path_prefix: /}\n"
+                   "    upstream: api\n"
+                   "    limits:\n"
+                   "      - {name: a, algorithm: fixed_window, rate: 5/1m}\n"
+                   "      - {name: b, algorithm: sliding_window, rate: 3/1m}\n"
+                   "      - {name: c, algorithm: sliding_log, rate: 10/1s, mode: shadow}\n"
+                   "      - {name: d, rate: 5/1m, burst: 5}\n");
   ASSERT_EQ(r->routes.at(0).limits.size(), 4u);
   EXPECT_EQ(r->routes[0].limits[0].algorithm, algorithm::fixed_window);
   EXPECT_EQ(r->routes[0].limits[1].algorithm, algorithm::sliding_window);
@@ -1461,12 +1462,14 @@ TEST(algorithms, every_window_algorithm_is_accepted) {
 
 TEST(algorithms, parameters_an_algorithm_cannot_honour_are_errors_with_their_path) {
   auto one = [](const std::string& limit) {
-    return diags(ALGO_UP "routes:\n  - {name: r, match: {path_prefix: /}, upstream: api, limits: [" +
+    return diags(ALGO_UP
+                 "routes:\n  - {name: r, match: {path_prefix: /}, upstream: api, limits: [" +
                  limit + "]}\n");
   };
-  EXPECT_EQ(one("{name: a, algorithm: fixed_window, rate: 5/0ms}"),
-            std::vector<std::string>{
-                "rules.yaml:3: routes[0].limits[0].rate: rate 5/0ms: the period is shorter than 1ms"});
+  EXPECT_EQ(
+      one("{name: a, algorithm: fixed_window, rate: 5/0ms}"),
+      std::vector<std::string>{
+          "rules.yaml:3: routes[0].limits[0].rate: rate 5/0ms: the period is shorter than 1ms"});
   EXPECT_EQ(one("{name: a, algorithm: sliding_window, rate: 0/1m}"),
             std::vector<std::string>{
                 "rules.yaml:3: routes[0].limits[0].rate: rate 0/1m never refills: the count must "
@@ -1495,30 +1498,32 @@ TEST(algorithms, parameters_an_algorithm_cannot_honour_are_errors_with_their_pat
 }
 
 TEST(algorithms, plan_overrides_of_a_window_limit_are_checked_too) {
-  EXPECT_EQ(diags(ALGO_UP "plans: {free: {limits: []}}\n"
-                     "routes:\n"
-                     "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, "
-                     "algorithm: sliding_window, rate: 5/1m, plans: {free: {rate: "
-                     "200000000/1d}}}]}\n"),
-            std::vector<std::string>{
-                "rules.yaml:4: routes[0].limits[0].plans.free.rate: rate 200000000/1d cannot be "
-                "counted exactly by sliding_window: count × window in ms = 200000000 × 86400000 "
-                "is above 2^53 = 9007199254740992 (use a shorter window or fixed_window)"});
+  EXPECT_EQ(
+      diags(ALGO_UP "plans: {free: {limits: []}}\n"
+                    "routes:\n"
+                    "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, "
+                    "algorithm: sliding_window, rate: 5/1m, plans: {free: {rate: "
+                    "200000000/1d}}}]}\n"),
+      std::vector<std::string>{
+          "rules.yaml:4: routes[0].limits[0].plans.free.rate: rate 200000000/1d cannot be "
+          "counted exactly by sliding_window: count × window in ms = 200000000 × 86400000 "
+          "is above 2^53 = 9007199254740992 (use a shorter window or fixed_window)"});
 }
 
 TEST(shadow_header, is_read_and_validated) {
-  auto r = load_ok(ALGO_UP "shadow_header: X-Sluice-Shadow\n"
-                      "routes: [{name: r, match: {path_prefix: /}, upstream: api}]\n");
+  auto r = load_ok(ALGO_UP
+                   "shadow_header: X-Sluice-Shadow\n"
+                   "routes: [{name: r, match: {path_prefix: /}, upstream: api}]\n");
   EXPECT_EQ(r->shadow_header, "X-Sluice-Shadow");
   EXPECT_EQ(load_ok(ALGO_UP "routes: [{name: r, match: {path_prefix: /}, upstream: api}]\n")
                 ->shadow_header,
             "");
   EXPECT_EQ(diags(ALGO_UP "shadow_header: \"X Shadow\"\n"
-                     "routes: [{name: r, match: {path_prefix: /}, upstream: api}]\n"),
+                          "routes: [{name: r, match: {path_prefix: /}, upstream: api}]\n"),
             std::vector<std::string>{"rules.yaml:2: shadow_header: invalid header name 'X "
                                      "Shadow': a header name is an HTTP token"});
   EXPECT_EQ(diags(ALGO_UP "shadow_header: Content-Length\n"
-                     "routes: [{name: r, match: {path_prefix: /}, upstream: api}]\n"),
+                          "routes: [{name: r, match: {path_prefix: /}, upstream: api}]\n"),
             std::vector<std::string>{"rules.yaml:2: shadow_header: 'Content-Length' is managed by "
                                      "the gateway; choose another name, such as X-Sluice-Shadow"});
 }

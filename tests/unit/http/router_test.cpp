@@ -139,7 +139,6 @@ TEST(Router, NoRoutes) {
   EXPECT_EQ(rt.match("GET", "/"), nullptr);
 }
 
-
 config::route glob_route(std::string name, config::path_kind kind, std::string pattern,
                          std::vector<std::string> methods = {}, std::string host = "") {
   config::route r;
@@ -189,7 +188,7 @@ TEST(Router, ExactGlobPrefixAndHost) {
   EXPECT_EQ(name("GET", "admin.example.org", "/anything"), "default");
   EXPECT_EQ(name("GET", "", "/anything"), "default");
   EXPECT_EQ(rt.match("GET", "/anything")->name, "default");  // no Host: host routes skipped
-  EXPECT_EQ(name("PURGE", "", "/x"), "ext");  // extension methods compare as text
+  EXPECT_EQ(name("PURGE", "", "/x"), "ext");                 // extension methods compare as text
   EXPECT_EQ(name("GET", "", "/x"), "default");
 }
 

@@ -8,10 +8,10 @@
 
 #include <gtest/gtest.h>
 
-#include <future>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
+#include <future>
 
 #include <thread>
 

@@ -3,8 +3,8 @@
 #include "sluice/config/key_file.hpp"
 #include "sluice/limiter/keys.hpp"
 
-#include <boost/beast/http/fields.hpp>
 #include <gtest/gtest.h>
+#include <boost/beast/http/fields.hpp>
 
 #include <cctype>
 #include <cstdio>
@@ -90,7 +90,8 @@ TEST(identify, api_key_from_query_parameter) {
   auto r = rules_with_keys();
   r.identity.api_key_query = "api_key";
   boost::beast::http::fields none;
-  auto who = std::get<caller>(identify(r, none, "x=1&api_key=key-a", ip::make_address("127.0.0.1")));
+  auto who =
+      std::get<caller>(identify(r, none, "x=1&api_key=key-a", ip::make_address("127.0.0.1")));
   EXPECT_EQ(who.api_key, "key-a");
   // The decoded key is what the directory sees and what buckets are keyed by.
   who = std::get<caller>(identify(r, none, "api_key=key%2Da", ip::make_address("127.0.0.1")));
@@ -138,58 +139,59 @@ const auto malformed = caller_error::malformed_value;
 TEST(presented_key, query_parameter_table) {
   auto r = rules_with_keys();
   r.identity.api_key_query = "api_key";
-  check_rows(r, {
-      {{}, "", std::string()},
-      {{}, "api_key=key-a", std::string("key-a")},
-      {{}, "x=1&api_key=key-a&y", std::string("key-a")},
-      {{}, "&&api_key=key-a&", std::string("key-a")},
-      // Percent-decoding (RFC 3986 §2.1), hex digits of either case, in the name too.
-      {{}, "api_key=key%2Da", std::string("key-a")},
-      {{}, "api_key=key%2da", std::string("key-a")},
-      {{}, "api%5Fkey=key-a", std::string("key-a")},
-      {{}, "api_key=key%3Da", std::string("key=a")},
-      {{}, "api_key=a=b", std::string("a=b")},  // split at the first '='
-      {{}, "api_key=%E2%82%AC", std::string("\xe2\x82\xac")},
-      // '+' is a space (WHATWG urlencoded); a literal plus is %2B.
-      {{}, "api_key=key+a", std::string("key a")},
-      {{}, "api_key=key%20a", std::string("key a")},
-      {{}, "api_key=key%2Ba", std::string("key+a")},
-      {{}, "api+key=key-a", std::string()},  // "api key" is another name
-      // Empty is absent.
-      {{}, "api_key=", std::string()},
-      {{}, "api_key", std::string()},
-      // Repeats: identical (after decoding) is one value; different is ambiguous.
-      {{}, "api_key=key-a&api_key=key-a", std::string("key-a")},
-      {{}, "api_key=key-a&api_key=key%2Da", std::string("key-a")},
-      {{}, "api_key=key-a&api_key=other", conflict},
-      {{}, "api_key=other&x=1&api_key=key-a", conflict},
-      {{}, "api_key=key-a&api%5Fkey=other", conflict},
-      {{}, "api_key=key+a&api_key=key%2Ba", conflict},
-      {{}, "api_key=&api_key=key-a", conflict},  // as "" and "key-a" header lines are
-      {{}, "api_key=key-a&api_key", conflict},
-      // Malformed escapes and NUL in the key parameter.
-      {{}, "api_key=%zz", malformed},
-      {{}, "api_key=key%", malformed},
-      {{}, "api_key=%", malformed},
-      {{}, "api_key=key%2", malformed},
-      {{}, "api_key=key%2Xa", malformed},
-      {{}, "api_key=key%00a", malformed},
-      {{}, "api_key=%00", malformed},
-      {{}, "api_key=key-a&api_key=%zz", malformed},
-      {{}, "api_key%00=other&api_key=key-a", malformed},  // "api_key" to a C-string reader
-      {{}, "api_key%00x=other", malformed},
-      // Other parameters are not validated, and are not the key parameter.
-      {{}, "other=%zz&api_key=key-a", std::string("key-a")},
-      {{}, "%zz=1&api_key=key-a", std::string("key-a")},
-      {{}, "api_key%zz=x&api_key=key-a", std::string("key-a")},
-      {{}, "api_key%=x&api_key=key-a", std::string("key-a")},
-      {{}, "other=%00&api_key=key-a", std::string("key-a")},
-      {{}, "q=a|b{c}\"\xc3\xa9&api_key=key-a", std::string("key-a")},  // not strict RFC 3986
-      {{}, "API_KEY=other&api_key=key-a", std::string("key-a")},  // names are case-sensitive
-      {{}, "api_keyx=other&xapi_key=other&api_key=key-a", std::string("key-a")},
-      // ';' is not a separator (WHATWG; Python's parse_qs dropped it in 3.9.2).
-      {{}, "api_key=key-a;api_key=other", std::string("key-a;api_key=other")},
-  });
+  check_rows(
+      r, {
+             {{}, "", std::string()},
+             {{}, "api_key=key-a", std::string("key-a")},
+             {{}, "x=1&api_key=key-a&y", std::string("key-a")},
+             {{}, "&&api_key=key-a&", std::string("key-a")},
+             // Percent-decoding (RFC 3986 §2.1), hex digits of either case, in the name too.
+             {{}, "api_key=key%2Da", std::string("key-a")},
+             {{}, "api_key=key%2da", std::string("key-a")},
+             {{}, "api%5Fkey=key-a", std::string("key-a")},
+             {{}, "api_key=key%3Da", std::string("key=a")},
+             {{}, "api_key=a=b", std::string("a=b")},  // split at the first '='
+             {{}, "api_key=%E2%82%AC", std::string("\xe2\x82\xac")},
+             // '+' is a space (WHATWG urlencoded); a literal plus is %2B.
+             {{}, "api_key=key+a", std::string("key a")},
+             {{}, "api_key=key%20a", std::string("key a")},
+             {{}, "api_key=key%2Ba", std::string("key+a")},
+             {{}, "api+key=key-a", std::string()},  // "api key" is another name
+             // Empty is absent.
+             {{}, "api_key=", std::string()},
+             {{}, "api_key", std::string()},
+             // Repeats: identical (after decoding) is one value; different is ambiguous.
+             {{}, "api_key=key-a&api_key=key-a", std::string("key-a")},
+             {{}, "api_key=key-a&api_key=key%2Da", std::string("key-a")},
+             {{}, "api_key=key-a&api_key=other", conflict},
+             {{}, "api_key=other&x=1&api_key=key-a", conflict},
+             {{}, "api_key=key-a&api%5Fkey=other", conflict},
+             {{}, "api_key=key+a&api_key=key%2Ba", conflict},
+             {{}, "api_key=&api_key=key-a", conflict},  // as "" and "key-a" header lines are
+             {{}, "api_key=key-a&api_key", conflict},
+             // Malformed escapes and NUL in the key parameter.
+             {{}, "api_key=%zz", malformed},
+             {{}, "api_key=key%", malformed},
+             {{}, "api_key=%", malformed},
+             {{}, "api_key=key%2", malformed},
+             {{}, "api_key=key%2Xa", malformed},
+             {{}, "api_key=key%00a", malformed},
+             {{}, "api_key=%00", malformed},
+             {{}, "api_key=key-a&api_key=%zz", malformed},
+             {{}, "api_key%00=other&api_key=key-a", malformed},  // "api_key" to a C-string reader
+             {{}, "api_key%00x=other", malformed},
+             // Other parameters are not validated, and are not the key parameter.
+             {{}, "other=%zz&api_key=key-a", std::string("key-a")},
+             {{}, "%zz=1&api_key=key-a", std::string("key-a")},
+             {{}, "api_key%zz=x&api_key=key-a", std::string("key-a")},
+             {{}, "api_key%=x&api_key=key-a", std::string("key-a")},
+             {{}, "other=%00&api_key=key-a", std::string("key-a")},
+             {{}, "q=a|b{c}\"\xc3\xa9&api_key=key-a", std::string("key-a")},  // not strict RFC 3986
+             {{}, "API_KEY=other&api_key=key-a", std::string("key-a")},  // names are case-sensitive
+             {{}, "api_keyx=other&xapi_key=other&api_key=key-a", std::string("key-a")},
+             // ';' is not a separator (WHATWG; Python's parse_qs dropped it in 3.9.2).
+             {{}, "api_key=key-a;api_key=other", std::string("key-a;api_key=other")},
+         });
 }
 
 // The header and the query parameter together: each is checked on its own, then two
@@ -197,41 +199,42 @@ TEST(presented_key, query_parameter_table) {
 TEST(presented_key, header_and_query_table) {
   auto r = rules_with_keys();
   r.identity.api_key_query = "api_key";
-  check_rows(r, {
-      {{"key-a"}, "", std::string("key-a")},
-      {{"key-a"}, "x=1", std::string("key-a")},
-      {{"key-a"}, "api_key=key-a", std::string("key-a")},
-      {{"key-a"}, "api_key=key%2Da", std::string("key-a")},
-      {{" key-a "}, "api_key=key-a", std::string("key-a")},
-      {{"key a"}, "api_key=key+a", std::string("key a")},
-      {{"key-a"}, "api_key=other", conflict},
-      {{"other"}, "api_key=key-a", conflict},
-      {{"key%2Da"}, "api_key=key-a", conflict},  // a header value is not percent-decoded
-      {{"key-a"}, "api_key=", std::string("key-a")},  // empty is absent, in either source
-      {{""}, "api_key=key-a", std::string("key-a")},
-      {{""}, "", std::string()},
-      {{"key-a", "key-a"}, "api_key=key-a", std::string("key-a")},
-      {{"key-a", "other"}, "api_key=key-a", conflict},
-      {{"key-a", "other"}, "", conflict},
-      {{"key-a"}, "api_key=key-a&api_key=other", conflict},
-      {{"key-a"}, "api_key=%zz", malformed},
-      {{"key-a"}, "api_key=key-a%00", malformed},
-  });
+  check_rows(
+      r, {
+             {{"key-a"}, "", std::string("key-a")},
+             {{"key-a"}, "x=1", std::string("key-a")},
+             {{"key-a"}, "api_key=key-a", std::string("key-a")},
+             {{"key-a"}, "api_key=key%2Da", std::string("key-a")},
+             {{" key-a "}, "api_key=key-a", std::string("key-a")},
+             {{"key a"}, "api_key=key+a", std::string("key a")},
+             {{"key-a"}, "api_key=other", conflict},
+             {{"other"}, "api_key=key-a", conflict},
+             {{"key%2Da"}, "api_key=key-a", conflict},  // a header value is not percent-decoded
+             {{"key-a"}, "api_key=", std::string("key-a")},  // empty is absent, in either source
+             {{""}, "api_key=key-a", std::string("key-a")},
+             {{""}, "", std::string()},
+             {{"key-a", "key-a"}, "api_key=key-a", std::string("key-a")},
+             {{"key-a", "other"}, "api_key=key-a", conflict},
+             {{"key-a", "other"}, "", conflict},
+             {{"key-a"}, "api_key=key-a&api_key=other", conflict},
+             {{"key-a"}, "api_key=%zz", malformed},
+             {{"key-a"}, "api_key=key-a%00", malformed},
+         });
 }
 
 // A source that is not configured is not read: its values can neither give a key nor conflict.
 TEST(presented_key, unconfigured_sources_are_ignored) {
   auto r = rules_with_keys();  // header X-API-Key only (the default)
   check_rows(r, {
-      {{"key-a"}, "api_key=other", std::string("key-a")},
-      {{}, "api_key=%zz&api_key=x", std::string()},
-  });
+                    {{"key-a"}, "api_key=other", std::string("key-a")},
+                    {{}, "api_key=%zz&api_key=x", std::string()},
+                });
   r.identity.api_key_header.clear();  // `api_key: {query: api_key}`
   r.identity.api_key_query = "api_key";
   check_rows(r, {
-      {{"other"}, "api_key=key-a", std::string("key-a")},
-      {{"key-a", "other"}, "", std::string()},
-  });
+                    {{"other"}, "api_key=key-a", std::string("key-a")},
+                    {{"key-a", "other"}, "", std::string()},
+                });
 }
 
 // Decoding errors are 400 even under `unknown_key: reject`: the key is ambiguous, not missing.
@@ -279,7 +282,6 @@ TEST(limit_identity, each_kind_has_its_own_namespace_and_never_an_empty_value) {
   l.by = config::identity_kind::global;
   EXPECT_EQ(limit_identity(l, anon, r, none)->first, limiter::key_namespace::global);
 }
-
 
 // IPv6 clients are keyed by their /64 (configurable), IPv4 by the whole address unless an
 // ipv4_prefix is set; IPv4-mapped IPv6 is IPv4.
@@ -353,7 +355,8 @@ TEST(identify, repeated_identity_headers) {
 // of a plan that does not exist.
 TEST(make_caller, plan_not_in_snapshot_is_unknown) {
   auto r = rules_with_keys();
-  auto who = std::get<caller>(make_caller(r, "k", std::string("gold"), ip::make_address("127.0.0.1")));
+  auto who =
+      std::get<caller>(make_caller(r, "k", std::string("gold"), ip::make_address("127.0.0.1")));
   EXPECT_TRUE(who.anonymous);
   EXPECT_EQ(who.plan, "anonymous");
   who = std::get<caller>(make_caller(r, "k", std::string("free"), ip::make_address("127.0.0.1")));
@@ -364,9 +367,7 @@ TEST(make_caller, plan_not_in_snapshot_is_unknown) {
 // The key file is consulted after the inline map.
 TEST(static_plan, inline_then_file) {
   const std::string path = testing::TempDir() + "identity_keys.txt";
-  {
-    std::ofstream(path) << "# keys\nfile-key free\nkey-a anonymous\n";
-  }
+  { std::ofstream(path) << "# keys\nfile-key free\nkey-a anonymous\n"; }
   auto [file, problems] = config::api_key_file::load(path, {"free", "anonymous"});
   ASSERT_TRUE(file) << problems.front().to_string();
   auto r = rules_with_keys();
@@ -380,11 +381,25 @@ TEST(static_plan, inline_then_file) {
 
 // Identity values of any bytes and length map to distinct, bounded, injection-proof keys.
 TEST(bucket_key, any_identity_value_is_bounded_and_distinct) {
-  std::vector<std::string> values = {"a:b", "a_b", "a b", "a%3Ab", "A:B", "{a}:b", "a}b{",
-                                     "\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87", "\xef\xbd\x81:b",
-                                     std::string(8192, 'x'), std::string(8192, 'x') + "y",
-                                     std::string("nul\0byte", 8), "tab\tx", "line\nx",
-                                     std::string(48, 'a'), std::string(49, 'a'), "-", ".", ".."};
+  std::vector<std::string> values = {"a:b",
+                                     "a_b",
+                                     "a b",
+                                     "a%3Ab",
+                                     "A:B",
+                                     "{a}:b",
+                                     "a}b{",
+                                     "\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87",
+                                     "\xef\xbd\x81:b",
+                                     std::string(8192, 'x'),
+                                     std::string(8192, 'x') + "y",
+                                     std::string("nul\0byte", 8),
+                                     "tab\tx",
+                                     "line\nx",
+                                     std::string(48, 'a'),
+                                     std::string(49, 'a'),
+                                     "-",
+                                     ".",
+                                     ".."};
   std::set<std::string> keys;
   for (const auto& v : values) {
     for (auto ns : {limiter::key_namespace::header, limiter::key_namespace::user}) {

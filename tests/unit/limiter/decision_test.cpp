@@ -26,7 +26,8 @@ TEST(decision, most_constraining_least_remaining_then_larger_reset_then_first) {
                                        {"c", {}, tb(10, 1000, 10), false}};
   check_outcome o;
   o.allowed = true;
-  o.limits = {{true, 10, 3, 7000, 0, 100}, {true, 10, 3, 9000, 0, 100}, {true, 10, 3, 9000, 0, 100}};
+  o.limits = {
+      {true, 10, 3, 7000, 0, 100}, {true, 10, 3, 9000, 0, 100}, {true, 10, 3, 9000, 0, 100}};
   EXPECT_EQ(most_constraining(limits, o), 1u);
   o.limits[2].remaining = 2;
   EXPECT_EQ(most_constraining(limits, o), 2u);
@@ -54,7 +55,8 @@ TEST(decision, ietf_lists_every_enforced_limit_in_order_and_omits_t_when_full) {
                                        {"route", {}, tb(10, 1000, 20), false}};
   check_outcome o;
   o.allowed = true;
-  o.limits = {{true, 100, 100, 0, 0, 0}, {false, 1, 0, 1000, 1000, 1000}, {true, 20, 19, 100, 0, 100}};
+  o.limits = {
+      {true, 100, 100, 0, 0, 0}, {false, 1, 0, 1000, 1000, 1000}, {true, 20, 19, 100, 0, 100}};
   auto h = as_map(quota_headers(limits, o, {}));
   EXPECT_EQ(h["RateLimit-Policy"], "\"plan\";q=100;w=60, \"route\";q=20;w=2");
   EXPECT_EQ(h["RateLimit"], "\"plan\";r=100, \"route\";r=19;t=1");
@@ -78,7 +80,9 @@ TEST(decision, retry_after_is_the_longest_violated_wait_rounded_up_at_least_one)
                                        {"c", {}, tb(1, 1000, 1), true}};
   check_outcome o;
   o.allowed = false;
-  o.limits = {{false, 1, 0, 1000, 200, 200}, {false, 1, 0, 1000, 9800, 9800}, {false, 1, 0, 1000, 99000, 0}};
+  o.limits = {{false, 1, 0, 1000, 200, 200},
+              {false, 1, 0, 1000, 9800, 9800},
+              {false, 1, 0, 1000, 99000, 0}};
   EXPECT_EQ(retry_after_seconds(limits, o), 10);
   EXPECT_EQ(violated_policies(limits, o), (std::vector<std::string>{"a", "b"}));
   o.limits[1].admits = true;
@@ -87,7 +91,9 @@ TEST(decision, retry_after_is_the_longest_violated_wait_rounded_up_at_least_one)
 
 TEST(decision, problem_body_names_the_violated_limits) {
   auto body = quota_exceeded_body({"a", "b"}, 12);
-  EXPECT_NE(body.find("\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\""), std::string::npos);
+  EXPECT_NE(
+      body.find("\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\""),
+      std::string::npos);
   EXPECT_NE(body.find("\"violated-policies\":[\"a\",\"b\"]"), std::string::npos);
   EXPECT_NE(body.find("\"status\":429"), std::string::npos);
 }

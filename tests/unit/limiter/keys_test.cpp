@@ -30,9 +30,9 @@ TEST(bucket_key, c14_values_map_to_distinct_safe_keys) {
   std::mt19937 rng(7);
   std::string big(8000, 'a');
   for (auto& c : big) c = static_cast<char>('a' + rng() % 26);
-  const std::vector<std::string> values = {"a:b",        "a_b",          "a b",  "a%3Ab", "A:B",
-                                           "{a}:b",      "a}b{",         "ключ", "ａ:b",  big,
-                                           "b",          "a\tb",         "",     "a|k|b", "x00"};
+  const std::vector<std::string> values = {"a:b",   "a_b",  "a b",  "a%3Ab", "A:B",
+                                           "{a}:b", "a}b{", "ключ", "ａ:b",  big,
+                                           "b",     "a\tb", "",     "a|k|b", "x00"};
   std::set<std::string> keys;
   for (const auto& v : values) {
     auto k = bucket_key("docs", key_namespace::header, v);
@@ -47,9 +47,9 @@ TEST(bucket_key, c14_values_map_to_distinct_safe_keys) {
 
 TEST(bucket_key, namespaces_never_meet) {
   std::set<std::string> keys;
-  for (auto ns : {key_namespace::api_key, key_namespace::anonymous_ip, key_namespace::user,
-                  key_namespace::ip, key_namespace::global, key_namespace::header,
-                  key_namespace::fallback_ip}) {
+  for (auto ns :
+       {key_namespace::api_key, key_namespace::anonymous_ip, key_namespace::user, key_namespace::ip,
+        key_namespace::global, key_namespace::header, key_namespace::fallback_ip}) {
     keys.insert(bucket_key("l", ns, "203.0.113.20"));
   }
   EXPECT_EQ(keys.size(), 7u);

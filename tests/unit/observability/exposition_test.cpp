@@ -28,12 +28,12 @@ TEST(owned_counter, adds_on_its_thread_and_reads_anywhere) {
 
 TEST(duration_histogram, a_value_on_a_bound_is_in_that_bucket) {
   duration_histogram h;
-  h.observe(-5ns);      // counts as 0: first bucket
-  h.observe(100us);     // exactly 0.0001 s: first bucket (le)
-  h.observe(101us);     // second bucket (0.00025)
-  h.observe(5ms);       // exactly 0.005: its own bucket
-  h.observe(1s);        // exactly the last bound
-  h.observe(1001ms);    // above every bound: +Inf
+  h.observe(-5ns);    // counts as 0: first bucket
+  h.observe(100us);   // exactly 0.0001 s: first bucket (le)
+  h.observe(101us);   // second bucket (0.00025)
+  h.observe(5ms);     // exactly 0.005: its own bucket
+  h.observe(1s);      // exactly the last bound
+  h.observe(1001ms);  // above every bound: +Inf
   const auto c = h.read();
   EXPECT_EQ(c.count(), 6u);
   EXPECT_EQ(c.buckets[0], 2u);

@@ -67,8 +67,8 @@ TEST(memory_store, overlapping_multi_limit_checks_do_not_deadlock) {
     workers.emplace_back([&, w] {
       for (int i = 0; i < 500; ++i) {
         auto req = request("{shared}:global", 1, 3'600'000, 50);
-        auto own = request("{w" + std::to_string(w) + "}:k" + std::to_string(i % 7), 1000, 1000,
-                           1000);
+        auto own =
+            request("{w" + std::to_string(w) + "}:k" + std::to_string(i % 7), 1000, 1000, 1000);
         // Alternate the order of the two keys between workers.
         if (w % 2) {
           req.limits.push_back(own.limits[0]);

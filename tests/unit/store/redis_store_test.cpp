@@ -18,8 +18,8 @@
 
 #include <chrono>
 #include <optional>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 // The Redis store against a real redis-server: decisions, pipelined concurrency (c08), script
@@ -62,7 +62,8 @@ bool run_until(asio::io_context& ioc, Pred done, std::chrono::milliseconds limit
 }
 
 void run_for(asio::io_context& ioc, std::chrono::milliseconds d) {
-  run_until(ioc, [] { return false; }, d);
+  run_until(
+      ioc, [] { return false; }, d);
 }
 
 // One check, timed.
@@ -79,13 +80,15 @@ timed_result check_once(asio::io_context& ioc, store::redis_store& s, limiter::c
     if (!e) out.result.emplace(std::move(r));
     out.took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - start);
   });
-  run_until(ioc, [&] { return out.result.has_value(); }, limit);
+  run_until(
+      ioc, [&] { return out.result.has_value(); }, limit);
   return out;
 }
 
 bool wait_connected(asio::io_context& ioc, store::redis_store& s,
                     std::chrono::milliseconds limit = 3000ms) {
-  return run_until(ioc, [&] { return s.stats().connected; }, limit);
+  return run_until(
+      ioc, [&] { return s.stats().connected; }, limit);
 }
 
 store::redis_settings settings_for(const test::redis_server& server,
@@ -328,7 +331,8 @@ TEST(redis_store, stalled_server_times_out_without_replay) {
   EXPECT_EQ(s.stats().timeouts, 5u);
 
   server.resume();
-  ASSERT_TRUE(run_until(ioc, [&] { return s.stats().late_replies == 5; }, 2000ms));
+  ASSERT_TRUE(run_until(
+      ioc, [&] { return s.stats().late_replies == 5; }, 2000ms));
   // Five scripts ran once each (3 → 0 tokens, the last two refused) — none was replayed:
   // at t0 + 0.5 s the bucket holds 500 units (0.025 token) and refuses.
   auto next = check_once(ioc, s, request("{c10}:b", 3, 60'000, 3, t0 + 500));
@@ -353,7 +357,8 @@ TEST(redis_store, c10_timed_out_check_ran_once) {
   ASSERT_TRUE(first.result);
   EXPECT_EQ(first.result->error(), make_error_code(errc::store_timeout));
   server.resume();
-  ASSERT_TRUE(run_until(ioc, [&] { return s.stats().late_replies == 1; }, 2000ms));
+  ASSERT_TRUE(run_until(
+      ioc, [&] { return s.stats().late_replies == 1; }, 2000ms));
   auto second = check_once(ioc, s, request("{c10}:key-b", 3, 60'000, 3, t0 + 500));
   ASSERT_TRUE(second.result && second.result->has_value());
   EXPECT_TRUE((*second.result)->allowed);
@@ -463,7 +468,8 @@ TEST(redis_store, breaker_opens_on_a_stall_and_a_probe_closes_it) {
     decided = r.result && r.result->has_value();
     if (!decided) run_for(ioc, 10ms);
   }
-  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - resumed);
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - resumed);
   std::printf("decided by the store %lld ms after SIGCONT\n", static_cast<long long>(took.count()));
   EXPECT_TRUE(decided);
   EXPECT_LT(took, 1000ms);
@@ -568,7 +574,8 @@ TEST(redis_store, a_name_that_does_not_resolve_is_unavailable_at_once) {
   settings.command_timeout = 50ms;
   store::redis_store s(ioc.get_executor(), settings);
   s.start();
-  ASSERT_TRUE(run_until(ioc, [&] { return s.stats().connect_failures >= 1; }, 2000ms));
+  ASSERT_TRUE(run_until(
+      ioc, [&] { return s.stats().connect_failures >= 1; }, 2000ms));
   auto r = check_once(ioc, s, request("{dns}:k", 1, 1000, 1));
   ASSERT_TRUE(r.result);
   EXPECT_EQ(r.result->error(), make_error_code(errc::store_unavailable));
@@ -600,7 +607,8 @@ TEST(redis_store, stop_fails_checks_in_flight) {
                  [&](std::exception_ptr, result_type r) { result.emplace(std::move(r)); });
   run_for(ioc, 20ms);
   s.stop();
-  ASSERT_TRUE(run_until(ioc, [&] { return result.has_value(); }, 500ms));
+  ASSERT_TRUE(run_until(
+      ioc, [&] { return result.has_value(); }, 500ms));
   EXPECT_FALSE(result->has_value());
   server.resume();
 }

@@ -42,7 +42,6 @@ std::string level_and_stamp(const std::string& state) {
   return state.substr(0, second);
 }
 
-
 using limiter::bucket_params;
 using limiter::check_outcome;
 using limiter::check_request;
@@ -282,8 +281,8 @@ test::redis_server* token_bucket_table::server_ = nullptr;
 void expect_step(const table_case& c, std::size_t s, const char* backend,
                  const check_outcome& got) {
   const step& st = c.steps[s];
-  SCOPED_TRACE(std::string(backend) + " " + c.name + " step " + std::to_string(s) + " t=" +
-               std::to_string(st.t_ms));
+  SCOPED_TRACE(std::string(backend) + " " + c.name + " step " + std::to_string(s) +
+               " t=" + std::to_string(st.t_ms));
   EXPECT_EQ(got.allowed, st.allowed);
   ASSERT_EQ(got.limits.size(), c.limits.size());
   for (std::size_t i = 0; i < c.limits.size(); ++i) {
@@ -369,7 +368,8 @@ TEST_F(token_bucket_table, stored_state_matches) {
           if (!m) {
             EXPECT_EQ(r.type, redis_reply::kind::nil) << c.name << " " << l.key;
           } else {
-            EXPECT_EQ(level_and_stamp(r.str), std::to_string(m->first) + " " + std::to_string(m->second))
+            EXPECT_EQ(level_and_stamp(r.str),
+                      std::to_string(m->first) + " " + std::to_string(m->second))
                 << c.name << " step " << s;
           }
         }
@@ -504,9 +504,7 @@ struct lua_runner {
     return got.value_or(check_outcome{});
   }
   /// The bucket_key() of limit i.
-  std::string key(std::size_t i = 0) const {
-    return make_request(c, prefix, 1).limits[i].key;
-  }
+  std::string key(std::size_t i = 0) const { return make_request(c, prefix, 1).limits[i].key; }
   test::bucket_view view() const { return {server, layout}; }
 };
 
@@ -642,8 +640,8 @@ TEST_F(token_bucket_table, shared_hash_expiry_rises_and_sweep_deletes_only_idle_
   ASSERT_TRUE(run_lua(*server_, slow, epoch_ms, &error, all_in_one_hash)) << error;
   const std::string expiry_hash = view.where(slow.limits[0].key).key;
   EXPECT_GT(server_->command({"PTTL", expiry_hash}).integer, 59'000);
-  ASSERT_TRUE(run_lua(*server_, request("expiry_limit", "fast", 1'000), epoch_ms, &error,
-                      all_in_one_hash))
+  ASSERT_TRUE(
+      run_lua(*server_, request("expiry_limit", "fast", 1'000), epoch_ms, &error, all_in_one_hash))
       << error;
   EXPECT_GT(server_->command({"PTTL", expiry_hash}).integer, 59'000) << "never lowered";
   EXPECT_EQ(server_->command({"HLEN", expiry_hash}).integer, 2);
@@ -730,11 +728,11 @@ TEST_F(token_bucket_table, script_rejects_bad_arguments) {
   auto r = server_->command({"EVAL", std::string(lua::check()), "1", "k", "-1", "2"});
   EXPECT_EQ(r.type, redis_reply::kind::error);
   // A zero refill, and a capacity above 2^53 (2 * 2^52 + 2^52 units), are refused unwritten.
-  auto zero = server_->command({"EVAL", std::string(lua::check()), "1", "{bad}:k", "-1",
-                                "1", "-1", "0", "0", "1", "1", "1", "0", ""});
+  auto zero = server_->command({"EVAL", std::string(lua::check()), "1", "{bad}:k", "-1", "1", "-1",
+                                "0", "0", "1", "1", "1", "0", ""});
   EXPECT_EQ(zero.type, redis_reply::kind::error);
-  auto huge = server_->command({"EVAL", std::string(lua::check()), "1", "{bad}:k", "-1",
-                                "1", "-1", "0", "1", "4503599627370496", "3", "1", "0", ""});
+  auto huge = server_->command({"EVAL", std::string(lua::check()), "1", "{bad}:k", "-1", "1", "-1",
+                                "0", "1", "4503599627370496", "3", "1", "0", ""});
   EXPECT_EQ(huge.type, redis_reply::kind::error) << huge.str;
   EXPECT_EQ(server_->command({"EXISTS", "{bad}:k"}).integer, 0);
 }
@@ -768,8 +766,13 @@ TEST_F(token_bucket_table, script_refuses_a_stale_check_unwritten) {
 
 TEST_F(token_bucket_table, script_uses_redis_time_without_override) {
   check_request req = make_request(find_case("c02"), "time", 1);
-  std::vector<std::string> argv = {"EVAL", std::string(lua::check()), "1",
-                                   req.limits[0].key, "-1", "1", "-1", "0", "1", "10000", "2", "1", "0", ""};
+  std::vector<std::string> argv = {"EVAL", std::string(lua::check()),
+                                   "1",    req.limits[0].key,
+                                   "-1",   "1",
+                                   "-1",   "0",
+                                   "1",    "10000",
+                                   "2",    "1",
+                                   "0",    ""};
   auto r = server_->command(argv);
   ASSERT_EQ(r.type, redis_reply::kind::array);
   const auto host_ms = std::chrono::duration_cast<std::chrono::milliseconds>(

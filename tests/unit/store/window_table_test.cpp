@@ -154,10 +154,16 @@ const std::vector<table_case>& table() {
       // anywhere (the token bucket's key is even deleted: it is full again).
       {"mixed_all_or_nothing",
        {{"tb", tb, 10, 1'000, 10}, {"fw", fw, 2, 1'000}, {"sl", sl, 3, 1'000}},
-       {{0, 1, true, {{true, 9, 100, 0, 100}, {true, 1, 1'000, 0, 1'000}, {true, 2, 1'000, 0, 1'000}}},
+       {{0,
+         1,
+         true,
+         {{true, 9, 100, 0, 100}, {true, 1, 1'000, 0, 1'000}, {true, 2, 1'000, 0, 1'000}}},
         {100, 1, true, {{true, 9, 100, 0, 100}, {true, 0, 900, 0, 900}, {true, 1, 1'000, 0, 900}}},
         {200, 1, false, {{true, 10, 0, 0, 0}, {false, 0, 800, 800, 800}, {true, 1, 900, 0, 800}}},
-        {1'000, 1, true, {{true, 9, 100, 0, 100}, {true, 1, 1'000, 0, 1'000}, {true, 1, 1'000, 0, 100}}}}},
+        {1'000,
+         1,
+         true,
+         {{true, 9, 100, 0, 100}, {true, 1, 1'000, 0, 1'000}, {true, 1, 1'000, 0, 100}}}}},
       // A shadow window limit is evaluated alone and never refuses the request.
       {"shadow_window",
        {{"enforced", fw, 5, 1'000}, {"shadow", sl, 1, 1'000, 0, true}},
@@ -227,8 +233,8 @@ std::optional<std::string> redis_state(test::redis_server& server, const std::st
 // Copies a memory-store state into redis (with a TTL of a day): Redis expires keys in real
 // time, while the simulated clock of these tests runs much faster.
 void seed_redis(test::redis_server& server, const std::string& key,
-                const std::optional<std::string>& state, algorithm a,
-                const lua::key_layout& layout, std::int64_t now) {
+                const std::optional<std::string>& state, algorithm a, const lua::key_layout& layout,
+                std::int64_t now) {
   if (a != sl) {
     const test::bucket_view view{server, layout};
     view.del(key);
@@ -262,8 +268,8 @@ test::redis_server* window_table::server_ = nullptr;
 void expect_step(const table_case& c, std::size_t s, const char* backend,
                  const check_outcome& got) {
   const step& st = c.steps[s];
-  SCOPED_TRACE(std::string(backend) + " " + c.name + " step " + std::to_string(s) + " t=" +
-               std::to_string(st.t_ms));
+  SCOPED_TRACE(std::string(backend) + " " + c.name + " step " + std::to_string(s) +
+               " t=" + std::to_string(st.t_ms));
   EXPECT_EQ(got.allowed, st.allowed);
   ASSERT_EQ(got.limits.size(), c.limits.size());
   for (std::size_t i = 0; i < c.limits.size(); ++i) {
@@ -336,7 +342,8 @@ TEST_F(window_table, persisted_keys_are_re_armed) {
       table_case c{"persist" + std::to_string(static_cast<int>(a)), {{"k", a, 2, 10'000}}, {}};
       const auto req = make_request(c, "ttl-" + layout_name(layout), 1);
       // The key holding the bucket: its own, or its group hash (never for the sliding log).
-      const std::string key = test::bucket_view{*server_, layout}.where(req.limits[0].key, a == sl).key;
+      const std::string key =
+          test::bucket_view{*server_, layout}.where(req.limits[0].key, a == sl).key;
       std::string error;
       const auto host_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                std::chrono::system_clock::now().time_since_epoch())
@@ -408,8 +415,9 @@ TEST_F(window_table, random_sequences_agree_and_keep_promises) {
   };
   for (int round = 0; round < 30; ++round) {
     // Rounds alternate: a key per bucket, packed into hashes, all of a limit in one hash.
-    const lua::key_layout layout =
-        round % 3 == 0 ? per_key : round % 3 == 1 ? packed : all_in_one_hash;
+    const lua::key_layout layout = round % 3 == 0   ? per_key
+                                   : round % 3 == 1 ? packed
+                                                    : all_in_one_hash;
     table_case c;
     c.name = "rnd" + std::to_string(round);
     const auto n_limits = pick(1, 3);
