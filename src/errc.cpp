@@ -34,6 +34,12 @@ class category final : public boost::system::error_category {
         return "malformed upstream response";
       case errc::config_invalid:
         return "invalid rules file";
+      case errc::conflicting_values:
+        return "conflicting identity values";
+      case errc::malformed_value:
+        return "malformed identity value";
+      case errc::unknown_key:
+        return "unknown API key";
     }
     return "unknown sluice error";
   }

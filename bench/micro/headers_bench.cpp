@@ -3,6 +3,7 @@
 
 #include "fixture.hpp"
 
+#include "sluice/http/problem.hpp"
 #include "sluice/limiter/check.hpp"
 #include "sluice/limiter/decision.hpp"
 #include "sluice/limiter/keys.hpp"
@@ -124,7 +125,7 @@ BENCHMARK(BM_QuotaExceededBody);
 
 void BM_ProblemBody(benchmark::State& state) {
   for (auto _ : state) {
-    benchmark::DoNotOptimize(limiter::problem_body(
+    benchmark::DoNotOptimize(http::problem_body(
         502, "Bad Gateway", "the upstream could not be reached: connection refused"));
   }
 }
@@ -133,7 +134,7 @@ BENCHMARK(BM_ProblemBody);
 // A detail that needs JSON escaping (quotes, backslash, control character).
 void BM_ProblemBodyEscaped(benchmark::State& state) {
   for (auto _ : state) {
-    benchmark::DoNotOptimize(limiter::problem_body(
+    benchmark::DoNotOptimize(http::problem_body(
         400, "Bad Request", "header \"X-API-Key\" given twice: a\\b\tc", "about:blank"));
   }
 }

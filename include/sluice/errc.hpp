@@ -23,6 +23,12 @@ enum class errc {
   upstream_timeout,       ///< the upstream did not answer in time (504)
   upstream_protocol,      ///< the upstream sent a malformed response (502)
   config_invalid,         ///< a rules file failed validation
+  /// Identity (400): an identity header or the API key query parameter was given twice with
+  /// different values, or the header and the query parameter disagree.
+  conflicting_values,
+  /// Identity (400): the API key query parameter has a malformed percent-escape or a NUL.
+  malformed_value,
+  unknown_key,  ///< identity (401): `unknown_key: reject` and the key is absent or unknown
 };
 
 /// The category of sluice::errc; its name is "sluice".

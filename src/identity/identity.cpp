@@ -191,6 +191,8 @@ std::string_view describe(caller_error e) {
       return "the API key query parameter has a malformed percent-escape or encodes NUL";
     case caller_error::unknown_key:
       return "a valid API key is required";
+    default:
+      break;
   }
   return "the caller cannot be identified";
 }

@@ -136,14 +136,4 @@ std::string quota_exceeded_body(const std::vector<std::string>& violated,
   return boost::json::serialize(body);
 }
 
-std::string problem_body(int status, std::string_view title, std::string_view detail,
-                         std::string_view type) {
-  boost::json::object body;
-  body["type"] = type.empty() ? std::string_view("about:blank") : type;
-  body["title"] = title;
-  body["status"] = status;
-  if (!detail.empty()) body["detail"] = detail;
-  return boost::json::serialize(body);
-}
-
 }  // namespace sluice::limiter

@@ -5,6 +5,7 @@
 /// (DESIGN.md, "Identity"; cases c12, c13).
 
 #include "sluice/config/rules.hpp"
+#include "sluice/errc.hpp"
 #include "sluice/limiter/keys.hpp"
 
 #include <boost/asio/ip/address.hpp>
@@ -29,20 +30,15 @@ struct caller {
   bool anonymous = true;  ///< no key, an empty key, or a key not in the directory
 };
 
-/// Why a request's caller could not be established.
-enum class caller_error {
-  /// An identity header, or the API key query parameter, was given twice with different
-  /// values, or the API key header and query parameter disagree (400). The upstream may read
-  /// another copy than sluice does; the caller would be limited as one identity and
-  /// authenticated as another.
-  conflicting_values,
-  /// The API key query parameter has a malformed percent-escape (`%zz`, a lone `%`) or
-  /// decodes to a NUL, in its value or its name (400).
-  malformed_value,
-  unknown_key,  ///< `unknown_key: reject` and the key is absent or unknown (401)
-};
+/// Why a request's caller could not be established: sluice's errc values
+/// errc::conflicting_values (400: an identity header, or the API key query parameter, given
+/// twice with different values, or header and parameter disagree — the upstream might read
+/// another copy than sluice does), errc::malformed_value (400: a malformed percent-escape or
+/// a NUL in the API key parameter) and errc::unknown_key (401 under `unknown_key: reject`).
+using caller_error = sluice::errc;
 
-/// The problem-details `detail` text (RFC 9457) for `e`: one fixed sentence per error.
+/// The problem-details `detail` text (RFC 9457) for an identity error: one fixed sentence per
+/// error (a generic one for any other errc).
 std::string_view describe(caller_error e);
 
 /// `a` with an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) turned into the IPv4 address; any

@@ -80,9 +80,4 @@ std::vector<std::string> violated_policies(const std::vector<applied_limit>& lim
 /// and `violated-policies`.
 std::string quota_exceeded_body(const std::vector<std::string>& violated, std::int64_t retry_after);
 
-/// An RFC 9457 problem body for the gateway's other refusals (400, 401, 404, 502, 503, 504).
-/// `type` is a URI; "about:blank" when empty.
-std::string problem_body(int status, std::string_view title, std::string_view detail,
-                         std::string_view type = {});
-
 }  // namespace sluice::limiter

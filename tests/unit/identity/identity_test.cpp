@@ -111,6 +111,8 @@ std::string show(const presented& p) {
       return "malformed_value (400)";
     case caller_error::unknown_key:
       return "unknown_key (401)";
+    default:
+      break;
   }
   return "?";
 }
