@@ -89,6 +89,20 @@ void strip_hop_by_hop(bhttp::fields& fields) {
   }
 }
 
+bool is_idempotent(bhttp::verb method) {
+  switch (method) {
+    case bhttp::verb::get:
+    case bhttp::verb::head:
+    case bhttp::verb::options:
+    case bhttp::verb::put:
+    case bhttp::verb::delete_:
+    case bhttp::verb::trace:
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool is_websocket_upgrade(const request_head& head) {
   if (head.version() < 11) return false;
   auto lists = [&head](bhttp::field f, std::string_view token) {

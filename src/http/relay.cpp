@@ -57,20 +57,6 @@ constexpr std::size_t read_reserve = 64 * 1024;
 
 constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
 
-bool is_idempotent(bhttp::verb v) {
-  switch (v) {
-    case bhttp::verb::get:
-    case bhttp::verb::head:
-    case bhttp::verb::options:
-    case bhttp::verb::put:
-    case bhttp::verb::delete_:
-    case bhttp::verb::trace:
-      return true;
-    default:
-      return false;
-  }
-}
-
 boost::optional<std::uint64_t> limit_of(std::uint64_t bytes) {
   if (bytes == config::unlimited_size) return boost::none;
   return bytes;

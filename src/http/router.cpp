@@ -194,7 +194,7 @@ boost::system::result<canonical_target> canonicalize(std::string_view target) {
     if (!valid_host(authority)) return errc::bad_request;
     canonical_target out;
     if (path_start == std::string_view::npos) {
-      out = canonical_target{"/", ""};
+      out = canonical_target{"/", "", {}};
     } else if (rest[path_start] == '#') {
       return errc::bad_request;
     } else if (rest[path_start] == '?') {
@@ -226,7 +226,7 @@ boost::system::result<canonical_target> canonicalize(std::string_view target) {
   if (!escaped) return escaped.error();
   auto canonical = remove_dot_segments(*escaped);
   if (!canonical) return canonical.error();
-  return canonical_target{std::move(*canonical), std::string(query)};
+  return canonical_target{std::move(*canonical), std::string(query), {}};
 }
 
 namespace {

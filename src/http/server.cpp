@@ -247,11 +247,12 @@ asio::awaitable<void> write_error(timed_socket& stream, std::chrono::millisecond
   if (!ec) co_await lingering_close(stream);
 }
 
-/// Reads the rest of a request body and drops it, at most `limit` bytes. True when the
-/// whole body was read (the connection is still in step with the client).
-asio::awaitable<bool> discard_body(timed_socket& stream, beast::flat_buffer& buffer,
-                                   request_parser& parser, std::chrono::milliseconds timeout,
-                                   std::uint64_t limit) {
+/// Reads the rest of a request body, at most `limit` bytes, into `body` (verdict::kind::
+/// buffer), or drops it when `body` is null (after a refusal). The error of the read that
+/// failed, or none when the whole body was read (the connection is still in step).
+asio::awaitable<error_code> read_body(timed_socket& stream, beast::flat_buffer& buffer,
+                                      request_parser& parser, std::chrono::milliseconds timeout,
+                                      std::uint64_t limit, std::string* body) {
   std::array<char, 4096> scratch{};
   parser.body_limit(limit);
   while (!parser.is_done()) {
@@ -260,26 +261,8 @@ asio::awaitable<bool> discard_body(timed_socket& stream, beast::flat_buffer& buf
     stream.expires_after(timeout);
     auto [ec, n] = co_await bhttp::async_read_some(stream, buffer, parser, use_tuple);
     (void)n;
-    if (ec && ec != bhttp::error::need_buffer) co_return false;
-  }
-  co_return true;
-}
-
-/// Reads a whole request body into memory (verdict::kind::buffer), at most `limit` bytes.
-asio::awaitable<error_code> read_whole_body(timed_socket& stream, beast::flat_buffer& buffer,
-                                            request_parser& parser,
-                                            std::chrono::milliseconds timeout, std::uint64_t limit,
-                                            std::string& body) {
-  std::array<char, 4096> scratch{};
-  parser.body_limit(limit);
-  while (!parser.is_done()) {
-    parser.get().body().data = scratch.data();
-    parser.get().body().size = scratch.size();
-    stream.expires_after(timeout);
-    auto [ec, n] = co_await bhttp::async_read_some(stream, buffer, parser, use_tuple);
-    (void)n;
-    if (ec && ec != bhttp::error::need_buffer) co_return ec;
-    body.append(scratch.data(), scratch.size() - parser.get().body().size);
+    if (ec && ec != bhttp::error::need_buffer) co_return stream.timeout_error(ec);
+    if (body) body->append(scratch.data(), scratch.size() - parser.get().body().size);
   }
   co_return error_code{};
 }
@@ -293,7 +276,8 @@ asio::awaitable<bool> settle_unread_body(timed_socket& stream, beast::flat_buffe
   if (expect_continue || parser.chunked()) co_return false;
   const auto declared = parser.content_length();
   if (!declared || *declared > discard_limit) co_return false;
-  co_return co_await discard_body(stream, buffer, parser, timeout, discard_limit);
+  const auto ec = co_await read_body(stream, buffer, parser, timeout, discard_limit, nullptr);
+  co_return !ec;
 }
 
 /// Frames and writes a response the session answers with; false when the write failed.
@@ -392,8 +376,8 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
           (void)cn;
           if (cec) co_return;
         }
-        if (auto ec = co_await read_whole_body(stream, buffer, *parser, limits.read_timeout,
-                                               limits.body_limit, body)) {
+        if (auto ec = co_await read_body(stream, buffer, *parser, limits.read_timeout,
+                                         limits.body_limit, &body)) {
           if (auto status = status_for_read_error(ec)) {
             co_await write_error(stream, limits.write_timeout, *status);
           }

@@ -16,6 +16,7 @@
 #include "sluice/http/upstream_pool.hpp"
 
 #include "sluice/errc.hpp"
+#include "sluice/http/headers.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
@@ -115,20 +116,6 @@ struct pool_state {
 };
 
 using state_ptr = std::shared_ptr<pool_state>;
-
-bool is_idempotent(bhttp::verb v) {
-  switch (v) {
-    case bhttp::verb::get:
-    case bhttp::verb::head:
-    case bhttp::verb::options:
-    case bhttp::verb::put:
-    case bhttp::verb::delete_:
-    case bhttp::verb::trace:
-      return true;
-    default:
-      return false;
-  }
-}
 
 /// Connects to the upstream within min(connect_timeout, time left before `deadline`).
 asio::awaitable<void> connect(state_ptr st, const config::upstream& up, steady::time_point deadline,

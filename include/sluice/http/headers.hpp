@@ -45,6 +45,10 @@ void prepare_upstream_head(request_head& head, std::string_view target,
                            std::string_view client_address, body_framing framing, bool upgrade,
                            std::uint64_t length = 0);
 
+/// Whether a method is idempotent (RFC 9110 §9.2.2: GET, HEAD, OPTIONS, PUT, DELETE, TRACE),
+/// so a request that failed on a stale pooled connection before any answer may be sent again.
+bool is_idempotent(beast_http::verb method);
+
 /// Whether a request is a WebSocket opening handshake (RFC 6455 §4.1): HTTP/1.1, `Upgrade`
 /// listing `websocket` and `Connection` listing `upgrade` (RFC 9110 §7.8), case-insensitive.
 /// Only these are ever tunnelled: any other `Upgrade` (h2c...) is a hop-by-hop field that is
