@@ -66,6 +66,7 @@ std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits
                                         const check_outcome& outcome,
                                         const config::header_sets& sets) {
   std::vector<header_field> out;
+  out.reserve(5);
   if (sets.x_ratelimit) {
     if (auto i = most_constraining(limits, outcome)) {
       const auto& o = outcome.limits[*i];
@@ -81,14 +82,23 @@ std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits
     for (std::size_t i = 0; i < limits.size() && i < outcome.limits.size(); ++i) {
       if (limits[i].shadow) continue;
       const auto& o = outcome.limits[i];
+      // (Appended piece by piece: no temporary string per operator+.)
       if (!policy.empty()) policy += ", ";
-      policy += '"' + limits[i].name + "\";q=" + std::to_string(o.limit) +
-                ";w=" + std::to_string(policy_window_seconds(limits[i]));
+      policy += '"';
+      policy += limits[i].name;
+      policy += "\";q=";
+      policy += std::to_string(o.limit);
+      policy += ";w=";
+      policy += std::to_string(policy_window_seconds(limits[i]));
       if (!state.empty()) state += ", ";
-      state +=
-          '"' + limits[i].name + "\";r=" + std::to_string(std::max<std::int64_t>(0, o.remaining));
-      if (o.remaining < o.limit)
-        state += ";t=" + std::to_string(std::max<std::int64_t>(1, ceil_seconds(o.next_ms)));
+      state += '"';
+      state += limits[i].name;
+      state += "\";r=";
+      state += std::to_string(std::max<std::int64_t>(0, o.remaining));
+      if (o.remaining < o.limit) {
+        state += ";t=";
+        state += std::to_string(std::max<std::int64_t>(1, ceil_seconds(o.next_ms)));
+      }
     }
     if (!policy.empty()) {
       out.emplace_back("RateLimit-Policy", std::move(policy));

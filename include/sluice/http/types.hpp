@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -56,8 +57,9 @@ struct forward_plan {
   std::string target;                                ///< origin-form target for the upstream hop
   std::string client_address;                        ///< appended to X-Forwarded-For
   bool limited = false;                              ///< strip the upstream's own rate-limit fields
-  /// Fields added to the relayed response (the quota headers), in order.
-  std::vector<std::pair<std::string, std::string>> response_fields;
+  /// Fields added to the relayed response (the quota headers), in order; the names are of
+  /// static storage (literals).
+  std::vector<std::pair<std::string_view, std::string>> response_fields;
   std::uint64_t max_request_body = config::unlimited_size;
   std::uint64_t max_response_body = config::unlimited_size;
   std::chrono::milliseconds tunnel_idle_timeout{300000};

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -26,8 +27,8 @@ struct applied_limit {
   bool shadow = false;
 };
 
-/// A header field to add to a response.
-using header_field = std::pair<std::string, std::string>;
+/// A header field to add to a response: a name of static storage (a literal) and its value.
+using header_field = std::pair<std::string_view, std::string>;
 
 /// Whole seconds from milliseconds, rounded up (the direction every header promise needs).
 constexpr std::int64_t ceil_seconds(std::int64_t ms) {

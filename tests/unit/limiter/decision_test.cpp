@@ -9,7 +9,7 @@ namespace {
 
 std::map<std::string, std::string> as_map(const std::vector<header_field>& fields) {
   std::map<std::string, std::string> m;
-  for (const auto& [k, v] : fields) m[k] = v;
+  for (const auto& [k, v] : fields) m[std::string(k)] = v;
   return m;
 }
 
