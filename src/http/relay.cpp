@@ -287,7 +287,9 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
             co_return out;
           }
           const std::size_t got = buffer_pool::block_size - req.body().size;
-          req.body().data = block.get();
+          // No bytes: a null buffer, else the serializer writes an empty chunk ("0\r\n\r\n"
+          // is the last-chunk marker) before the real last chunk.
+          req.body().data = got ? block.get() : nullptr;
           req.body().size = got;
           req.body().more = !c.parser.is_done();
           if (got == 0 && !c.parser.is_done()) continue;  // chunk framing only
@@ -457,7 +459,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       }
       const std::size_t got = buffer_pool::block_size - res.body().size;
       const bool done = rp->is_done();
-      res.body().data = got ? block.get() : nullptr;
+      res.body().data = got ? block.get() : nullptr;  // (as for the request body)
       res.body().size = got;
       res.body().more = !done;
       if (got == 0 && !done) continue;  // chunk framing only

@@ -235,6 +235,11 @@ class streaming : public testing::Test {
       } else if (target == "/s/short") {
         s.write("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + std::string(50, 's'));
         return;
+      } else if (target == "/s/chunked-up") {
+        // After the body's last chunk, nothing more may arrive before the next request.
+        const bool extra = s.readable(300ms);
+        s.write("HTTP/1.1 200 OK\r\nContent-Length: " + std::string(extra ? "5" : "4") +
+                "\r\n\r\n" + (extra ? "extra" : "none"));
       } else if (target == "/s/late-extra") {
         // A whole, valid-looking response 300 ms after the announced body, on a connection
         // left open: a pooled reuse would hand it to the next request.
@@ -725,6 +730,33 @@ TEST_F(streaming, upstream_body_longer_than_its_length_is_cut_and_not_reused) {
         << "the connection that sent extra bytes was reused";
   }
   EXPECT_GT(scripted.accepts(), accepts_before);
+}
+
+// A chunked upload reaches the upstream with one last chunk, however the client's chunks and
+// its terminator arrive (together, or the terminator later, alone).
+TEST_F(streaming, chunked_upload_ends_with_one_last_chunk) {
+  start(base_rules);
+  {
+    auto a = exchange(port(),
+                      "POST /s/chunked-up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      "a\r\nabcdefghij\r\n0\r\n\r\n");
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->body, "none") << "bytes after the last chunk reached the upstream";
+  }
+  auto s = raw_socket::connect(port());
+  ASSERT_TRUE(s.write(
+      "POST /s/chunked-up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"));
+  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(s.write("0\r\n\r\n"));
+  auto head = read_head(s, 3s);
+  ASSERT_TRUE(head);
+  auto body = read_response_body(s, *head, 3s);
+  ASSERT_TRUE(body);
+  EXPECT_EQ(*body, "none") << "bytes after the last chunk reached the upstream";
+  const auto got = seen("/s/chunked-up");
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].body, "abcdefghij");
+  EXPECT_EQ(got[1].body, "abc");
 }
 
 // Bytes an upstream sends after the announced body, even later, never reach another request:
