@@ -119,6 +119,14 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
   json::object o;
   o["generation"] = generation;
   o["source"] = source_file;
+  // Start-up settings as the rules file gives them (a --listen, --admin or --workers
+  // override is in the start-up log line instead).
+  o["listen"] = rules.listen_host + ":" + std::to_string(rules.listen_port);
+  if (!rules.admin_host.empty())
+    o["admin"] = rules.admin_host + ":" + std::to_string(rules.admin_port);
+  o["workers"] = rules.workers;
+  o["client_timeout_ms"] = rules.client_timeout.count();
+  o["drain_timeout_ms"] = rules.drain_timeout.count();
   {
     json::object store;
     const bool redis = rules.store.type == config::store_settings::kind::redis;

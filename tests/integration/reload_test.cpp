@@ -573,6 +573,9 @@ TEST_P(reload_cases, start_up_settings_keep_their_running_values) {
   auto after = boost::json::parse(w.admin("GET", "/admin/config").body).as_object();
   EXPECT_EQ(after.at("generation").to_number<long long>(), 2);
   EXPECT_EQ(after.at("store"), before.at("store")) << boost::json::serialize(after.at("store"));
+  EXPECT_EQ(after.at("workers"), before.at("workers"));  // 7 is not in force
+  EXPECT_NE(after.at("workers").to_number<long long>(), 7);
+  EXPECT_EQ(after.at("drain_timeout_ms").to_number<long long>(), 30000);
   EXPECT_EQ(after.at("store").at("timeout_ms").to_number<long long>(),
             GetParam() == store_kind::redis ? 250 : 5);
   expect_row(w.get("/v1/items", key_a), 200, 20, 19, -1, -1, "the new burst is in force");
