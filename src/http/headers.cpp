@@ -176,6 +176,11 @@ void prepare_upstream_request(request& req, std::string_view target,
   if (body) req.content_length(req.body().size());
 }
 
+void set_default_host(request_head& head, const config::upstream& up) {
+  if (head.count(bhttp::field::host) > 0) return;
+  head.set(bhttp::field::host, up.port == 80 ? up.host : up.host + ":" + std::to_string(up.port));
+}
+
 void prepare_client_response(bhttp::response_header<>& res, bool limited) {
   strip_hop_by_hop(res);
   if (limited) {

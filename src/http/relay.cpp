@@ -46,16 +46,12 @@ using steady = std::chrono::steady_clock;
 
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
-/// Largest response head accepted from an upstream.
-constexpr std::uint32_t response_header_limit = 64 * 1024;
 /// The tunnel's buffer per direction.
 constexpr std::size_t tunnel_buffer = 16 * 1024;
 
 /// Read-buffer capacity while a body streams: Beast reads at most the buffer's free capacity
 /// (at least 512 bytes) at a time, and a drained flat_buffer never grows on its own.
 constexpr std::size_t read_reserve = 64 * 1024;
-
-constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
 
 boost::optional<std::uint64_t> limit_of(std::uint64_t bytes) {
   if (bytes == config::unlimited_size) return boost::none;
@@ -182,6 +178,15 @@ asio::awaitable<error_code> relay_interim(client_side& c, const bhttp::response_
 
 }  // namespace
 
+asio::awaitable<error_code> send_continue(timed_socket& client, std::chrono::milliseconds timeout) {
+  static constexpr std::string_view line = "HTTP/1.1 100 Continue\r\n\r\n";
+  client.expires_after(timeout);
+  auto [ec, n] =
+      co_await asio::async_write(client, asio::buffer(line.data(), line.size()), use_tuple);
+  (void)n;
+  co_return client.timeout_error(ec);
+}
+
 std::unique_ptr<char[]> buffer_pool::take() {
   if (free_.empty()) return std::make_unique_for_overwrite<char[]>(block_size);
   auto b = std::move(free_.back());
@@ -218,10 +223,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
                         : c.parser.chunked() ? body_framing::chunked
                                              : body_framing::content_length,
                         plan.upgrade, c.parser.content_length().value_or(0));
-  if (req.count(bhttp::field::host) == 0) {
-    // An HTTP/1.0 client may omit Host; HTTP/1.1 requires one (RFC 9112 §3.2).
-    req.set(bhttp::field::host, up.port == 80 ? up.host : up.host + ":" + std::to_string(up.port));
-  }
+  set_default_host(req.base(), up);
 
   std::unique_ptr<char[]> block;
   struct give_back {
@@ -233,12 +235,11 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
   const auto deadline = steady::now() + up.timeout;
   bool continued = false;
   for (int attempt = 0;; ++attempt) {
-    // Every pooled connection is peeked at before reuse: bytes or EOF waiting on it (an
-    // upstream that sent more than it announced, or closed) make it unusable. A retry after
-    // a stale one opens a fresh connection.
+    // A pooled connection without a coroutine frame when one is idle; else a new one (also
+    // for a retry after a stale pooled connection).
     upstream_lease lease;
-    if (attempt > 0 || !pool.try_reuse(up, /*probe=*/true, lease)) {
-      lease = co_await pool.acquire(up, deadline, /*probe=*/true, /*fresh=*/attempt > 0);
+    if (attempt > 0 || !pool.try_reuse(up, lease)) {
+      lease = co_await pool.acquire(up, deadline, /*fresh=*/true);
     }
     if (!lease) {
       fail(lease.ec == errc::upstream_timeout ? upstream_failure::timeout
@@ -264,11 +265,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
         if (c.expect_continue && !continued) {
           // Admitted, and the upstream is there: now the client may send the body.
           continued = true;
-          c.stream.expires_after(c.write_timeout);
-          auto [ec, n] = co_await asio::async_write(
-              c.stream, asio::buffer(continue_line.data(), continue_line.size()), use_tuple);
-          (void)n;
-          if (ec) co_return out;  // the client is gone
+          if (co_await send_continue(c.stream, c.write_timeout)) co_return out;  // client gone
         }
         if (!block) block = buffers.take();
         c.buffer.reserve(read_reserve);  // else Beast reads 512 bytes at a time
@@ -315,7 +312,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     bool got_bytes = false;
     for (;;) {
       rp.emplace();
-      rp->header_limit(response_header_limit);
+      rp->header_limit(upstream_pool::response_header_limit);
       rp->body_limit(limit_of(plan.max_response_body));
       rp->skip(head_request);  // a response to HEAD has no content (RFC 9110 §9.3.2)
       ups.expires_after(up.timeout);

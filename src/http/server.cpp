@@ -369,12 +369,7 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
           co_return;
         }
         if (expect_continue && !parser->is_done()) {
-          constexpr std::string_view continue_line = "HTTP/1.1 100 Continue\r\n\r\n";
-          stream.expires_after(limits.write_timeout);
-          auto [cec, cn] = co_await asio::async_write(
-              stream, asio::buffer(continue_line.data(), continue_line.size()), use_tuple);
-          (void)cn;
-          if (cec) co_return;
+          if (co_await send_continue(stream, limits.write_timeout)) co_return;
         }
         if (auto ec = co_await read_body(stream, buffer, *parser, limits.read_timeout,
                                          limits.body_limit, &body)) {

@@ -55,8 +55,6 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr std::chrono::milliseconds default_idle_lifetime{15000};
 /// Margin taken off an advertised `Keep-Alive: timeout` (the close races with our reuse).
 constexpr std::chrono::milliseconds idle_margin{500};
-/// Largest response head accepted from an upstream.
-constexpr std::uint32_t response_header_limit = 64 * 1024;
 
 struct idle_connection {
   timed_socket stream;
@@ -75,7 +73,7 @@ struct pool_state {
   std::atomic<std::uint64_t> connects{0}, reuses{0}, failures{0}, retries{0};
 
   /// Pops the most recently pooled connection still usable, closing expired or dead ones.
-  bool take_idle(upstream_lease& lease, bool probe) {
+  bool take_idle(upstream_lease& lease) {
     auto it = idle.find(lease.key);
     if (it == idle.end()) return false;
     auto& stack = it->second;
@@ -83,7 +81,7 @@ struct pool_state {
     while (!stack.empty()) {
       idle_connection c = std::move(stack.back());
       stack.pop_back();
-      if (c.expires > now && (!probe || still_open(c.stream))) {
+      if (c.expires > now && still_open(c.stream)) {
         lease.stream.emplace(std::move(c.stream));
         lease.buffer = std::move(c.buffer);
         return true;
@@ -165,24 +163,24 @@ asio::awaitable<void> connect(state_ptr st, const config::upstream& up, steady::
   lease.stream.emplace(std::move(stream));
 }
 
-bool reuse(const state_ptr& st, const config::upstream& up, bool probe, upstream_lease& lease) {
+bool reuse(const state_ptr& st, const config::upstream& up, upstream_lease& lease) {
   lease.key = up.host;
   lease.key += ':';
   lease.key += std::to_string(up.port);
-  if (!st->take_idle(lease, probe)) return false;
+  if (!st->take_idle(lease)) return false;
   lease.reused = true;
   st->reuses.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
 asio::awaitable<upstream_lease> acquire(state_ptr st, const config::upstream& up,
-                                        steady::time_point deadline, bool probe, bool fresh) {
+                                        steady::time_point deadline, bool fresh) {
   upstream_lease lease;
   if (fresh) {
     lease.key = up.host;
     lease.key += ':';
     lease.key += std::to_string(up.port);
-  } else if (reuse(st, up, probe, lease)) {
+  } else if (reuse(st, up, lease)) {
     co_return lease;
   }
   co_await connect(st, up, deadline, lease);
@@ -202,13 +200,10 @@ asio::awaitable<boost::system::result<response>> exchange(state_ptr st, config::
   const auto deadline = steady::now() + up.timeout;
   const bool head_request = req.method() == bhttp::verb::head;
   const bool idempotent = is_idempotent(req.method());
-  if (req.count(bhttp::field::host) == 0) {
-    // An HTTP/1.0 client may omit Host; HTTP/1.1 requires one (RFC 9112 §3.2).
-    req.set(bhttp::field::host, up.port == 80 ? up.host : up.host + ":" + std::to_string(up.port));
-  }
+  set_default_host(req.base(), up);
 
   for (int attempt = 0;; ++attempt) {
-    upstream_lease lease = co_await acquire(st, up, deadline, /*probe=*/true, attempt > 0);
+    upstream_lease lease = co_await acquire(st, up, deadline, /*fresh=*/attempt > 0);
     if (!lease) {
       st->failures.fetch_add(1, std::memory_order_relaxed);
       co_return lease.ec;
@@ -226,7 +221,7 @@ asio::awaitable<boost::system::result<response>> exchange(state_ptr st, config::
     if (!failure) {
       for (;;) {
         bhttp::response_parser<bhttp::string_body> parser;
-        parser.header_limit(response_header_limit);
+        parser.header_limit(upstream_pool::response_header_limit);
         parser.body_limit(st->body_limit);
         parser.skip(head_request);  // a response to HEAD has no content (RFC 9110 §9.3.2)
         stream.expires_after(
@@ -295,13 +290,12 @@ asio::awaitable<boost::system::result<response>> upstream_pool::send(const confi
 }
 
 asio::awaitable<upstream_lease> upstream_pool::acquire(const config::upstream& up,
-                                                       steady::time_point deadline, bool probe,
-                                                       bool fresh) {
-  return http::acquire(impl_, up, deadline, probe, fresh);
+                                                       steady::time_point deadline, bool fresh) {
+  return http::acquire(impl_, up, deadline, fresh);
 }
 
-bool upstream_pool::try_reuse(const config::upstream& up, bool probe, upstream_lease& lease) {
-  return reuse(impl_, up, probe, lease);
+bool upstream_pool::try_reuse(const config::upstream& up, upstream_lease& lease) {
+  return reuse(impl_, up, lease);
 }
 
 void upstream_pool::release(upstream_lease lease, std::chrono::milliseconds idle_for) {

@@ -56,6 +56,10 @@ bool is_idempotent(beast_http::verb method);
 /// carry requests the limiter never sees.
 bool is_websocket_upgrade(const request_head& head);
 
+/// Sets Host to `up`'s authority (`host`, or `host:port` off port 80) when the request has
+/// none: an HTTP/1.0 client may omit it, HTTP/1.1 requires it (RFC 9112 §3.2).
+void set_default_host(request_head& head, const config::upstream& up);
+
 /// Prepares an upstream response for the client: strips hop-by-hop fields, adds
 /// `Via: 1.1 sluice`. When `limited` (the route is limited) the upstream's own rate-limit
 /// fields (X-RateLimit-*, RateLimit, RateLimit-Policy, Retry-After is kept) are removed.

@@ -71,6 +71,11 @@ struct relay_result {
   bool body_read = false;
 };
 
+/// Writes `100 Continue` (RFC 9110 §15.2.1) to a client waiting for it before its body.
+/// Returns the write's error (none when sent).
+boost::asio::awaitable<boost::system::error_code> send_continue(timed_socket& client,
+                                                                std::chrono::milliseconds timeout);
+
 /// Relays the request held by `client.parser` (its head already decided and `plan` made) to
 /// `plan.upstream` through `pool`, streaming its body; relays the response, streaming its
 /// body (each piece written to the client as it arrives; back-pressure: the upstream is not

@@ -51,6 +51,9 @@ struct upstream_lease {
 /// from any thread.
 class upstream_pool {
  public:
+  /// Largest response head accepted from an upstream (send() and the relay).
+  static constexpr std::uint32_t response_header_limit = 64 * 1024;
+
   /// Responses with a body over this many bytes are refused (errc::upstream_protocol).
   static constexpr std::uint64_t default_response_body_limit = 64ull * 1024 * 1024;
 
@@ -61,18 +64,19 @@ class upstream_pool {
   void set_response_body_limit(std::uint64_t bytes);
 
   /// An idle connection to `up` (the most recently pooled one still open), or a new one
-  /// connected within min(`up.connect_timeout`, time left before `deadline`). `probe`: check
-  /// a pooled connection with a non-blocking peek first (for requests that cannot be replayed
-  /// on a fresh connection if it turns out stale). Errors in `ec`:
-  /// errc::upstream_unreachable (resolve or connect failed), errc::upstream_timeout.
-  /// `fresh`: skip the idle connections (a retry after a stale one).
+  /// connected within min(`up.connect_timeout`, time left before `deadline`). Every pooled
+  /// connection is checked with a non-blocking peek before it is handed out: bytes or EOF
+  /// waiting on it (an upstream that sent more than it announced, or closed) make it unusable.
+  /// `fresh`: skip the idle connections (after try_reuse() found none, or a retry after a
+  /// stale one). Errors in `ec`: errc::upstream_unreachable (resolve or connect failed),
+  /// errc::upstream_timeout.
   boost::asio::awaitable<upstream_lease> acquire(const config::upstream& up,
                                                  std::chrono::steady_clock::time_point deadline,
-                                                 bool probe, bool fresh = false);
+                                                 bool fresh = false);
 
   /// acquire()'s first step, without waiting: an idle pooled connection to `up`, when one
   /// is open, into `lease` (true); false otherwise (then acquire() connects).
-  bool try_reuse(const config::upstream& up, bool probe, upstream_lease& lease);
+  bool try_reuse(const config::upstream& up, upstream_lease& lease);
 
   /// Returns a connection whose last response was read entirely and allows keep-alive; it may
   /// stay idle for `idle_for` (the upstream's Keep-Alive timeout less a margin).
