@@ -120,6 +120,7 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
     p.plan = std::move(looked.plan);
   }
   if (auto refused = identify(*snap, head, p, id)) co_return std::move(*refused);
+  id.limits = &r.route->for_plan(id.who.plan);
 
   // decide: one store check (no wait on the memory store).
   limiter::check_request check;
@@ -249,7 +250,7 @@ std::optional<http::verdict> gateway_handler::prepare_check(const snapshot& snap
   if (!rules.shadow_header.empty()) head.erase(rules.shadow_header);
   if (!rules.decision_time_header.empty()) head.erase(rules.decision_time_header);
 
-  const auto& prepared = r.route->for_plan(id.who.plan);
+  const auto& prepared = *id.limits;
   const bool policy_decides =
       id.directory_down && rt.on_store_failure != config::failure_policy::local;
   if (prepared.limits.empty() && !policy_decides) {
@@ -280,7 +281,7 @@ http::verdict gateway_handler::respond(const snapshot& snap, http::request_head&
   const config::route& rt = *r.route->route;
   const unsigned version = head.version();
   route_counters& counted = counters_.of(rules, snap.generation, rt);
-  const auto& prepared = r.route->for_plan(id.who.plan);
+  const auto& prepared = *id.limits;
 
   // The applied list is the snapshot's, except under `local`, which rescales it.
   std::vector<limiter::applied_limit> rescaled;
@@ -350,7 +351,7 @@ std::optional<http::verdict> gateway_handler::apply_failure_policy(
     case config::failure_policy::local: {
       counted.local.add();
       log_store_failure(ec, rt.name, "local");
-      const auto& limits = r.route->for_plan(id.who.plan).limits;
+      const auto& limits = id.limits->limits;
       for (std::size_t i = 0; i < check.limits.size(); ++i) {
         check.limits[i].bucket =
             scaled(*limits[i]->find_params(id.who.plan), snap.rules->store.local_share, rt.cost);

@@ -102,6 +102,8 @@ class gateway_handler final : public http::request_handler {
   struct identified {
     identity::caller who;
     bool directory_down = false;
+    /// The route's limits for the caller's plan: looked up once, in decide().
+    const compiled_route::plan_limits* limits = nullptr;
   };
   /// What the directory says of a key.
   struct directory_answer {
