@@ -32,6 +32,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -84,12 +85,22 @@ struct gateway::impl {
   /// Worker `w`'s open and busy connections, read on its thread; {0, 0} when it does not
   /// answer within 1 s.
   std::pair<std::size_t, std::size_t> sessions_of(worker& w) {
-    auto shared = std::make_shared<std::promise<std::pair<std::size_t, std::size_t>>>();
-    auto answer = shared->get_future();
-    asio::post(w.ioc, [shared, srv = w.server.get()] {
-      shared->set_value({srv->open_sessions(), srv->busy_sessions()});
+    auto counts = on_worker(w, [srv = w.server.get()] {
+      return std::pair{srv->open_sessions(), srv->busy_sessions()};
     });
-    if (answer.wait_for(std::chrono::seconds(1)) != std::future_status::ready) return {0, 0};
+    return counts.value_or(std::pair<std::size_t, std::size_t>{0, 0});
+  }
+
+  /// `read()` run on worker `w`'s own thread (what a worker owns is touched there only),
+  /// waited for at most 1 s: nullopt when the worker did not run it by then (it is stopping,
+  /// or stuck) — the caller never hangs.
+  template <class F>
+  static auto on_worker(worker& w, F read) -> std::optional<decltype(read())> {
+    using value = decltype(read());
+    auto shared = std::make_shared<std::promise<value>>();
+    auto answer = shared->get_future();
+    asio::post(w.ioc, [shared, read = std::move(read)] { shared->set_value(read()); });
+    if (answer.wait_for(std::chrono::seconds(1)) != std::future_status::ready) return std::nullopt;
     return answer.get();
   }
 
@@ -119,12 +130,8 @@ struct gateway::impl {
   /// store belongs to its io_context), directly otherwise.
   store::store_stats store_stats_of(worker& w) {
     if (!started || stopped || memory) return w.store->stats();
-    auto shared = std::make_shared<std::promise<store::store_stats>>();
-    auto answer = shared->get_future();
-    asio::post(w.ioc, [shared, st = w.store.get()] { shared->set_value(st->stats()); });
-    // A worker stopping meanwhile never runs the read: give up rather than hang.
-    if (answer.wait_for(std::chrono::seconds(1)) != std::future_status::ready) return {};
-    return answer.get();
+    return on_worker(w, [st = w.store.get()] { return st->stats(); })
+        .value_or(store::store_stats{});
   }
 
   /// What a scrape reads on a worker's own thread: its store's counters and its plan
@@ -143,14 +150,11 @@ struct gateway::impl {
     if (last_samples.size() < workers.size()) last_samples.resize(workers.size());
     if (!started) return last_samples[i] = {w.store->stats(), w.handler->plan_cache_stats()};
     if (stopped) return last_samples[i];
-    auto shared = std::make_shared<std::promise<worker_sample>>();
-    auto answer = shared->get_future();
-    asio::post(w.ioc, [shared, wp = &w] {
-      shared->set_value({wp->store->stats(), wp->handler->plan_cache_stats()});
+    auto read = on_worker(w, [wp = &w] {
+      return worker_sample{wp->store->stats(), wp->handler->plan_cache_stats()};
     });
-    if (answer.wait_for(std::chrono::seconds(1)) != std::future_status::ready)
-      return last_samples[i];
-    return last_samples[i] = answer.get();
+    if (!read) return last_samples[i];
+    return last_samples[i] = *read;
   }
 };
 
