@@ -45,6 +45,7 @@ routes:
   - {name: scripted, match: {path_prefix: /s/}, upstream: scripted}
   - {name: slow, match: {path_prefix: /slow/}, upstream: slow}
   - {name: dead, match: {path_prefix: /dead/}, upstream: dead}
+  - {name: capped, match: {path_prefix: /cap/}, upstream: scripted, max_response_body: 1KiB}
   - name: limited
     match: {path_prefix: /v1/limited}
     upstream: api
@@ -240,6 +241,15 @@ class streaming : public testing::Test {
         const bool extra = s.readable(300ms);
         s.write("HTTP/1.1 200 OK\r\nContent-Length: " + std::string(extra ? "5" : "4") +
                 "\r\n\r\n" + (extra ? "extra" : "none"));
+      } else if (target == "/cap/length") {
+        s.write("HTTP/1.1 200 OK\r\nContent-Length: 2000\r\n\r\n" + std::string(2000, 'L'));
+      } else if (target == "/cap/chunked") {
+        s.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+        for (int i = 0; i < 3; ++i) {
+          if (!s.write(hex(1000) + "\r\n" + std::string(1000, 'C') + "\r\n")) return;
+          std::this_thread::sleep_for(50ms);
+        }
+        s.write("0\r\n\r\n");
       } else if (target == "/s/late-extra") {
         // A whole, valid-looking response 300 ms after the announced body, on a connection
         // left open: a pooled reuse would hand it to the next request.
@@ -730,6 +740,47 @@ TEST_F(streaming, upstream_body_longer_than_its_length_is_cut_and_not_reused) {
         << "the connection that sent extra bytes was reused";
   }
   EXPECT_GT(scripted.accepts(), accepts_before);
+}
+
+// `max_response_body` (README): a declared length over it is 502 before any byte; a chunked
+// body that grows past it closes the client connection after the head, short of the body.
+TEST_F(streaming, response_over_max_response_body) {
+  start(base_rules);
+  auto a = exchange(port(), "GET /cap/length HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status(), 502u);
+  EXPECT_NE(detail_of(a->body).find("max_response_body"), std::string::npos) << a->body;
+
+  auto s = raw_socket::connect(port());
+  ASSERT_TRUE(s.write("GET /cap/chunked HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto head = read_head(s, 3s);
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status(), 200u);
+  const std::string rest = s.read_to_end(3s);  // the connection closes
+  EXPECT_LT(rest.size(), 3000u) << "the whole body passed the limit";
+  EXPECT_EQ(rest.find("0\r\n\r\n"), std::string::npos) << "a last chunk was forged";
+  expect_healthy("a response over max_response_body");
+}
+
+// A refusal whose declared body is at most 64 KiB reads and drops the body and keeps the
+// connection (README): the next request on it is answered, and the body never is one.
+TEST_F(streaming, refused_short_body_is_dropped_and_the_connection_kept) {
+  start(base_rules);
+  ASSERT_TRUE(exchange(port(), "GET /v1/limited HTTP/1.1\r\nHost: x\r\n\r\n"));  // spends it
+  const std::string body = "GET /v1/smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+  auto s = raw_socket::connect(port());
+  ASSERT_TRUE(s.write(
+      "POST /v1/limited HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body + "GET /v1/after HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto refused = read_head(s, 3s);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status(), 429u);
+  EXPECT_NE(refused->header("Connection"), "close");
+  ASSERT_TRUE(read_response_body(s, *refused, 3s));
+  auto next = read_head(s, 3s);
+  ASSERT_TRUE(next) << "the connection was not kept";
+  EXPECT_EQ(next->status(), 200u);
+  for (const auto& r : upstream.requests()) EXPECT_NE(r.target, "/v1/smuggled");
 }
 
 // A chunked upload reaches the upstream with one last chunk, however the client's chunks and
