@@ -29,10 +29,10 @@
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
-#include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 
 #include <array>
+#include <charconv>
 
 namespace sluice::http {
 namespace {
@@ -176,6 +176,52 @@ asio::awaitable<error_code> relay_interim(client_side& c, const bhttp::response_
   co_return ec;
 }
 
+/// One message on one hop, written piece by piece: the rendered head goes with the first
+/// write, each body piece is framed for the hop (chunked: its size line and CRLF, and the
+/// last chunk after the final piece; RFC 9112 §7.1), one gathered write per piece.
+class hop_writer {
+ public:
+  using buffers = std::array<asio::const_buffer, 5>;
+
+  hop_writer(const std::string& head, bool chunked) : head_(head), chunked_(chunked) {}
+
+  /// The buffers to write next: the head if not sent yet, then `n` bytes at `data`; `last`
+  /// ends the body. Unused entries are empty.
+  buffers next(const char* data, std::size_t n, bool last) {
+    buffers b{};
+    std::size_t k = 0;
+    if (!head_sent_) {
+      b[k++] = asio::buffer(head_);
+      head_sent_ = true;
+    }
+    if (!chunked_) {
+      if (n > 0) b[k++] = asio::buffer(data, n);
+      return b;
+    }
+    static constexpr std::string_view crlf = "\r\n";
+    static constexpr std::string_view last_chunk = "0\r\n\r\n";
+    if (n > 0) {
+      const auto r = std::to_chars(size_line_, size_line_ + sizeof size_line_ - 2, n, 16);
+      r.ptr[0] = '\r';
+      r.ptr[1] = '\n';
+      b[k++] = asio::buffer(size_line_, static_cast<std::size_t>(r.ptr + 2 - size_line_));
+      b[k++] = asio::buffer(data, n);
+      b[k++] = asio::buffer(crlf.data(), crlf.size());
+    }
+    if (last) b[k++] = asio::buffer(last_chunk.data(), last_chunk.size());
+    return b;
+  }
+
+  /// Whether the head was handed out (a response byte may have reached the peer).
+  bool head_sent() const { return head_sent_; }
+
+ private:
+  const std::string& head_;
+  bool chunked_;
+  bool head_sent_ = false;
+  char size_line_[20] = {};
+};
+
 }  // namespace
 
 asio::awaitable<error_code> send_continue(timed_socket& client, std::chrono::milliseconds timeout) {
@@ -218,12 +264,15 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     for (const auto& [name, value] : plan.response_fields) out.answer->set(name, value);
   };
 
-  prepare_upstream_head(req.base(), plan.target, plan.client_address,
-                        !has_body            ? body_framing::none
-                        : c.parser.chunked() ? body_framing::chunked
-                                             : body_framing::content_length,
-                        plan.upgrade, c.parser.content_length().value_or(0));
-  set_default_host(req.base(), up);
+  const body_framing framing = !has_body            ? body_framing::none
+                               : c.parser.chunked() ? body_framing::chunked
+                                                    : body_framing::content_length;
+  // The upstream head, rendered once (a retry on a fresh connection sends it again); the
+  // response head is rendered into the same buffer once the request is done with.
+  std::string& head_text = c.head_buffer;
+  render_upstream_request(head_text, req,
+                          upstream_hop{plan.target, plan.client_address, framing,
+                                       c.parser.content_length().value_or(0), plan.upgrade, &up});
 
   std::unique_ptr<char[]> block;
   struct give_back {
@@ -252,13 +301,11 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     // --- the request: head, then the body piece by piece -----------------------------------
     error_code upload_error;
     {
-      bhttp::request_serializer<bhttp::buffer_body> sr{req};
+      hop_writer to_upstream(head_text, framing == body_framing::chunked);
       if (!has_body) {
-        req.body().data = nullptr;
-        req.body().size = 0;
-        req.body().more = false;
         ups.expires_after(up.timeout);
-        auto [ec, n] = co_await bhttp::async_write(ups, sr, use_tuple);
+        auto [ec, n] =
+            co_await asio::async_write(ups, to_upstream.next(nullptr, 0, true), use_tuple);
         (void)n;
         upload_error = ups.timeout_error(ec);
       } else {
@@ -284,22 +331,18 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
             co_return out;
           }
           const std::size_t got = buffer_pool::block_size - req.body().size;
-          // No bytes: a null buffer, else the serializer writes an empty chunk ("0\r\n\r\n"
-          // is the last-chunk marker) before the real last chunk.
-          req.body().data = got ? block.get() : nullptr;
-          req.body().size = got;
-          req.body().more = !c.parser.is_done();
-          if (got == 0 && !c.parser.is_done()) continue;  // chunk framing only
+          const bool done = c.parser.is_done();
+          if (got == 0 && !done) continue;  // chunk framing only
           ups.expires_after(up.timeout);
-          auto [wec, wn] = co_await bhttp::async_write(ups, sr, use_tuple);
+          auto [wec, wn] =
+              co_await asio::async_write(ups, to_upstream.next(block.get(), got, done), use_tuple);
           (void)wn;
           wec = ups.timeout_error(wec);
-          if (wec == bhttp::error::need_buffer) wec = {};
           if (wec) {
             upload_error = wec;  // the upstream may have answered early: read it below
             break;
           }
-          if (c.parser.is_done()) break;
+          if (done) break;
         }
         out.body_read = c.parser.is_done();
       }
@@ -356,15 +399,14 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
         fail(upstream_failure::malformed, bhttp::error::bad_status);
         co_return out;
       }
-      bhttp::response<bhttp::empty_body> switching{bhttp::status::switching_protocols, 11};
-      const std::string upgrade_to(res[bhttp::field::upgrade]);
-      for (const auto& f : res) switching.insert(f.name_string(), f.value());
-      prepare_client_response(switching.base(), plan.limited);
-      switching.set(bhttp::field::connection, "upgrade");
-      if (!upgrade_to.empty()) switching.set(bhttp::field::upgrade, upgrade_to);
-      for (const auto& [name, value] : plan.response_fields) switching.set(name, value);
+      client_hop hop;
+      hop.limited = plan.limited;
+      hop.upgrade = res[bhttp::field::upgrade];
+      if (hop.upgrade.empty()) hop.upgrade = "websocket";
+      hop.fields = plan.response_fields;
+      render_client_response(head_text, res, hop);
       c.stream.expires_after(c.write_timeout);
-      auto [wec, wn] = co_await bhttp::async_write(c.stream, switching, use_tuple);
+      auto [wec, wn] = co_await asio::async_write(c.stream, asio::buffer(head_text), use_tuple);
       (void)wn;
       if (!wec) {
         stats.tunnels_open.fetch_add(1, std::memory_order_relaxed);
@@ -382,32 +424,32 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     const auto idle_for = upstream_pool::idle_lifetime(res);
     const bool no_body = head_request || status == 204 || status == 304 || status / 100 == 1;
     const bool close_delimited = !no_body && !rp->chunked() && !rp->content_length();
-    prepare_client_response(res, plan.limited);
-    for (const auto& [name, value] : plan.response_fields) res.set(name, value);
-    res.version(version);
     bool keep = c.keep_alive && !c.closing && out.body_read && !upload_error;
+    client_hop hop;
+    hop.version = version;
+    hop.limited = plan.limited;
+    hop.fields = plan.response_fields;
     if (status == 204 || status / 100 == 1) {
-      res.erase(bhttp::field::content_length);
+      hop.framing = response_framing::none;
     } else if (const auto length = rp->content_length(); length && !rp->chunked()) {
-      res.set(bhttp::field::content_length,
-              std::to_string(*length));  // one line, whatever repeats the upstream sent
+      hop.framing = response_framing::content_length;  // one line, whatever repeats it had
+      hop.length = *length;
     }
     if (!no_body && (rp->chunked() || close_delimited)) {
       if (version >= 11) {
-        res.chunked(true);  // re-framed for this hop
+        hop.framing = response_framing::chunked;  // re-framed for this hop
       } else {
         keep = false;  // an HTTP/1.0 client reads to EOF
       }
     }
-    res.keep_alive(keep);
+    hop.keep_alive = keep;
+    render_client_response(head_text, res, hop);
 
-    bhttp::response_serializer<bhttp::buffer_body> csr{res};
+    hop_writer to_client(head_text, hop.framing == response_framing::chunked);
     if (no_body || rp->is_done()) {
-      res.body().data = nullptr;
-      res.body().size = 0;
-      res.body().more = false;
       c.stream.expires_after(c.write_timeout);
-      auto [wec, wn] = co_await bhttp::async_write(c.stream, csr, use_tuple);
+      auto [wec, wn] =
+          co_await asio::async_write(c.stream, to_client.next(nullptr, 0, true), use_tuple);
       (void)wn;
       if (!wec && upstream_keep && lease.buffer.size() == 0 && !upload_error) {
         pool.release(std::move(lease), idle_for);
@@ -422,7 +464,8 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       // Nothing of the body has arrived yet (an event stream, a long poll): the head goes
       // first, so the client sees the response start now.
       c.stream.expires_after(c.write_timeout);
-      auto [wec, wn] = co_await bhttp::async_write_header(c.stream, csr, use_tuple);
+      auto [wec, wn] =
+          co_await asio::async_write(c.stream, to_client.next(nullptr, 0, false), use_tuple);
       (void)wn;
       if (wec) {
         ups.close();
@@ -447,7 +490,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
         log_failure(f, up, rec);
         pool.count_failure();
         if (plan.on_failure) plan.on_failure(f);
-        if (!csr.is_header_done()) {
+        if (!to_client.head_sent()) {
           const auto text = describe(f);
           out.answer = problem(version, text.status, text.title, text.detail);
         }
@@ -456,14 +499,11 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       }
       const std::size_t got = buffer_pool::block_size - res.body().size;
       const bool done = rp->is_done();
-      res.body().data = got ? block.get() : nullptr;  // (as for the request body)
-      res.body().size = got;
-      res.body().more = !done;
       if (got == 0 && !done) continue;  // chunk framing only
       c.stream.expires_after(c.write_timeout);
-      auto [wec, wn] = co_await bhttp::async_write(c.stream, csr, use_tuple);
+      auto [wec, wn] =
+          co_await asio::async_write(c.stream, to_client.next(block.get(), got, done), use_tuple);
       (void)wn;
-      if (wec == bhttp::error::need_buffer) wec = {};
       if (wec) {
         ups.close();  // the client is gone or too slow; the body is not read to its end
         co_return out;

@@ -299,6 +299,8 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
   timed_socket& stream = s->stream;
   beast::flat_buffer buffer;
   std::optional<request_parser> parser;
+  std::string head_buffer;  // the relay's rendered heads
+  head_buffer.reserve(1024);
   for (;;) {
     if (self->stopping) {
       stream.close();
@@ -350,7 +352,7 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
       case verdict::kind::forward: {
         auto r = co_await relay(
             client_side{stream, buffer, *parser, limits.read_timeout, limits.write_timeout,
-                        client_keep_alive, self->stopping, expect_continue},
+                        client_keep_alive, self->stopping, expect_continue, head_buffer},
             v.forward, self->pool, self->buffers, self->relays);
         if (!r.answer) {
           if (r.keep_alive && !self->stopping) continue;

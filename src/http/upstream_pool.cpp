@@ -22,6 +22,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -31,6 +32,7 @@
 
 #include <sys/socket.h>
 
+#include <array>
 #include <atomic>
 #include <charconv>
 #include <deque>
@@ -196,11 +198,17 @@ errc classify(const error_code& ec) {
 
 /// The whole-message exchange of send(): write `req`, read the whole response.
 asio::awaitable<boost::system::result<response>> exchange(state_ptr st, config::upstream up,
-                                                          request req) {
+                                                          request req, std::string client_address) {
   const auto deadline = steady::now() + up.timeout;
   const bool head_request = req.method() == bhttp::verb::head;
   const bool idempotent = is_idempotent(req.method());
-  set_default_host(req.base(), up);
+  const bool has_body = !req.body().empty();
+  std::string head;
+  render_upstream_request(head, req.base(),
+                          upstream_hop{req.target(), client_address,
+                                       has_body ? body_framing::content_length : body_framing::none,
+                                       req.body().size(), false, &up});
+  const std::array<asio::const_buffer, 2> message{asio::buffer(head), asio::buffer(req.body())};
 
   for (int attempt = 0;; ++attempt) {
     upstream_lease lease = co_await acquire(st, up, deadline, /*fresh=*/attempt > 0);
@@ -211,7 +219,7 @@ asio::awaitable<boost::system::result<response>> exchange(state_ptr st, config::
     auto& stream = *lease.stream;
     stream.expires_after(
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()));
-    auto [wec, wn] = co_await bhttp::async_write(stream, req, use_tuple);
+    auto [wec, wn] = co_await asio::async_write(stream, message, use_tuple);
     (void)wn;
 
     error_code failure = stream.timeout_error(wec);
@@ -284,9 +292,9 @@ void upstream_pool::set_response_body_limit(std::uint64_t bytes) {
   impl_->body_limit = bytes;
 }
 
-asio::awaitable<boost::system::result<response>> upstream_pool::send(const config::upstream& up,
-                                                                     request req) {
-  return exchange(impl_, up, std::move(req));
+asio::awaitable<boost::system::result<response>> upstream_pool::send(
+    const config::upstream& up, request req, std::string_view client_address) {
+  return exchange(impl_, up, std::move(req), std::string(client_address));
 }
 
 asio::awaitable<upstream_lease> upstream_pool::acquire(const config::upstream& up,

@@ -1,12 +1,15 @@
 #pragma once
 /// @file
-/// Header rules of the proxy, in one place for both directions (RFC 9110 §7.6.1; case c17).
+/// Header rules of the proxy, in one place for both directions (RFC 9110 §7.6.1; case c17):
+/// the heads each hop gets are rendered straight from the received head, in one pass.
 
 #include "sluice/http/types.hpp"
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace sluice::http {
 
@@ -17,18 +20,6 @@ namespace sluice::http {
 /// ever hop-by-hop; removing Content-Length would re-frame the message on the next hop).
 void strip_hop_by_hop(boost::beast::http::fields& fields);
 
-/// Prepares a client request for the upstream: strips hop-by-hop fields and the
-/// method-override headers, appends `client_address` to X-Forwarded-For (joining repeated
-/// lines in order), adds `Via: 1.1 sluice`, sets the target to `target`, and sets keep-alive
-/// and the body framing (Content-Length) for the upstream hop.
-/// Details: X-Forwarded-For and Via leave as one line each (existing lines joined with ", "
-/// in arrival order, empty ones dropped); Via names the client's protocol version ("1.0" or
-/// "1.1"); Expect is removed (the session has answered 100-continue); Host is left as the
-/// client sent it; the request goes out as HTTP/1.1; Transfer-Encoding is removed and
-/// Content-Length set when there is a body (or the method is POST, PUT or PATCH), else removed.
-void prepare_upstream_request(request& req, std::string_view target,
-                              std::string_view client_address);
-
 /// How a request's body is framed on the upstream hop.
 enum class body_framing {
   none,            ///< no body: no framing field (Content-Length: 0 for POST, PUT, PATCH)
@@ -36,14 +27,66 @@ enum class body_framing {
   chunked,         ///< Transfer-Encoding: chunked (the client's chunks are re-framed)
 };
 
-/// prepare_upstream_request() for a head whose body is streamed: the same field rules, with
-/// the framing given; `upgrade`: the request is a WebSocket handshake the route allows, so
-/// `Connection: upgrade` and `Upgrade: websocket` go upstream (RFC 9110 §7.8).
-/// `length`: the body's length for body_framing::content_length (set as the one
-/// Content-Length line).
-void prepare_upstream_head(request_head& head, std::string_view target,
-                           std::string_view client_address, body_framing framing, bool upgrade,
-                           std::uint64_t length = 0);
+/// What the upstream hop of a forwarded request needs besides the client's head.
+struct upstream_hop {
+  std::string_view target;          ///< origin-form target for the upstream
+  std::string_view client_address;  ///< appended to X-Forwarded-For
+  body_framing framing = body_framing::none;
+  std::uint64_t length = 0;  ///< the body's length for body_framing::content_length
+  /// The request is a WebSocket handshake the route allows: `Connection: upgrade` and
+  /// `Upgrade: websocket` go upstream (RFC 9110 §7.8).
+  bool upgrade = false;
+  /// Whose authority is the Host of a request that has none (an HTTP/1.0 client may omit
+  /// it; RFC 9112 §3.2): `host`, or `host:port` off port 80. May be null.
+  const config::upstream* default_host = nullptr;
+};
+
+/// Renders the request line and fields a client request goes upstream with into `out`
+/// (replacing its contents), ending with the empty line; `head` is not changed.
+/// Rules: the hop-by-hop fields (as strip_hop_by_hop) and the method-override headers
+/// (X-HTTP-Method-Override, X-Method-Override, X-HTTP-Method: a caller charged for a GET must
+/// not run a DELETE) are dropped; Expect is dropped (the session answers 100-continue);
+/// X-Forwarded-For gets `client_address` appended and Via `1.x sluice` (the client's
+/// version), each leaving as one line (existing lines joined with ", " in arrival order,
+/// empty ones dropped; RFC 9110 §7.6.3); the request goes out as HTTP/1.1 to `hop.target`
+/// with exactly one framing field per `hop.framing` (RFC 9112 §6.3: Content-Length for a
+/// body, `0` for a POST, PUT or PATCH without one, Transfer-Encoding: chunked for a chunked
+/// body); Host is kept as the client sent it.
+void render_upstream_request(std::string& out, const request_head& head, const upstream_hop& hop);
+
+/// How a response's body is framed on the client hop.
+enum class response_framing {
+  none,            ///< no framing field (no body, or read to EOF by an HTTP/1.0 client)
+  content_length,  ///< Content-Length: client_hop::length
+  chunked,         ///< Transfer-Encoding: chunked (re-framed for this hop)
+};
+
+/// What the client hop of a relayed response needs besides the upstream's head.
+struct client_hop {
+  unsigned version = 11;  ///< the client's HTTP version: 10 or 11
+  /// The route is limited: the upstream's own rate-limit fields (X-RateLimit-*, RateLimit,
+  /// RateLimit-Policy; Retry-After is kept) are dropped, only the gateway's are true.
+  bool limited = false;
+  /// Rendered as HTTP/1.1 `Connection: close` when false, HTTP/1.0 `Connection: keep-alive`
+  /// when true (RFC 9112 §9.3).
+  bool keep_alive = true;
+  response_framing framing = response_framing::none;
+  std::uint64_t length = 0;  ///< for response_framing::content_length
+  /// Non-empty for a relayed `101`: `Connection: upgrade` and `Upgrade: <this>` are sent
+  /// instead of a keep-alive field.
+  std::string_view upgrade;
+  /// Fields added (the quota headers), in order; an upstream line of the same name is dropped.
+  std::span<const std::pair<std::string_view, std::string>> fields;
+};
+
+/// Renders the status line and fields an upstream response goes to the client with into
+/// `out` (replacing its contents), ending with the empty line; `res` is not changed.
+/// Rules: the hop-by-hop fields (as strip_hop_by_hop) and every Content-Length line are
+/// dropped (the framing is `hop.framing`'s); Via gets `1.x sluice` (the upstream's version)
+/// as one line; the status line carries the client's version and the upstream's reason
+/// phrase (the registered one when it sent none).
+void render_client_response(std::string& out, const beast_http::response_header<>& res,
+                            const client_hop& hop);
 
 /// Whether a method is idempotent (RFC 9110 §9.2.2: GET, HEAD, OPTIONS, PUT, DELETE, TRACE),
 /// so a request that failed on a stale pooled connection before any answer may be sent again.
@@ -55,14 +98,5 @@ bool is_idempotent(beast_http::verb method);
 /// removed, and the request is served as plain HTTP/1.1 — a tunnelled HTTP/2 connection would
 /// carry requests the limiter never sees.
 bool is_websocket_upgrade(const request_head& head);
-
-/// Sets Host to `up`'s authority (`host`, or `host:port` off port 80) when the request has
-/// none: an HTTP/1.0 client may omit it, HTTP/1.1 requires it (RFC 9112 §3.2).
-void set_default_host(request_head& head, const config::upstream& up);
-
-/// Prepares an upstream response for the client: strips hop-by-hop fields, adds
-/// `Via: 1.1 sluice`. When `limited` (the route is limited) the upstream's own rate-limit
-/// fields (X-RateLimit-*, RateLimit, RateLimit-Policy, Retry-After is kept) are removed.
-void prepare_client_response(beast_http::response_header<>& res, bool limited);
 
 }  // namespace sluice::http

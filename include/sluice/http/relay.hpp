@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace sluice::http {
@@ -57,6 +58,8 @@ struct client_side {
   /// response carries `Connection: close`.
   const bool& closing;
   bool expect_continue;  ///< the client waits for `100 Continue` before sending the body
+  /// The connection's buffer for rendered heads (reused by every exchange on it).
+  std::string& head_buffer;
 };
 
 /// How a relay ended.

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <cstddef>
 #include <cstdint>
@@ -90,14 +91,16 @@ class upstream_pool {
   /// de-facto field, RFC 2068 §19.7.1.1) less 500 ms, else 15 s.
   static std::chrono::milliseconds idle_lifetime(const beast_http::fields& res);
 
-  /// Sends `req` (already prepared by headers::prepare_upstream_request) to `up` and reads
-  /// its response. Reuses an idle connection when one is open; a reused connection that
-  /// fails before any response byte is retried once on a new connection (only for requests
-  /// whose method is idempotent).
-  /// Errors: errc::upstream_unreachable (connect failed: 502), errc::upstream_timeout (504),
+  /// Sends `req` (a client request, rendered for the upstream hop by
+  /// headers::render_upstream_request with its own target and `client_address`) to `up`
+  /// with its body framed by Content-Length, and reads the whole response. Reuses an idle
+  /// connection when one is open; a reused connection that fails before any response byte is
+  /// retried once on a new connection (only for requests whose method is idempotent). Errors:
+  /// errc::upstream_unreachable (connect failed: 502), errc::upstream_timeout (504),
   /// errc::upstream_protocol (malformed response: 502).
   boost::asio::awaitable<boost::system::result<response>> send(const config::upstream& up,
-                                                               request req);
+                                                               request req,
+                                                               std::string_view client_address);
 
   /// The pool's counters (safe from any thread).
   pool_stats stats() const;

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/parser.hpp>
+
 #include <string>
 #include <vector>
 
@@ -16,6 +19,48 @@ std::vector<std::string> values(const bhttp::fields& f, std::string_view name) {
     if (boost::beast::iequals(line.name_string(), name)) out.emplace_back(line.value());
   }
   return out;
+}
+
+/// Parses a rendered head back into a message (the body is not part of it).
+template <bool isRequest>
+bhttp::header<isRequest> parse_head(const std::string& text) {
+  bhttp::parser<isRequest, bhttp::empty_body> p;
+  p.skip(true);  // the head only
+  boost::system::error_code ec;
+  const std::size_t used = p.put(boost::asio::buffer(text), ec);
+  EXPECT_FALSE(ec) << ec.message() << "\n" << text;
+  EXPECT_EQ(used, text.size()) << text;
+  return p.get().base();
+}
+
+/// The head render_upstream_request makes of `req` (framed as a buffered body would be),
+/// parsed back.
+request forwarded(const request& req, std::string_view target, std::string_view address,
+                  const config::upstream* default_host = nullptr) {
+  std::string text;
+  const bool body = !req.body().empty();
+  render_upstream_request(
+      text, req.base(),
+      upstream_hop{target, address, body ? body_framing::content_length : body_framing::none,
+                   req.body().size(), false, default_host});
+  request out;
+  out.base() = parse_head<true>(text);
+  return out;
+}
+
+/// The head render_client_response makes of `res` for an HTTP/1.1 client, parsed back.
+response relayed(const response& res, client_hop hop) {
+  std::string text;
+  render_client_response(text, res.base(), hop);
+  response out;
+  out.base() = parse_head<false>(text);
+  return out;
+}
+
+response relayed(const response& res, bool limited) {
+  client_hop hop;
+  hop.limited = limited;
+  return relayed(res, hop);
 }
 
 request c17_request() {
@@ -61,7 +106,7 @@ TEST(Headers, ConnectionCannotRemoveHost) {
 
 TEST(Headers, UpstreamRequestC17) {
   request req = c17_request();
-  prepare_upstream_request(req, "/base/v1/items", "192.0.2.7");
+  req = forwarded(req, "/base/v1/items", "192.0.2.7");
   for (const char* name :
        {"Connection", "Keep-Alive", "TE", "Upgrade", "Proxy-Connection", "Proxy-Authorization",
         "X-Debug-Token", "Transfer-Encoding", "Content-Length"}) {
@@ -83,7 +128,7 @@ TEST(Headers, ForwardedForJoinedInOrderThenAppended) {
   req.insert("X-Forwarded-For", "10.0.0.1, 10.0.0.2");
   req.insert("X-Forwarded-For", "");
   req.insert(bhttp::field::via, "1.0 edge");
-  prepare_upstream_request(req, "/", "10.0.0.3");
+  req = forwarded(req, "/", "10.0.0.3");
   EXPECT_EQ(values(req.base(), "X-Forwarded-For"),
             std::vector<std::string>{"203.0.113.1, 10.0.0.1, 10.0.0.2, 10.0.0.3"});
   EXPECT_EQ(values(req.base(), "Via"), std::vector<std::string>{"1.0 edge, 1.1 sluice"});
@@ -96,7 +141,7 @@ TEST(Headers, MethodOverridesAndExpectRemoved) {
   req.set("X-Http-Method", "DELETE");
   req.set(bhttp::field::expect, "100-continue");
   req.body() = "abc";
-  prepare_upstream_request(req, "/", "127.0.0.1");
+  req = forwarded(req, "/", "127.0.0.1");
   EXPECT_EQ(req.count("X-HTTP-Method-Override"), 0u);
   EXPECT_EQ(req.count("X-Method-Override"), 0u);
   EXPECT_EQ(req.count("X-HTTP-Method"), 0u);
@@ -109,24 +154,24 @@ TEST(Headers, ExactlyOneFramingHeaderUpstream) {
   request req{bhttp::verb::post, "/", 11};
   req.set(bhttp::field::transfer_encoding, "chunked");
   req.body() = "hello world";
-  prepare_upstream_request(req, "/", "127.0.0.1");
+  req = forwarded(req, "/", "127.0.0.1");
   EXPECT_EQ(req.count(bhttp::field::transfer_encoding), 0u);
   EXPECT_EQ(values(req.base(), "Content-Length"), std::vector<std::string>{"11"});
 
   request get{bhttp::verb::get, "/", 11};
   get.set(bhttp::field::content_length, "0");
-  prepare_upstream_request(get, "/", "127.0.0.1");
+  get = forwarded(get, "/", "127.0.0.1");
   EXPECT_EQ(get.count(bhttp::field::content_length), 0u);
 
   request empty_post{bhttp::verb::post, "/", 11};
-  prepare_upstream_request(empty_post, "/", "127.0.0.1");
+  empty_post = forwarded(empty_post, "/", "127.0.0.1");
   EXPECT_EQ(empty_post[bhttp::field::content_length], "0");
 }
 
 TEST(Headers, Http10RequestGoesUpstreamAs11) {
   request req{bhttp::verb::get, "/", 10};
   req.set(bhttp::field::connection, "keep-alive");
-  prepare_upstream_request(req, "/", "127.0.0.1");
+  req = forwarded(req, "/", "127.0.0.1");
   EXPECT_EQ(req.version(), 11u);
   EXPECT_EQ(req.count(bhttp::field::connection), 0u);
   EXPECT_EQ(req[bhttp::field::via], "1.0 sluice");
@@ -150,7 +195,7 @@ response upstream_response() {
 
 TEST(Headers, ClientResponseLimitedRoute) {
   response res = upstream_response();
-  prepare_client_response(res, true);
+  res = relayed(res, true);
   for (const char* name :
        {"Connection", "Keep-Alive", "X-Upstream-Hop", "X-RateLimit-Remaining", "X-RateLimit-Limit",
         "X-RateLimit-Reset", "RateLimit", "RateLimit-Policy"}) {
@@ -164,13 +209,109 @@ TEST(Headers, ClientResponseLimitedRoute) {
 
 TEST(Headers, ClientResponseUnlimitedRouteKeepsUpstreamQuota) {
   response res = upstream_response();
-  prepare_client_response(res, false);
+  res = relayed(res, false);
   EXPECT_EQ(res.count("Connection"), 0u);
   EXPECT_EQ(res.count("Keep-Alive"), 0u);
   EXPECT_EQ(res["X-RateLimit-Remaining"], "7");
   EXPECT_EQ(res["X-RateLimit-Limit"], "10");
   EXPECT_EQ(res["RateLimit"], "\"u\";r=7");
   EXPECT_EQ(res["RateLimit-Policy"], "\"u\";q=10;w=60");
+}
+
+TEST(Headers, UpstreamRequestFramingAndDefaultHost) {
+  request req{bhttp::verb::post, "/in", 10};
+  req.set(bhttp::field::content_length, "5, 5");
+  std::string text;
+  config::upstream up;
+  up.host = "backend.test";
+  up.port = 8081;
+  render_upstream_request(
+      text, req.base(), upstream_hop{"/up/in", "192.0.2.9", body_framing::chunked, 0, false, &up});
+  EXPECT_EQ(text.substr(0, text.find("\r\n")), "POST /up/in HTTP/1.1");
+  auto head = parse_head<true>(text);
+  EXPECT_EQ(values(head, "Transfer-Encoding"), std::vector<std::string>{"chunked"});
+  EXPECT_EQ(head.count(bhttp::field::content_length), 0u);
+  EXPECT_EQ(head[bhttp::field::host], "backend.test:8081");  // HTTP/1.0 without Host
+  EXPECT_EQ(head[bhttp::field::via], "1.0 sluice");
+
+  render_upstream_request(text, req.base(),
+                          upstream_hop{"/", "", body_framing::content_length, 5, false, nullptr});
+  head = parse_head<true>(text);
+  EXPECT_EQ(values(head, "Content-Length"), std::vector<std::string>{"5"});
+  EXPECT_EQ(head.count("X-Forwarded-For"), 0u);  // nothing to append, nothing sent
+  EXPECT_EQ(head.count(bhttp::field::host), 0u);
+}
+
+TEST(Headers, UpstreamWebSocketHandshakeKeepsItsUpgrade) {
+  request req{bhttp::verb::get, "/ws", 11};
+  req.set(bhttp::field::host, "h");
+  req.set(bhttp::field::connection, "Upgrade");
+  req.set(bhttp::field::upgrade, "websocket");
+  req.set(bhttp::field::sec_websocket_key, "dGhlIHNhbXBsZSBub25jZQ==");
+  std::string text;
+  render_upstream_request(text, req.base(),
+                          upstream_hop{"/ws", "127.0.0.1", body_framing::none, 0, true, nullptr});
+  const auto head = parse_head<true>(text);
+  EXPECT_EQ(values(head, "Connection"), std::vector<std::string>{"upgrade"});
+  EXPECT_EQ(values(head, "Upgrade"), std::vector<std::string>{"websocket"});
+  EXPECT_EQ(head[bhttp::field::sec_websocket_key], "dGhlIHNhbXBsZSBub25jZQ==");
+}
+
+TEST(Headers, ClientResponseFramingKeepAliveAndQuotaFields) {
+  response res = upstream_response();
+  res.insert(bhttp::field::content_length, "12");
+  res.insert(bhttp::field::content_length, "12");
+  res.set(bhttp::field::transfer_encoding, "chunked");
+  const std::vector<std::pair<std::string_view, std::string>> quota{
+      {"X-RateLimit-Remaining", "41"}, {"RateLimit", "\"per_key\";r=41;t=1"}};
+
+  client_hop hop;
+  hop.limited = true;
+  hop.framing = response_framing::content_length;
+  hop.length = 12;
+  hop.fields = quota;
+  auto out = relayed(res, hop);
+  EXPECT_EQ(values(out, "Content-Length"), std::vector<std::string>{"12"});
+  EXPECT_EQ(out.count(bhttp::field::transfer_encoding), 0u);
+  EXPECT_EQ(values(out, "X-RateLimit-Remaining"), std::vector<std::string>{"41"});
+  EXPECT_EQ(values(out, "RateLimit"), std::vector<std::string>{"\"per_key\";r=41;t=1"});
+  EXPECT_EQ(out.count(bhttp::field::connection), 0u);  // HTTP/1.1 keep-alive: nothing to say
+
+  hop.framing = response_framing::chunked;
+  hop.keep_alive = false;
+  out = relayed(res, hop);
+  EXPECT_EQ(values(out, "Transfer-Encoding"), std::vector<std::string>{"chunked"});
+  EXPECT_EQ(out.count(bhttp::field::content_length), 0u);
+  EXPECT_EQ(values(out, "Connection"), std::vector<std::string>{"close"});
+
+  // An HTTP/1.0 client: its version on the status line, keep-alive only when asked for.
+  hop.version = 10;
+  hop.framing = response_framing::none;
+  hop.keep_alive = true;
+  std::string text;
+  render_client_response(text, res.base(), hop);
+  EXPECT_EQ(text.substr(0, text.find("\r\n")), "HTTP/1.0 200 OK");
+  EXPECT_EQ(values(parse_head<false>(text), "Connection"), std::vector<std::string>{"keep-alive"});
+  hop.keep_alive = false;
+  render_client_response(text, res.base(), hop);
+  EXPECT_EQ(parse_head<false>(text).count(bhttp::field::connection), 0u);
+}
+
+TEST(Headers, ClientResponseKeepsTheUpstreamsReasonAndRelaysAnUpgrade) {
+  response res{bhttp::status::switching_protocols, 11};
+  res.reason("Web Socket Protocol Handshake");
+  res.set(bhttp::field::connection, "Upgrade");
+  res.set(bhttp::field::upgrade, "websocket");
+  res.set(bhttp::field::sec_websocket_accept, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+  client_hop hop;
+  hop.upgrade = "websocket";
+  std::string text;
+  render_client_response(text, res.base(), hop);
+  EXPECT_EQ(text.substr(0, text.find("\r\n")), "HTTP/1.1 101 Web Socket Protocol Handshake");
+  const auto out = parse_head<false>(text);
+  EXPECT_EQ(values(out, "Connection"), std::vector<std::string>{"upgrade"});
+  EXPECT_EQ(values(out, "Upgrade"), std::vector<std::string>{"websocket"});
+  EXPECT_EQ(out[bhttp::field::sec_websocket_accept], "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
 }
 
 }  // namespace

@@ -39,8 +39,7 @@ class UpstreamPoolTest : public ::testing::Test {
     request req{method, target, 11};
     req.set(bhttp::field::host, "api.example.test");
     req.body() = std::move(body);
-    prepare_upstream_request(req, target, "192.0.2.1");
-    auto fut = asio::co_spawn(ioc, pool.send(up, std::move(req)), asio::use_future);
+    auto fut = asio::co_spawn(ioc, pool.send(up, std::move(req), "192.0.2.1"), asio::use_future);
     // Until the exchange completes (a pooled connection's deadline timer stays pending, so
     // the io_context never runs out of work by itself).
     ioc.restart();
@@ -88,7 +87,7 @@ TEST_F(UpstreamPoolTest, UpstreamConnectionCloseMeansNewConnection) {
   upstream.set_response(close);
   auto r1 = send(bhttp::verb::get, "/a");
   ASSERT_TRUE(r1);
-  // The pool hands back the upstream's fields; prepare_client_response strips them.
+  // The pool hands back the upstream's fields; render_client_response drops them.
   EXPECT_EQ((*r1)[bhttp::field::connection], "close");
   EXPECT_EQ(pool.idle_count(), 0u);
   auto r2 = send(bhttp::verb::get, "/b");
@@ -223,8 +222,8 @@ TEST_F(UpstreamPoolTest, MaxIdleBoundsThePool) {
   request req{bhttp::verb::get, "/", 11};
   req.set(bhttp::field::host, "h");
   // Two concurrent exchanges open two connections; only one stays pooled.
-  auto f1 = asio::co_spawn(ioc, small.send(up, req), asio::use_future);
-  auto f2 = asio::co_spawn(ioc, small.send(up, req), asio::use_future);
+  auto f1 = asio::co_spawn(ioc, small.send(up, req, "192.0.2.1"), asio::use_future);
+  auto f2 = asio::co_spawn(ioc, small.send(up, req, "192.0.2.1"), asio::use_future);
   ioc.restart();
   ioc.run();
   ASSERT_TRUE(f1.get());
