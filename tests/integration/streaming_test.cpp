@@ -256,6 +256,12 @@ class streaming : public testing::Test {
         s.write("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
         std::this_thread::sleep_for(300ms);
         s.write("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nPOISON");
+      } else if (target == "/s/idle-close") {
+        // A keep-alive response, then the upstream closes the idle connection on its own
+        // (as on its keep-alive timeout), without having said so.
+        s.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        std::this_thread::sleep_for(200ms);
+        return;
       } else if (target == "/s/conn-cl") {
         s.write("HTTP/1.1 200 OK\r\nConnection: Content-Length\r\nContent-Length: 5\r\n\r\nhello");
       } else if (target == "/s/hints") {
@@ -822,6 +828,22 @@ TEST_F(streaming, late_bytes_after_a_response_poison_no_later_request) {
     auto ok = exchange(port(), "GET /s/ok HTTP/1.1\r\nHost: x\r\n\r\n");
     ASSERT_TRUE(ok);
     EXPECT_EQ(ok->body, "ok") << "request " << i << " got another response's bytes";
+  }
+}
+
+// An upstream that closes an idle pooled connection is noticed before the connection is
+// reused: a POST after it (never re-sent on a new connection: not idempotent) is answered.
+TEST_F(streaming, upstream_closing_an_idle_connection_fails_no_request) {
+  start(base_rules);
+  for (int round = 0; round < 3; ++round) {
+    auto first = exchange(port(), "GET /s/idle-close HTTP/1.1\r\nHost: x\r\n\r\n");
+    ASSERT_TRUE(first);
+    EXPECT_EQ(first->body, "ok");
+    std::this_thread::sleep_for(500ms);  // the upstream has closed it
+    auto post = exchange(port(), "POST /s/ok HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc");
+    ASSERT_TRUE(post);
+    EXPECT_EQ(post->status(), 200u) << "round " << round << ": " << post->body;
+    EXPECT_EQ(post->body, "ok");
   }
 }
 
