@@ -17,8 +17,8 @@
 #
 # The memory store's bound (issue 10): the gateway (memory store, 1 worker) runs a limit of
 # rate 10/1h by a header that wrk fills with a fresh value on every request, so every request
-# creates a bucket that stays live for 6 minutes (one token of 10/1h). Three rounds of
-# SLUICE_BENCH_ROUND_SECONDS (default 9) each; after each round: gateway RSS, the
+# creates a bucket that stays live for 6 minutes (one token of 10/1h). SLUICE_BENCH_ROUNDS
+# (default 3) rounds of SLUICE_BENCH_ROUND_SECONDS (default 9) each; after each round: gateway RSS, the
 # sluice_store_buckets gauge, sluice_store_evictions_total, req/s and p99. Once per
 # MAX_BUCKETS given (default: 1099511627776, i.e. no bound in practice, then 1000000, the
 # default, then 250000).
@@ -30,6 +30,7 @@ if [[ ${1:-} == --memory-store ]]; then
   BOUNDS=("$@")
   ((${#BOUNDS[@]})) || BOUNDS=(1099511627776 1000000 250000)
   SECS=${SLUICE_BENCH_ROUND_SECONDS:-9}
+  ROUNDS=${SLUICE_BENCH_ROUNDS:-3}
   command -v wrk >/dev/null || { echo "memory.sh: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
   free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
   wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
@@ -76,7 +77,7 @@ YAML
     wait_port "$GP"
     printf '%-15s %5s %8s %10s %10s %9s %8s\n' "$bound" 0 "$(rss_mb $GW)" "$(metric sluice_store_buckets)" \
       "$(metric sluice_store_evictions_total)" - -
-    for round in 1 2 3; do
+    for round in $(seq "$ROUNDS"); do
       SLUICE_BENCH_ROUND=$round timeout $((SECS + 10)) wrk -t2 -c50 -d"${SECS}s" --latency \
         -s "$DIR/fresh.lua" "http://127.0.0.1:$GP/v1/items" >"$DIR/wrk.out"
       rps=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' "$DIR/wrk.out")

@@ -51,8 +51,9 @@ namespace {
 
 constexpr std::size_t shard_count = 64;
 constexpr std::uint64_t sweep_interval = 1024;
-// Entries sampled per eviction: Redis's maxmemory-samples default is 5; 8 keeps the evicted
-// entry within the earliest-expiring ~12 % of its shard on average, at about 0.3 µs
+// Entries sampled per eviction (Redis's maxmemory-samples default is 5): the evicted entry is
+// the earliest-expiring of 8, i.e. from the earliest ninth of its shard on average. A fresh
+// key at a 100,000-bucket bound costs 1.42 µs against 1.40 µs with no bound
 // (bench/RESULTS.md, "Bounded memory store").
 constexpr int eviction_samples = 8;
 
@@ -122,25 +123,29 @@ struct shard {
       return std::any_of(req.limits.begin(), req.limits.end(),
                          [&k](const limiter::limit_check& l) { return l.key == k; });
     };
-    // Sample whole hash buckets picked at random (an empty one is passed over), so each probe
-    // is O(1) expected; bounded probes so a map of only this check's keys cannot spin.
+    // Sample `eviction_samples` consecutive entries of the map's node list from a random
+    // hash bucket on: the order is the hash's, unrelated to expiry, and each further entry
+    // is one pointer away (one cache miss, no bucket-array lookup per sample). Probes of
+    // empty buckets are bounded.
     const std::size_t n = buckets.bucket_count();
-    const std::string* victim = nullptr;
-    std::int64_t victim_expires = std::numeric_limits<std::int64_t>::max();
-    int seen = 0;
-    for (int probe = 0; seen < eviction_samples && probe < 8 * eviction_samples; ++probe) {
+    auto it = buckets.end();
+    for (int probe = 0; probe < 8 * eviction_samples && it == buckets.end(); ++probe) {
       const std::size_t b = next_random() % n;
-      for (auto it = buckets.begin(b); it != buckets.end(b) && seen < eviction_samples; ++it) {
-        ++seen;
-        if (it->second.expires_at_ms < victim_expires && !of_request(it->first)) {
-          victim = &it->first;
-          victim_expires = it->second.expires_at_ms;
-        }
-      }
+      if (buckets.begin(b) != buckets.end(b)) it = buckets.find(buckets.begin(b)->first);
     }
-    if (!victim) return;  // the shard holds only this check's keys: over by at most its limits
+    if (it == buckets.end()) it = buckets.begin();
+    auto victim = buckets.end();
+    std::int64_t victim_expires = std::numeric_limits<std::int64_t>::max();
+    for (int seen = 0; seen < eviction_samples && seen < static_cast<int>(buckets.size()); ++seen) {
+      if (it->second.expires_at_ms < victim_expires && !of_request(it->first)) {
+        victim = it;
+        victim_expires = it->second.expires_at_ms;
+      }
+      if (++it == buckets.end()) it = buckets.begin();
+    }
+    if (victim == buckets.end()) return;  // only this check's keys: over by at most its limits
     if (victim_expires > now_ms) ++evictions;
-    buckets.erase(buckets.find(*victim));
+    buckets.erase(victim);
   }
 };
 

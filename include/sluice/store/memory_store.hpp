@@ -37,7 +37,7 @@ class memory_store final : public counter_store {
   /// Milliseconds since the Unix epoch.
   using clock_fn = std::function<std::int64_t()>;
 
-  /// `store.max_buckets`'s default (config::store_settings): about 190 MB of buckets with
+  /// `store.max_buckets`'s default (config::store_settings): about 200 MB of buckets with
   /// keys of 40 bytes (bench/RESULTS.md, "Bounded memory store").
   static constexpr std::uint64_t default_max_buckets = 1'000'000;
 
