@@ -12,7 +12,84 @@
 # nothing expires during the run); each bucket gets one request of cost 1 (the sliding log
 # then holds one stamp; a second figure, on a tenth of the keys with 100 stamps each, shows
 # its per-unit cost). "bytes/bucket" divides by the number of buckets, not of Redis keys.
+#
+#   bench/memory.sh --memory-store [BUILD_DIR=build] [MAX_BUCKETS...]
+#
+# The memory store's bound (issue 10): the gateway (memory store, 1 worker) runs a limit of
+# rate 10/1h by a header that wrk fills with a fresh value on every request, so every request
+# creates a bucket that stays live for 6 minutes (one token of 10/1h). SLUICE_BENCH_ROUNDS
+# (default 3) rounds of SLUICE_BENCH_ROUND_SECONDS (default 9) each; after each round: gateway RSS, the
+# sluice_store_buckets gauge, sluice_store_evictions_total, req/s and p99. Once per
+# MAX_BUCKETS given (default: 1099511627776, i.e. no bound in practice, then 1000000, the
+# default, then 250000).
 set -euo pipefail
+if [[ ${1:-} == --memory-store ]]; then
+  shift
+  BUILD=${1:-build}
+  shift || true
+  BOUNDS=("$@")
+  ((${#BOUNDS[@]})) || BOUNDS=(1099511627776 1000000 250000)
+  SECS=${SLUICE_BENCH_ROUND_SECONDS:-9}
+  ROUNDS=${SLUICE_BENCH_ROUNDS:-3}
+  command -v wrk >/dev/null || { echo "memory.sh: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
+  free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+  wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+  DIR=$(mktemp -d)
+  pids=()
+  trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$DIR"' EXIT
+  UP=$(free_port)
+  "$BUILD"/sluice-echo-upstream --listen 127.0.0.1:$UP --threads 1 & pids+=($!)
+  wait_port "$UP"
+  # Every request a fresh X-Client value: round, wrk thread, counter.
+  cat >"$DIR/fresh.lua" <<'LUA'
+local round = os.getenv("SLUICE_BENCH_ROUND") or "0"
+local n = 0
+function setup(thread)
+  n = n + 1
+  thread:set("tid", n)
+end
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("GET", "/v1/items", {["X-Client"] = "r" .. round .. "t" .. tid .. "n" .. i})
+end
+LUA
+  metric() { curl -s "http://127.0.0.1:$AP/metrics" | awk -v m="$1" '$1 == m {printf "%d", $2}'; }
+  rss_mb() { awk '/^VmRSS:/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
+  printf '%-15s %5s %8s %10s %10s %9s %8s\n' max_buckets round rss_MB buckets evictions req/s p99
+  for bound in "${BOUNDS[@]}"; do
+    GP=$(free_port)
+    AP=$(free_port)
+    cat >"$DIR/rules.yaml" <<YAML
+listen: 127.0.0.1:$GP
+admin: 127.0.0.1:$AP
+workers: 1
+store: {type: memory, max_buckets: $bound}
+upstreams: {api: {url: "http://127.0.0.1:$UP"}}
+routes:
+  - name: items
+    match: {path_prefix: /v1/items}
+    upstream: api
+    limits: [{name: items_client, by: "header:X-Client", rate: 10/1h, burst: 10}]
+YAML
+    "$BUILD"/sluice --config "$DIR/rules.yaml" --no-watch --log-level warn & GW=$!
+    pids+=($GW)
+    wait_port "$GP"
+    printf '%-15s %5s %8s %10s %10s %9s %8s\n' "$bound" 0 "$(rss_mb $GW)" "$(metric sluice_store_buckets)" \
+      "$(metric sluice_store_evictions_total)" - -
+    for round in $(seq "$ROUNDS"); do
+      SLUICE_BENCH_ROUND=$round timeout $((SECS + 10)) wrk -t2 -c50 -d"${SECS}s" --latency \
+        -s "$DIR/fresh.lua" "http://127.0.0.1:$GP/v1/items" >"$DIR/wrk.out"
+      rps=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' "$DIR/wrk.out")
+      p99=$(awk '$1 == "99%" {print $2}' "$DIR/wrk.out")
+      printf '%-15s %5s %8s %10s %10s %9s %8s\n' "$bound" "$round" "$(rss_mb $GW)" \
+        "$(metric sluice_store_buckets)" "$(metric sluice_store_evictions_total)" "$rps" "$p99"
+    done
+    kill -TERM "$GW"
+    wait "$GW" 2>/dev/null || true
+  done
+  exit 0
+fi
 BUILD=${1:-build}
 KEYS=${2:-1000000}
 SCRIPT=$(mktemp)

@@ -1,5 +1,6 @@
 // Bucket keys and the memory store's synchronous decision (memory_store::decide), for one and
-// three limits, token bucket, fixed and sliding window, on one hot bucket or rotating buckets.
+// three limits, token bucket, fixed and sliding window, on one hot bucket or rotating buckets,
+// and a fresh key per check below and at the store's bound (store.max_buckets).
 
 #include "fixture.hpp"
 
@@ -153,6 +154,39 @@ void BM_DecideTokenBucketShared(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_DecideTokenBucketShared)->Arg(1)->Arg(10000)->Threads(2)->UseRealTime();
+
+// Every check a fresh key (10/1h, one token spent: live for 6 minutes), on a store whose bound
+// is state.range(0) buckets (0: no bound in practice). With a bound, the store is first filled
+// to it, so every measured check makes room (samples and evicts one bucket) before it inserts.
+void BM_DecideFreshKey(benchmark::State& state) {
+  const auto bound =
+      state.range(0) == 0 ? std::uint64_t{1} << 40 : static_cast<std::uint64_t>(state.range(0));
+  store::memory_store store({}, bound);
+  auto check = make_checks({{"fresh", config::algorithm::token_bucket, 10, kHour, 10}}, 1)[0];
+  std::uint64_t n = 0;
+  auto next_key = [&check, &n] {
+    check.limits[0].key =
+        limiter::bucket_key("fresh", key_namespace::header, "caller-" + std::to_string(n++));
+  };
+  if (state.range(0) != 0) {
+    while (store.stats().buckets < store.capacity()) {
+      for (int i = 0; i < 10000; ++i) {
+        next_key();
+        store.decide(check);
+      }
+    }
+  }
+  const auto evictions_before = store.stats().evictions;
+  for (auto _ : state) {
+    next_key();
+    benchmark::DoNotOptimize(store.decide(check));
+  }
+  const auto st = store.stats();
+  state.counters["buckets"] = static_cast<double>(st.buckets);
+  state.counters["evictions"] = static_cast<double>(st.evictions - evictions_before);
+}
+// A fixed count: without a bound the store grows by one bucket per iteration.
+BENCHMARK(BM_DecideFreshKey)->Arg(0)->Arg(100000)->Arg(1000000)->Iterations(500000);
 
 }  // namespace
 }  // namespace sluice::micro

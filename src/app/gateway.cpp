@@ -182,7 +182,8 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
       if (const char* pw = std::getenv(rules->store.password_env.c_str())) redis.password = pw;
     }
   } else {
-    impl_->memory = std::make_shared<store::memory_store>();
+    impl_->memory = std::make_shared<store::memory_store>(store::memory_store::clock_fn{},
+                                                          rules->store.max_buckets);
   }
 
   if (endpoint.port() != 0) {
@@ -359,6 +360,8 @@ observability::metrics_sample gateway::sample() const {
     s.store.late_replies += st.late_replies;
     s.store.connect_failures += st.connect_failures;
     s.store.breaker_opens += st.breaker_opens;
+    s.store.buckets += st.buckets;
+    s.store.evictions += st.evictions;
     ++s.store_connections;
     if (st.connected) ++s.store_connected;
     ++s.breaker[static_cast<std::size_t>(st.breaker)];

@@ -60,6 +60,7 @@ std::vector<std::string> pin_startup_settings(const config::rules& running, conf
   pin("store.password_env", next.store.password_env, running.store.password_env);
   pin("store.layout", next.store.layout, running.store.layout);
   pin("store.hash_groups", next.store.hash_groups, running.store.hash_groups);
+  pin("store.max_buckets", next.store.max_buckets, running.store.max_buckets);
   changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
   return changed;
 }

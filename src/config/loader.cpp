@@ -837,7 +837,7 @@ class loader {
   void parse_store(const entry& e, rules& r) {
     static const std::vector<std::string> keys{"type",    "address",      "nodes",
                                                "timeout", "password_env", "local_share",
-                                               "layout",  "hash_groups"};
+                                               "layout",  "hash_groups",  "max_buckets"};
     auto m = fields(e.value, "store", e.line, keys, true);
     if (!m) return;
     if (const entry* t = m->find("type")) {
@@ -908,6 +908,12 @@ class loader {
         error(g->line, "store.hash_groups", "hash_groups applies only to layout hash");
       if (auto v = integer(*g, "store.hash_groups", "hash_groups", 1, 16'777'216))
         r.store.hash_groups = static_cast<std::uint32_t>(*v);
+    }
+    if (const entry* b = m->find("max_buckets")) {
+      // The memory store's bound. Accepted with any store type (a file can switch between
+      // memory and redis without editing it); 2^40 entries is far beyond any host's memory.
+      if (auto v = integer(*b, "store.max_buckets", "max_buckets", 1, std::int64_t{1} << 40))
+        r.store.max_buckets = static_cast<std::uint64_t>(*v);
     }
   }
 

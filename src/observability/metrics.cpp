@@ -189,6 +189,14 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                         d(st.script_loads)));
   out.push_back(counter("sluice_store_breaker_opens_total",
                         "Times a store connection's circuit breaker opened.", d(st.breaker_opens)));
+  out.push_back(gauge("sluice_store_buckets",
+                      "Bucket entries the memory store holds (at most store.max_buckets; 0 on "
+                      "Redis).",
+                      d(st.buckets)));
+  out.push_back(counter("sluice_store_evictions_total",
+                        "Live buckets the memory store evicted at store.max_buckets (expired "
+                        "ones are dropped first and not counted).",
+                        d(st.evictions)));
   out.push_back(gauge("sluice_store_connected",
                       "Store connections (one per worker; the memory store counts as one) "
                       "connected now.",

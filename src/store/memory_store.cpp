@@ -13,6 +13,22 @@
 // swept whole (outside the check's own locks): every idle bucket is gone within
 // shard_count * sweep_interval checks of its expiry, at an amortised cost of
 // size / (shard_count * sweep_interval) entry visits per check.
+//
+// Bound (store.max_buckets): each shard holds at most max_buckets / shards entries (a bound
+// under 1,024 uses fewer shards, at least 16 entries each, so the total is within
+// shards - 1 of max_buckets and never above it). A check
+// that must create an entry in a full shard makes room first, in the shard it already holds
+// locked (no other lock is taken, so the lock order stands):
+//   1. expired entries: when the shard may hold one (a lower bound of its entries' expiry has
+//      passed) and at least cap/8 entries were created since its last sweep, the shard is
+//      swept whole: at most 8 entry visits per created entry, amortised;
+//   2. otherwise (or if the sweep freed nothing) the entry with the earliest expiry among
+//      `eviction_samples` sampled ones is evicted, as Redis approximates LRU by sampling
+//      (https://redis.io/docs/latest/develop/reference/eviction/). The earliest expiry is an
+//      expired entry if one was sampled, else the token bucket nearest to full (its expiry is
+//      the time it is full again), the window nearest to its end, the log nearest to empty:
+//      the state whose loss changes the least. A key of the check itself is never evicted.
+// So a created entry costs O(eviction_samples) at the bound, never a scan of the whole store.
 #include "sluice/store/memory_store.hpp"
 
 #include <boost/container/small_vector.hpp>
@@ -24,7 +40,9 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <mutex>
+#include <stdexcept>
 #include <unordered_map>
 #include <vector>
 
@@ -33,6 +51,11 @@ namespace {
 
 constexpr std::size_t shard_count = 64;
 constexpr std::uint64_t sweep_interval = 1024;
+// Entries sampled per eviction (Redis's maxmemory-samples default is 5): the evicted entry is
+// the earliest-expiring of 8, i.e. from the earliest ninth of its shard on average. A fresh
+// key at a 100,000-bucket bound costs 1.42 µs against 1.40 µs with no bound
+// (bench/RESULTS.md, "Bounded memory store").
+constexpr int eviction_samples = 8;
 
 // One key's state. `kind` says which member is meaningful; a key read by another algorithm
 // (its limit's algorithm changed on reload) reads as missing, as in the script.
@@ -51,16 +74,90 @@ bool is_window(config::algorithm a) {
 struct shard {
   mutable std::mutex mutex;
   std::unordered_map<std::string, entry> buckets;
+  // Guarded by `mutex`:
+  std::int64_t min_expires_ms = std::numeric_limits<std::int64_t>::max();  // ≤ every entry's
+  std::uint64_t created_since_sweep = 0;
+  std::uint64_t evictions = 0;  // live entries evicted at the bound
+  std::uint64_t rng = 0;        // xorshift64 state of the eviction sampling (never 0)
 
   void sweep(std::int64_t now_ms) {
     std::lock_guard lock(mutex);
-    std::erase_if(buckets, [now_ms](const auto& kv) { return kv.second.expires_at_ms <= now_ms; });
+    sweep_locked(now_ms);
+  }
+
+  // Drops every expired entry; min_expires_ms becomes exact.
+  void sweep_locked(std::int64_t now_ms) {
+    std::int64_t least = std::numeric_limits<std::int64_t>::max();
+    std::erase_if(buckets, [now_ms, &least](const auto& kv) {
+      if (kv.second.expires_at_ms <= now_ms) return true;
+      least = std::min(least, kv.second.expires_at_ms);
+      return false;
+    });
+    min_expires_ms = least;
+    created_since_sweep = 0;
+  }
+
+  std::uint64_t next_random() {  // xorshift64 (Marsaglia 2003)
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+  }
+
+  // The entry for `key`, created if missing; at the bound `cap`, room is made first (see the
+  // file comment). `req`'s keys are never evicted.
+  entry& slot(const std::string& key, std::int64_t now_ms, std::size_t cap,
+              const limiter::check_request& req) {
+    if (auto it = buckets.find(key); it != buckets.end()) return it->second;
+    if (buckets.size() >= cap) make_room(now_ms, cap, req);
+    ++created_since_sweep;
+    return buckets.try_emplace(key).first->second;
+  }
+
+  void make_room(std::int64_t now_ms, std::size_t cap, const limiter::check_request& req) {
+    if (min_expires_ms <= now_ms && created_since_sweep >= cap / 8) {
+      sweep_locked(now_ms);
+      if (buckets.size() < cap) return;
+    }
+    const auto of_request = [&req](const std::string& k) {
+      return std::any_of(req.limits.begin(), req.limits.end(),
+                         [&k](const limiter::limit_check& l) { return l.key == k; });
+    };
+    // Sample `eviction_samples` consecutive entries of the map's node list from a random
+    // hash bucket on: the order is the hash's, unrelated to expiry, and each further entry
+    // is one pointer away (one cache miss, no bucket-array lookup per sample). Probes of
+    // empty buckets are bounded.
+    const std::size_t n = buckets.bucket_count();
+    auto it = buckets.end();
+    for (int probe = 0; probe < 8 * eviction_samples && it == buckets.end(); ++probe) {
+      const std::size_t b = next_random() % n;
+      if (buckets.begin(b) != buckets.end(b)) it = buckets.find(buckets.begin(b)->first);
+    }
+    if (it == buckets.end()) it = buckets.begin();
+    auto victim = buckets.end();
+    std::int64_t victim_expires = std::numeric_limits<std::int64_t>::max();
+    for (int seen = 0; seen < eviction_samples && seen < static_cast<int>(buckets.size()); ++seen) {
+      if (it->second.expires_at_ms < victim_expires && !of_request(it->first)) {
+        victim = it;
+        victim_expires = it->second.expires_at_ms;
+      }
+      if (++it == buckets.end()) it = buckets.begin();
+    }
+    if (victim == buckets.end()) return;  // only this check's keys: over by at most its limits
+    if (victim_expires > now_ms) ++evictions;
+    buckets.erase(victim);
   }
 };
 
-std::int64_t system_now_ms() {
+// The default clock: steady_clock, offset to the Unix epoch by system_clock once.
+memory_store::clock_fn anchored_clock() {
   using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  const auto steady0 = steady_clock::now();
+  const std::int64_t epoch0 =
+      duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  return [steady0, epoch0] {
+    return epoch0 + duration_cast<milliseconds>(steady_clock::now() - steady0).count();
+  };
 }
 
 /// A vector that keeps up to 4 elements inline (a request's few limits).
@@ -72,15 +169,25 @@ using small = boost::container::small_vector<T, 4>;
 struct memory_store::impl {
   clock_fn clock;
   std::array<shard, shard_count> shards;
+  std::size_t shards_used = shard_count;  // max_buckets / 16, in 1 .. shard_count
+  std::size_t cap = 0;                    // entries per shard
   std::atomic<std::uint64_t> checks{0};
 
   std::size_t shard_of(const std::string& key) const {
-    return std::hash<std::string>{}(key) % shard_count;
+    return std::hash<std::string>{}(key) % shards_used;
   }
 };
 
-memory_store::memory_store(clock_fn clock) : impl_(std::make_unique<impl>()) {
-  impl_->clock = clock ? std::move(clock) : clock_fn(&system_now_ms);
+memory_store::memory_store(clock_fn clock, std::uint64_t max_buckets)
+    : impl_(std::make_unique<impl>()) {
+  if (max_buckets == 0) throw std::invalid_argument("memory_store: max_buckets must be at least 1");
+  impl_->clock = clock ? std::move(clock) : anchored_clock();
+  // At least 16 entries a shard when the bound allows (an eviction samples within one shard).
+  impl_->shards_used =
+      static_cast<std::size_t>(std::clamp<std::uint64_t>(max_buckets / 16, 1, shard_count));
+  impl_->cap = static_cast<std::size_t>(max_buckets / impl_->shards_used);
+  for (std::size_t i = 0; i < shard_count; ++i)
+    impl_->shards[i].rng = 0x9e3779b97f4a7c15ULL * (i + 1);
 }
 
 memory_store::~memory_store() = default;
@@ -158,11 +265,12 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       if (o.reset_ms <= 0) {
         sh.buckets.erase(l.key);
       } else {
-        auto& e = sh.buckets[l.key];
+        auto& e = sh.slot(l.key, now, impl_->cap, req);
         e.kind = l.algorithm;
         e.counts = after;
         e.log.reset();
         e.expires_at_ms = now + o.reset_ms;
+        sh.min_expires_ms = std::min(sh.min_expires_ms, e.expires_at_ms);
       }
       out.limits.push_back(o);
     } else if (l.algorithm == config::algorithm::sliding_log) {
@@ -172,10 +280,11 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       if (after.empty()) {
         sh.buckets.erase(l.key);
       } else {
-        auto& e = sh.buckets[l.key];
+        auto& e = sh.slot(l.key, now, impl_->cap, req);
         e.kind = l.algorithm;
         e.log = std::make_unique<limiter::log_entries>(std::move(after));
         e.expires_at_ms = now + o.reset_ms;
+        sh.min_expires_ms = std::min(sh.min_expires_ms, e.expires_at_ms);
       }
       out.limits.push_back(o);
     } else {
@@ -183,18 +292,20 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       if (after >= l.bucket.capacity()) {
         sh.buckets.erase(l.key);  // full == missing (the script DELetes it)
       } else {
-        auto& e = sh.buckets[l.key];
+        auto& e = sh.slot(l.key, now, impl_->cap, req);
         e.kind = l.algorithm;
         e.state = {after, now, l.bucket.units_per_token};
         e.log.reset();
         e.expires_at_ms = now + limiter::ttl_ms(after, l.bucket);
+        sh.min_expires_ms = std::min(sh.min_expires_ms, e.expires_at_ms);
       }
       out.limits.push_back(limiter::describe(after, l.bucket, l.cost, admits[i]));
     }
   }
   locks.clear();
   const std::uint64_t count = impl_->checks.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (count % sweep_interval == 0) impl_->shards[(count / sweep_interval) % shard_count].sweep(now);
+  if (count % sweep_interval == 0)
+    impl_->shards[(count / sweep_interval) % impl_->shards_used].sweep(now);
   return out;
 }
 
@@ -206,8 +317,17 @@ boost::asio::awaitable<boost::system::result<limiter::check_outcome>> memory_sto
 store_stats memory_store::stats() const {
   store_stats s;
   s.checks = impl_->checks.load(std::memory_order_relaxed);
+  for (const auto& sh : impl_->shards) {
+    std::lock_guard lock(sh.mutex);
+    s.buckets += sh.buckets.size();
+    s.evictions += sh.evictions;
+  }
   s.connected = true;
   return s;
+}
+
+std::uint64_t memory_store::capacity() const {
+  return static_cast<std::uint64_t>(impl_->cap) * impl_->shards_used;
 }
 
 std::size_t memory_store::size() const {

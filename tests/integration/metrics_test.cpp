@@ -270,6 +270,10 @@ TEST_P(metrics_cases, counts_every_decision_exactly) {
   EXPECT_EQ(m.at("sluice_store_breaker_state{state=\"closed\"}"), stores);
   EXPECT_EQ(m.at("sluice_store_breaker_state{state=\"open\"}"), 0);
   EXPECT_EQ(m.at("sluice_store_breaker_state{state=\"half_open\"}"), 0);
+  // The memory store holds key-a's two drained buckets (search_key, shadow_key); Redis
+  // holds its own.
+  EXPECT_EQ(m.at("sluice_store_buckets"), GetParam() == store_kind::redis ? 0 : 2);
+  EXPECT_EQ(m.at("sluice_store_evictions_total"), 0);
   if (GetParam() == store_kind::redis) {
     EXPECT_GE(m.at("sluice_store_script_loads_total"), 2);  // each connection loads it
   }

@@ -111,14 +111,14 @@ class child_process {
 };
 
 /// `sluice --config FILE --listen 127.0.0.1:0 --admin 127.0.0.1:0 --workers N --no-watch` as a
-/// child process; the ports it bound are read from its start-up log lines.
+/// child process; the ports it bound are read from its start-up log lines. `prefix`, when
+/// given, runs before it (e.g. `/usr/bin/env NAME=VALUE...` to set the child's environment).
 class sluice_process {
  public:
   sluice_process(const std::filesystem::path& config, const std::filesystem::path& dir,
-                 unsigned workers = 2)
-      : child_({SLUICE_BINARY, "--config", config.string(), "--listen", "127.0.0.1:0", "--admin",
-                "127.0.0.1:0", "--workers", std::to_string(workers), "--no-watch"},
-               dir / "sluice.out", dir / "sluice.err") {}
+                 unsigned workers = 2, std::vector<std::string> prefix = {})
+      : child_(command(config, workers, std::move(prefix)), dir / "sluice.out",
+               dir / "sluice.err") {}
 
   /// Waits (10 s at most) for the gateway's and the admin listener's "listening on" lines and
   /// reads their ports; false when they did not come (the process may have refused its file).
@@ -155,6 +155,17 @@ class sluice_process {
   std::uint16_t admin_port = 0;
 
  private:
+  static std::vector<std::string> command(const std::filesystem::path& config, unsigned workers,
+                                          std::vector<std::string> argv) {
+    for (std::string a :
+         {std::string(SLUICE_BINARY), std::string("--config"), config.string(),
+          std::string("--listen"), std::string("127.0.0.1:0"), std::string("--admin"),
+          std::string("127.0.0.1:0"), std::string("--workers"), std::to_string(workers),
+          std::string("--no-watch")})
+      argv.push_back(std::move(a));
+    return argv;
+  }
+
   child_process child_;
 };
 

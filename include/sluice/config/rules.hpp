@@ -160,6 +160,9 @@ struct store_settings {
   enum class layout_kind { hash, key };
   layout_kind layout = layout_kind::hash;
   std::uint32_t hash_groups = 65536;  ///< `hash_groups`: 1 .. 16,777,216
+  /// `max_buckets` (type memory): bucket entries the memory store holds at most, 1 .. 2^40;
+  /// at the bound expired buckets go first, then the ones nearest to full. Read at start.
+  std::uint64_t max_buckets = 1'000'000;
 };
 
 /// An IPv4 or IPv6 network in CIDR notation (`trusted_proxies` entries).

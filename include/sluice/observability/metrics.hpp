@@ -130,6 +130,7 @@ struct metrics_sample {
 ///   `sluice_store_unavailable_total`, `sluice_store_late_replies_total`,
 ///   `sluice_store_reconnects_total`, `sluice_store_connect_failures_total`,
 ///   `sluice_store_script_loads_total`, `sluice_store_breaker_opens_total`,
+///   `sluice_store_buckets` (gauge), `sluice_store_evictions_total` (memory store),
 ///   `sluice_store_connected`, `sluice_store_breaker_state{state}` (closed, open, half_open:
 ///   connections in that state), `sluice_store_check_duration_seconds` (histogram);
 /// - `sluice_config_reloads_total{result}` (ok, failed), `sluice_config_generation`,

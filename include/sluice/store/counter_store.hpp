@@ -31,7 +31,9 @@ struct store_stats {
   std::uint64_t connect_failures = 0;  ///< connection attempts that failed (refused, timed out,
                                        ///< name not resolved, AUTH or SCRIPT LOAD refused)
   std::uint64_t breaker_opens = 0;     ///< times the breaker opened (closed/half-open -> open)
-  bool connected = false;              ///< gauge
+  std::uint64_t buckets = 0;    ///< gauge, memory store: bucket entries held (≤ max_buckets)
+  std::uint64_t evictions = 0;  ///< memory store: live buckets evicted at max_buckets
+  bool connected = false;       ///< gauge
   breaker_state breaker = breaker_state::closed;  ///< gauge
 };
 

@@ -120,6 +120,7 @@ TEST(design_example, loads_with_the_written_values) {
   EXPECT_DOUBLE_EQ(r->store.local_share, 1.0);
   EXPECT_EQ(r->store.layout, store_settings::layout_kind::hash);
   EXPECT_EQ(r->store.hash_groups, 65536u);
+  EXPECT_EQ(r->store.max_buckets, 1'000'000u);
   EXPECT_TRUE(r->headers.x_ratelimit);
   EXPECT_TRUE(r->headers.ietf);
   EXPECT_EQ(r->retry_after_jitter, 0ms);
@@ -348,6 +349,18 @@ TEST(defaults, data_path_settings) {
   EXPECT_EQ(r->routes[2].max_response_body, 512u);
   EXPECT_EQ(r->drain_timeout, 5s);
   EXPECT_EQ(r->client_timeout, 10s);
+}
+
+TEST(defaults, max_buckets) {
+  auto r = load_ok("store: {type: memory, max_buckets: 250000}\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->store.max_buckets, 250'000u);
+  r = load_ok("store: {type: memory, max_buckets: 1}\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->store.max_buckets, 1u);
+  r = load_ok("store: {type: memory, max_buckets: 1099511627776}\n");  // 2^40
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->store.max_buckets, std::uint64_t{1} << 40);
 }
 
 TEST(defaults, hash_groups_with_layout_hash) {
@@ -932,6 +945,28 @@ const mistake mistake_table[] = {
     {"hash_groups_too_many",
      UP "store: {hash_groups: 16777217}\n",
      {"rules.yaml:2: store.hash_groups: hash_groups must be at most 16777216, got 16777217"}},
+    {"max_buckets_zero",
+     UP "store:\n  type: memory\n  max_buckets: 0\n",
+     {"rules.yaml:4: store.max_buckets: max_buckets must be at least 1, got 0"}},
+    {"max_buckets_negative",
+     UP "store: {max_buckets: -5}\n",
+     {"rules.yaml:2: store.max_buckets: max_buckets must be at least 1, got -5"}},
+    {"max_buckets_fraction",
+     UP "store: {max_buckets: 1.5}\n",
+     {"rules.yaml:2: store.max_buckets: max_buckets must be a whole number, got 1.5"}},
+    {"max_buckets_exponent",
+     UP "store: {max_buckets: 1e6}\n",
+     {"rules.yaml:2: store.max_buckets: expected an integer written in digits, got 1e6"}},
+    {"max_buckets_not_a_number",
+     UP "store: {max_buckets: lots}\n",
+     {"rules.yaml:2: store.max_buckets: expected an integer, got 'lots'"}},
+    {"max_buckets_a_list",
+     UP "store: {max_buckets: [1]}\n",
+     {"rules.yaml:2: store.max_buckets: expected an integer, got a list"}},
+    {"max_buckets_too_many",
+     UP "store: {max_buckets: 1099511627777}\n",
+     {"rules.yaml:2: store.max_buckets: max_buckets must be at most 1099511627776, got "
+      "1099511627777"}},
     {"hash_groups_with_layout_key",
      UP "store:\n  type: redis\n  layout: key\n  hash_groups: 1024\n",
      {"rules.yaml:5: store.hash_groups: hash_groups applies only to layout hash"}},

@@ -72,6 +72,8 @@ metrics_sample example() {
   s.store.connect_failures = 16;
   s.store.script_loads = 17;
   s.store.breaker_opens = 18;
+  s.store.buckets = 640;
+  s.store.evictions = 29;
   s.store_connections = 4;
   s.store_connected = 3;
   s.breaker = {2, 1, 1};
@@ -125,6 +127,10 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_store_connect_failures_total 16\n",
            "sluice_store_script_loads_total 17\n",
            "sluice_store_breaker_opens_total 18\n",
+           "# TYPE sluice_store_buckets gauge\n",
+           "sluice_store_buckets 640\n",
+           "# TYPE sluice_store_evictions_total counter\n",
+           "sluice_store_evictions_total 29\n",
            "# TYPE sluice_store_connected gauge\n",
            "sluice_store_connected 3\n",
            "sluice_store_breaker_state{state=\"closed\"} 2\n",
@@ -155,7 +161,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 28u);
+  EXPECT_EQ(help, 30u);
   EXPECT_EQ(text.back(), '\n');
 }
 

@@ -309,6 +309,21 @@ TEST_F(token_bucket_table, memory_store) {
   }
 }
 
+// The same table on a memory store whose bound (store.max_buckets) is exactly the case's
+// number of buckets: a store at its bound that needs no room evicts nothing (an off-by-one
+// in the bound would evict a live bucket of the case and change its next decision).
+TEST_F(token_bucket_table, memory_store_at_its_bound) {
+  for (const auto& c : table()) {
+    std::int64_t now = 0;
+    store::memory_store mem([&now] { return now; }, c.limits.size());
+    for (std::size_t s = 0; s < c.steps.size(); ++s) {
+      now = epoch_ms + c.steps[s].t_ms;
+      expect_step(c, s, "memory-bound", mem.decide(make_request(c, "memb", c.steps[s].cost)));
+    }
+    EXPECT_EQ(mem.stats().evictions, 0u) << c.name;
+  }
+}
+
 TEST_F(token_bucket_table, lua_script) {
   for (const auto& layout : {per_key, packed, all_in_one_hash}) {
     const std::string name = "lua-" + layout_name(layout);
