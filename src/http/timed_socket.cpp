@@ -59,34 +59,4 @@ void timed_socket::close() {
   state_->timer.cancel();
 }
 
-void timed_socket::watch_idle() {
-  auto& st = *state_;
-  st.watching = true;
-  st.broken = false;
-  const std::uint64_t generation = ++st.watch_generation;
-  st.socket.async_read_some(
-      boost::asio::buffer(&st.watch_byte, 1),
-      [self = state_, generation](const boost::system::error_code& ec, std::size_t n) {
-        if (self->watching && self->watch_generation == generation) {
-          self->watching = false;
-          self->broken = true;
-          return;
-        }
-        // Ended by end_watch(): its cancel, or a read that raced with the reuse.
-        if (ec != boost::asio::error::operation_aborted || n > 0) {
-          boost::system::error_code ignored;
-          self->socket.close(ignored);
-        }
-      });
-}
-
-bool timed_socket::end_watch() {
-  auto& st = *state_;
-  if (!st.watching) return !st.broken;
-  st.watching = false;
-  boost::system::error_code ignored;
-  st.socket.cancel(ignored);
-  return true;
-}
-
 }  // namespace sluice::http

@@ -31,8 +31,8 @@
 #include <boost/beast/http/write.hpp>
 
 #include <sys/socket.h>
-#include <array>
 
+#include <array>
 #include <atomic>
 #include <charconv>
 #include <deque>
@@ -58,18 +58,10 @@ constexpr std::chrono::milliseconds default_idle_lifetime{15000};
 /// Margin taken off an advertised `Keep-Alive: timeout` (the close races with our reuse).
 constexpr std::chrono::milliseconds idle_margin{500};
 
-/// An idle connection is also peeked at before its reuse once it has been idle this long.
-/// The watch (timed_socket::watch_idle) learns of a close only when the event loop polls
-/// next, so a FIN that arrived in the current turn would be missed; upstreams close idle
-/// connections after seconds, not microseconds, and a connection reused at once under load
-/// costs no system call.
-constexpr std::chrono::milliseconds peek_after{20};
-
 struct idle_connection {
   timed_socket stream;
   beast::flat_buffer buffer;
   steady::time_point expires;
-  steady::time_point since;  ///< when it went idle
 };
 
 /// The pool's state; exchanges in flight hold it by shared_ptr.
@@ -91,8 +83,7 @@ struct pool_state {
     while (!stack.empty()) {
       idle_connection c = std::move(stack.back());
       stack.pop_back();
-      if (c.expires > now && c.stream.end_watch() &&
-          (now - c.since < peek_after || still_open(c.stream))) {
+      if (c.expires > now && still_open(c.stream)) {
         lease.stream.emplace(std::move(c.stream));
         lease.buffer = std::move(c.buffer);
         return true;
@@ -111,14 +102,12 @@ struct pool_state {
     }
     lease.stream->expires_never();
     lease.buffer.clear();
-    stack.push_back({std::move(*lease.stream), std::move(lease.buffer), expires, steady::now()});
+    stack.push_back({std::move(*lease.stream), std::move(lease.buffer), expires});
     lease.stream.reset();
-    // An idle connection must have nothing to read: EOF means the upstream closed it, bytes
-    // that it sent something unsolicited — either way it is unusable.
-    stack.back().stream.watch_idle();
   }
 
-  /// A non-blocking peek (one system call), for what the watch cannot know yet.
+  /// A non-blocking peek: an idle connection must have nothing to read. EOF means the
+  /// upstream closed it; bytes mean it sent something unsolicited — either way, unusable.
   static bool still_open(timed_socket& stream) {
     char byte;
     const auto n = ::recv(stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);

@@ -62,18 +62,6 @@ class timed_socket {
   /// Closes the socket (pending operations complete with operation_aborted) and the timer.
   void close();
 
-  /// Watches a connection while it sits idle (in a pool): a one-byte read is left pending.
-  /// It costs no system call when the last read drained the socket (Asio's reactor reads
-  /// only after the next readiness edge, or at once when one came since that read), and
-  /// whatever completes it — bytes the peer had no reason to send, EOF, an error — marks
-  /// the connection broken. Replaces a peek (one recv system call) before every reuse.
-  void watch_idle();
-  /// Ends the watch before the connection is used again (no system call). Returns false
-  /// when the connection broke while idle (close it). Should the watch's read complete with
-  /// bytes or EOF after this (in the same turn of the event loop as the reuse), the socket
-  /// is closed, so the exchange on it fails as on a connection the peer closed.
-  bool end_watch();
-
  private:
   struct state {
     explicit state(boost::asio::ip::tcp::socket s)
@@ -84,10 +72,6 @@ class timed_socket {
     clock::time_point armed_at = clock::time_point::max();  ///< max: no wait pending
     std::uint64_t generation = 0;  ///< of the pending wait; stale completions are ignored
     bool timed_out = false;
-    bool watching = false;  ///< watch_idle()'s read is pending and still wanted
-    bool broken = false;    ///< that read completed: the idle connection is unusable
-    std::uint64_t watch_generation = 0;
-    char watch_byte = 0;
   };
   static void arm(const std::shared_ptr<state>& st, clock::time_point at);
   std::shared_ptr<state> state_;

@@ -66,9 +66,8 @@ class upstream_pool {
 
   /// An idle connection to `up` (the most recently pooled one still open), or a new one
   /// connected within min(`up.connect_timeout`, time left before `deadline`). Every pooled
-  /// connection is watched while idle (timed_socket::watch_idle), and peeked at (one system
-  /// call) when it was idle 20 ms or more: bytes or EOF arriving on it (an upstream that sent
-  /// more than it announced, or closed) make it unusable.
+  /// connection is checked with a non-blocking peek before it is handed out: bytes or EOF
+  /// waiting on it (an upstream that sent more than it announced, or closed) make it unusable.
   /// `fresh`: skip the idle connections (after try_reuse() found none, or a retry after a
   /// stale one). Errors in `ec`: errc::upstream_unreachable (resolve or connect failed),
   /// errc::upstream_timeout.
