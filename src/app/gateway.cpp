@@ -65,7 +65,9 @@ std::pair<std::string, std::uint16_t> split_host_port(const std::string& text) {
 
 struct gateway::impl {
   struct worker {
-    asio::io_context ioc{1};
+    // One thread runs it, and every socket and timer of the worker is used on that thread
+    // only (other threads post to it): Asio's per-socket reactor locks are not needed.
+    asio::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
     std::shared_ptr<store::counter_store> store;
     std::shared_ptr<store::redis_directory> directory;  // redis store only
     std::shared_ptr<gateway_handler> handler;
