@@ -2,6 +2,7 @@
 #include "sluice/store/redis_store.hpp"
 
 #include "sluice/errc.hpp"
+#include "support/bucket_view.hpp"
 #include "support/redis_server.hpp"
 
 #include <gtest/gtest.h>
@@ -118,7 +119,7 @@ TEST(redis_store, decides_a_check) {
   EXPECT_EQ(out.limits[0].reset_ms, 10'000);
   EXPECT_EQ(s.stats().checks, 1u);
   // Redis TIME decided it: the stored stamp is the server's clock, within a second of ours.
-  auto state = server.command({"GET", "{k}:basic"});
+  auto state = test::bucket_view{server, test::per_key}.get("{k}:basic");
   ASSERT_EQ(state.type, test::redis_reply::kind::string);
   EXPECT_EQ(state.str.substr(0, state.str.find(' ')), "10000");
   auto pttl = server.command({"PTTL", "{k}:basic"});
@@ -339,7 +340,10 @@ TEST(redis_store, stalled_server_times_out_without_replay) {
   ASSERT_TRUE(next.result && next.result->has_value()) << next.result->error().message();
   EXPECT_FALSE((*next.result)->allowed);
   EXPECT_EQ((*next.result)->limits[0].remaining, 0);
-  EXPECT_EQ(server.command({"GET", "{c10}:b"}).str, "500 " + std::to_string(t0 + 500) + " 20000");
+  // (That refusal changed nothing and wrote nothing: the state is the last debit's, 0 units
+  // at t0, which is 500 units at t0 + 0.5 s.)
+  const test::bucket_view view{server, test::per_key};
+  EXPECT_EQ(view.get("{c10}:b").str, "0 " + std::to_string(t0) + " 20000");
   EXPECT_EQ(s.stats().checks, 1u);
 }
 
