@@ -36,13 +36,6 @@ using test::layout_name;
 using test::packed;
 using test::per_key;
 
-// The first two fields of a stored token-bucket state "<level> <stamp> <units per token>".
-std::string level_and_stamp(const std::string& state) {
-  const auto first = state.find(' ');
-  const auto second = first == std::string::npos ? first : state.find(' ', first + 1);
-  return state.substr(0, second);
-}
-
 using limiter::bucket_params;
 
 // Whether the script's stored state `stored` ("<level> <stamp> <units per token>") is the
