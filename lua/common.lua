@@ -63,21 +63,18 @@ local function get_state(slot, now)
   return string.sub(raw, 9)
 end
 
--- The expiry a hash is given when its expiry must rise to `ttl`: with slack (up to a minute
--- more), so that a busy hash is re-armed about once a minute rather than on every write. A
--- hash's expiry is the latest expiry of its fields plus at most the slack, so when it fires
--- every field in it has expired anyway.
-local function hash_ttl(ttl)
-  if ttl < 60000 then return ttl + ttl end
-  return ttl + 60000
-end
-
 -- Raises the expiry of the key of `slot` to at least `ttl` ms (never lowers it; a key left
--- without one gets one: c07): a read (PTTL) and, only when it is too low, a write.
+-- without one gets one: c07): a read (PTTL) and, only when it is too low, a write. A hash's
+-- expiry that must rise gets up to half a second of slack, so that a hash written more often
+-- than that is re-armed about twice a second rather than on every write: it is then the
+-- latest expiry of its fields plus at most the slack, so when it fires every field in it has
+-- expired anyway.
 local function arm(slot, ttl)
   local left = redis.call('PTTL', slot.key)
   if left == -2 or left >= ttl then return end
-  if slot.field ~= '' then ttl = hash_ttl(ttl) end
+  if left >= 0 and slot.field ~= '' then
+    if ttl < 500 then ttl = ttl + ttl else ttl = ttl + 500 end
+  end
   redis.call('PEXPIRE', slot.key, int(ttl))
 end
 
@@ -108,7 +105,7 @@ local function put(slot, state, ttl, now)
   if made == 1 then slot.created = true end
   -- Nothing was stored here: the hash may be new (no expiry yet), which NX arms in one call;
   -- a hash that was there already (NX did nothing) is armed as any other.
-  if not slot.stored and redis.call('PEXPIRE', key, int(hash_ttl(ttl)), 'NX') == 1 then
+  if not slot.stored and redis.call('PEXPIRE', key, int(ttl), 'NX') == 1 then
     slot.fresh = true
     return
   end
