@@ -36,8 +36,8 @@ namespace sluice::lua {
 /// The text forms of earlier versions ("<level> <stamp> <units>", "<i>:<c>", "<i>:<c>:<p>")
 /// are still read. In a hash a field is the 8-byte expiry stamp (ms of store time) followed
 /// by the state and reads as missing from then on; the hash's own expiry is only ever raised
-/// (to the latest Reset written, plus up to 500 ms of slack when it rises); about one in four checks that
-/// create a field in an existing hash deletes the expired ones among 8 sampled fields.
+/// (to the latest Reset written, plus up to 500 ms of slack when it rises); about one in four
+/// checks that create a field in an existing hash deletes the expired ones among 8 sampled fields.
 std::string_view check() noexcept;
 
 /// The script's algorithm id of `a`: token_bucket 0, fixed_window 1, sliding_window 2,
