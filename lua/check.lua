@@ -20,35 +20,32 @@
 -- (evaluated as if it were the only limit), and a refused request debits nothing.
 --
 -- Sweep (hash layout): a field past its expiry stays in its hash until the hash expires. So
--- that a hash that never goes quiet does not fill up with them, each check that creates a
--- field samples 2 random fields of that hash and deletes the expired ones — an expired field
--- reads as missing, so deleting it changes no decision. Every field created expires some
--- time, so at most about half of a busy hash's fields are expired ones in the long run.
-
--- Redis's own clock in ms, read at most once per run.
-local clock
-local function redis_ms()
-  if not clock then
-    local t = redis.call('TIME')
-    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return clock
-end
-
-local now = tonumber(ARGV[1])
-if now == nil or now < 0 then now = redis_ms() end
+-- that a hash that never goes quiet does not fill up with them, about one in four checks that
+-- create a field in a hash that was there already (chosen by the field's last byte) samples 8
+-- random fields of that hash and deletes the expired ones — an expired field reads as missing,
+-- so deleting it changes no decision. That samples 2 fields per created field on average, as
+-- a sweep of 2 on every creation would, in a quarter of the calls; every field created expires
+-- some time, so at most about half of a busy hash's fields are expired ones in the long run.
 
 local n = tonumber(ARGV[2])
 local stale_after = tonumber(ARGV[3])
 if n == nil or stale_after == nil or n ~= #KEYS or #ARGV ~= 3 + 7 * n then
   return redis.error_reply('ERR sluice check: bad arguments')
 end
+local now = tonumber(ARGV[1])
+-- Redis's own clock in ms, read at most once per run.
+local clock
+if now == nil or now < 0 or stale_after >= 0 then
+  local t = redis.call('TIME')
+  clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if now == nil or now < 0 then now = clock end
+end
 -- On Redis's own clock, whatever the override says.
-if stale_after >= 0 and redis_ms() > stale_after then
-  return redis.error_reply('STALE sluice check: now ' .. int(redis_ms()))
+if stale_after >= 0 and clock > stale_after then
+  return redis.error_reply('STALE sluice check: now ' .. int(clock))
 end
 
-local algo, state, admits, shadow, slot = {}, {}, {}, {}, {}
+local slots = {}
 local allowed = true
 
 -- Phase 1: validate and read every limit, decide.
@@ -59,35 +56,69 @@ for i = 1, n do
   local b = tonumber(ARGV[base + 3])
   local c = tonumber(ARGV[base + 4])
   local cost = tonumber(ARGV[base + 5])
-  shadow[i] = ARGV[base + 6] == '1'
-  slot[i] = {key = KEYS[i], field = ARGV[base + 7], now = now}
-  algo[i] = id and algorithms[id]
-  if not (algo[i] and a and b and c and cost) or (slot[i].field ~= '' and not algo[i].packable) then
+  local slot = {key = KEYS[i], field = ARGV[base + 7], id = id, a = a, b = b, c = c, cost = cost,
+                shadow = ARGV[base + 6] == '1', admits = false, stored = false, dirty = false,
+                created = false, fresh = false, level = 0}
+  slots[i] = slot
+  if not (id and a and b and c and cost) then
     return redis.error_reply('ERR sluice check: bad limit ' .. i)
   end
-  local why = algo[i].validate(a, b, c, cost)
+  local why
+  if id == 0 then
+    if a < 1 or b < 1 or c < 1 or cost < 1 then
+      why = 'bad token bucket'
+    elseif c * b > TWO_53 then
+      why = 'capacity above 2^53'
+    else
+      slot.admits = tb_read(slot, a, b, c * b, cost * b, now)
+    end
+  elseif id == 1 or id == 2 then
+    local w = windows()
+    why = w.validate(a, b, c, cost, id == 2)
+    if not why then slot.admits = w.read(slot, a, b, cost, now, id == 2) end
+  elseif id == 3 and slot.field == '' then
+    local l = logs()
+    why = l.validate(a, b, c, cost)
+    if not why then slot.admits = l.read(slot, a, b, cost, now) end
+  else
+    return redis.error_reply('ERR sluice check: bad limit ' .. i)
+  end
   if why then
     return redis.error_reply('ERR sluice check: limit ' .. i .. ': ' .. why)
   end
-  state[i], admits[i] = algo[i].read(slot[i], a, b, c, cost, now)
-  if not shadow[i] and not admits[i] then allowed = false end
+  if not slot.shadow and not slot.admits then allowed = false end
 end
 
 -- Phase 2: debit (enforced: iff allowed; shadow: iff it admits alone), write, describe.
 local reply = {allowed and 1 or 0, now}
+local at = 2
 for i = 1, n do
+  local slot = slots[i]
   local debit
-  if shadow[i] then debit = admits[i] else debit = allowed end
-  local remaining, reset, retry, nxt = algo[i].write(slot[i], state[i], debit)
-  reply[#reply + 1] = admits[i] and 1 or 0
-  reply[#reply + 1] = remaining
-  reply[#reply + 1] = reset
-  reply[#reply + 1] = retry
-  reply[#reply + 1] = nxt
+  if slot.shadow then debit = slot.admits else debit = allowed end
+  local remaining, reset, retry, nxt
+  local id = slot.id
+  if id == 0 then
+    local b = slot.b
+    remaining, reset, retry, nxt = tb_write(slot, slot.a, b, slot.c * b, slot.cost * b, debit, now)
+  elseif id == 3 then
+    remaining, reset, retry, nxt = logs().write(slot, debit)
+  else
+    remaining, reset, retry, nxt = windows().write(slot, slot.a, slot.b, slot.cost, debit, id == 2)
+  end
+  reply[at + 1] = slot.admits and 1 or 0
+  reply[at + 2] = remaining
+  reply[at + 3] = reset
+  reply[at + 4] = retry
+  reply[at + 5] = nxt
+  at = at + 5
 end
 
--- Phase 3: sweep the hashes in which a field was created.
+-- Phase 3: sweep some of the hashes in which a field was created (see the top).
 for i = 1, n do
-  if slot[i].created then sweep(slot[i]) end
+  local slot = slots[i]
+  if slot.created and not slot.fresh and string.byte(slot.field, -1) % 4 == 0 then
+    sweep(slot, now)
+  end
 end
 return reply

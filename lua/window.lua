@@ -4,7 +4,17 @@
 -- Windows are aligned to multiples of P on the store's clock: window k = [k*P, (k+1)*P).
 -- Counts are clamped to [0, N] on read; the sliding counter's products are at most N*P,
 -- which validation keeps <= 2^53.
+--
+-- These functions are made only when a check has a window limit (windows() builds them on
+-- first use): the chunk runs on every check, and a token-bucket check should not pay for them.
+-- State: pack('<dd', window index, count) for the fixed window, pack('<ddd', index, current,
+-- previous) for the sliding window (the text forms "<i>:<c>" and "<i>:<c>:<p>" of earlier
+-- versions are still read). A refusal that leaves the counts as stored writes nothing but,
+-- when needed, the expiry.
 
+local window_fns
+local function windows()
+  if window_fns then return window_fns end
 local function window_validate(w, lim, unused, cost, sliding)
   if w < 1 or lim < 1 or cost < 1 then return 'bad window' end
   if lim > TWO_53 or w > TWO_53 then return 'window parameter above 2^53' end
@@ -58,37 +68,41 @@ local function window_wait(c, w, lim, now, need, sliding)
   return to_end + e
 end
 
--- The stored {index, current, previous} of `raw` (nils when absent or unreadable).
+-- The stored {index, current, previous} of `raw` (nils when absent or unreadable), and
+-- whether it was text.
 local function window_parse(raw, sliding)
-  local si, sc, sp
-  if raw then
-    if sliding then
-      si, sc, sp = string.match(raw, '^(%d+):(%d+):(%d+)$')
-    else
-      si, sc = string.match(raw, '^(%d+):(%d+)$')
-      sp = '0'
-    end
-    if si then
-      si = tonumber(si)
-      sc = tonumber(sc)
-      sp = tonumber(sp)
-    end
+  if not raw then return nil end
+  if sliding and #raw == 24 then return unpack_state('<ddd', raw) end
+  if not sliding and #raw == 16 then
+    local si, sc = unpack_state('<dd', raw)
+    return si, sc, 0
   end
-  return si, sc, sp
+  local si, sc, sp
+  if sliding then
+    si, sc, sp = string.match(raw, '^(%d+):(%d+):(%d+)$')
+  else
+    si, sc = string.match(raw, '^(%d+):(%d+)$')
+    sp = '0'
+  end
+  if si then return tonumber(si), tonumber(sc), tonumber(sp), true end
+  return nil
 end
 
 local function window_read(slot, w, lim, cost, now, sliding)
-  local si, sc, sp = window_parse(get_string(slot), sliding)
+  local si, sc, sp, text = window_parse(get_state(slot, now), sliding)
   local c, now_eff = window_counts(si, sc, sp, w, lim, now, sliding)
-  local st = {w = w, lim = lim, cost = cost, now = now_eff, before = c, sliding = sliding}
-  return st, window_wait(c, w, lim, now_eff, cost, sliding) == 0
+  slot.before = c
+  slot.now = now_eff
+  slot.now_read = now
+  slot.dirty = text or si ~= c.index or sc ~= c.current or (sliding and sp ~= c.previous)
+  return window_wait(c, w, lim, now_eff, cost, sliding) == 0
 end
 
-local function window_write(slot, st, debit)
-  local w, lim, now, sliding = st.w, st.lim, st.now, st.sliding
-  local b = st.before
+local function window_write(slot, w, lim, cost, debit, sliding)
+  local now = slot.now
+  local b = slot.before
   local a = {index = b.index, current = b.current, previous = b.previous}
-  if debit then a.current = a.current + st.cost end
+  if debit then a.current = a.current + cost end
 
   local remaining
   if sliding then
@@ -99,13 +113,25 @@ local function window_write(slot, st, debit)
     if remaining < 0 then remaining = 0 end
   end
   local reset = window_wait(a, w, lim, now, lim, sliding)
-  local retry = window_wait(b, w, lim, now, st.cost, sliding)
+  local retry = window_wait(b, w, lim, now, cost, sliding)
   local nxt = 0
   if remaining < lim then nxt = window_wait(a, w, lim, now, remaining + 1, sliding) end
 
   -- The state matters exactly until Reset: then both counts read as 0.
-  local value = int(a.index) .. ':' .. int(a.current)
-  if sliding then value = value .. ':' .. int(a.previous) end
-  put(slot, value, reset)
+  if debit or slot.dirty or reset <= 0 then
+    local value
+    if sliding then
+      value = pack('<ddd', a.index, a.current, a.previous)
+    else
+      value = pack('<dd', a.index, a.current)
+    end
+    put(slot, value, reset, slot.now_read)
+  else
+    arm(slot, reset)
+  end
   return remaining, reset, retry, nxt
+end
+
+window_fns = {validate = window_validate, read = window_read, write = window_write}
+return window_fns
 end

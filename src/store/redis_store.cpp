@@ -109,7 +109,7 @@ bool unhealthy_error(std::string_view text) {
 // plain snapshot).
 struct atomic_stats {
   std::atomic<std::uint64_t> checks{0}, timeouts{0}, errors{0}, unavailable{0}, script_loads{0},
-      reconnects{0}, late_replies{0}, connect_failures{0}, breaker_opens{0};
+      reconnects{0}, late_replies{0}, connect_failures{0}, breaker_opens{0}, clock_resends{0};
   std::atomic<bool> connected{false};
   std::atomic<breaker_state> breaker{breaker_state::closed};
 
@@ -124,6 +124,7 @@ struct atomic_stats {
     s.late_replies = late_replies.load(std::memory_order_relaxed);
     s.connect_failures = connect_failures.load(std::memory_order_relaxed);
     s.breaker_opens = breaker_opens.load(std::memory_order_relaxed);
+    s.clock_resends = clock_resends.load(std::memory_order_relaxed);
     s.connected = connected.load(std::memory_order_relaxed);
     s.breaker = breaker.load(std::memory_order_relaxed);
     return s;
@@ -148,9 +149,11 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     check_handler handler;
     std::uint64_t loads_at_send = 0;  // loads_sent when it was (last) sent
     bool retried = false;
-    bool probe = false;             // the one check let through by a half-open breaker
-    std::int64_t sent_wall_ms = 0;  // this host's real-time clock when it was sent
-    bool learns_clock = false;      // decided on Redis's own clock (no test override)
+    bool probe = false;          // the one check let through by a half-open breaker
+    std::int64_t sent_ms = 0;    // this host's steady clock (ms) when it was first sent
+    bool learns_clock = false;   // decided on Redis's own clock (no test override)
+    bool stale_retried = false;  // re-sent once after a STALE answer (the clocks moved)
+    std::size_t stale_arg = 0;   // index in argv of the stale bound (ARGV[3])
   };
 
   enum class conn_state { idle, connecting, ready, stopped };
@@ -203,18 +206,30 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   std::string last_check_failure;  // why the last check failed (for the breaker's log line)
   std::mt19937_64 rng;
   log_limiter error_log;
-  // Redis's clock minus this host's, as last seen by a timely reply: its decision time minus
-  // the moment it was sent (an upper bound of the true offset, by at most the command
-  // timeout). Unknown until a first reply.
+  log_limiter clock_log;
+  // Redis's clock (TIME, ms) minus this host's steady clock (ms), as last seen by a timely
+  // reply: its decision time minus the moment it was sent (an upper bound of the true offset,
+  // by at most the command timeout); learned again from every timely reply and from every
+  // STALE answer. The steady clock does not move when this host's wall clock is stepped (NTP,
+  // a suspend), so only a step of Redis's clock can make a bound wrong: a step back makes the
+  // bound late until the next reply relearns it, a step forward makes a timely check STALE,
+  // which is then re-sent once under the relearned offset (the script wrote nothing).
+  // Unknown until a first reply.
   std::optional<std::int64_t> clock_offset_ms;
   // Margin past the deadline (in Redis time) before the script refuses to run a check: it
   // absorbs jitter and a clock that moved since the offset was seen.
   static constexpr std::int64_t stale_margin_ms = 500;
 
-  static std::int64_t wall_ms() {
+  static std::int64_t steady_ms() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
+               std::chrono::steady_clock::now().time_since_epoch())
         .count();
+  }
+
+  // The stale bound (Redis TIME ms) of a check sent at steady time `sent_ms`: past it, the
+  // gateway has given up on the check (its deadline) by a margin.
+  std::int64_t stale_bound(std::int64_t sent_ms) const {
+    return sent_ms + *clock_offset_ms + settings.command_timeout.count() + stale_margin_ms;
   }
 
   // ---- connection -----------------------------------------------------------------------------
@@ -601,12 +616,10 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     const std::size_t n = req.limits.size();
     // A check still queued (a stalled server) when its deadline has long passed must not run
     // when the server resumes: the request was answered without it.
-    p.sent_wall_ms = wall_ms();
+    p.sent_ms = steady_ms();
     p.learns_clock = req.now_ms_override < 0;  // (a test's simulated time says nothing of it)
-    if (clock_offset_ms && p.learns_clock) {
-      req.stale_after_ms =
-          p.sent_wall_ms + *clock_offset_ms + settings.command_timeout.count() + stale_margin_ms;
-    }
+    if (clock_offset_ms && p.learns_clock) req.stale_after_ms = stale_bound(p.sent_ms);
+    p.stale_arg = 5 + n;  // EVALSHA sha numkeys KEYS[1..n] ARGV[1] ARGV[2] ARGV[3]
     p.argv.reserve(5 + 8 * n);
     p.argv.emplace_back("EVALSHA");
     p.argv.push_back(sha);
@@ -683,21 +696,37 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     if (r->type == REDIS_REPLY_ERROR) {
       const auto text = reply_text(r);
       if (text.starts_with("STALE ")) {
-        // Only a clock that moved makes a timely check stale: learn the offset again, and
-        // fail this one (it wrote nothing).
+        // The check is still in flight (its deadline has not passed), so it was timely: only
+        // Redis's clock moving forward makes it stale. Learn the offset again from the time
+        // the script saw and re-send it once under the new bound (the script wrote nothing).
         constexpr std::string_view mark = "now ";
+        bool learned = false;
         if (const auto at = text.rfind(mark); at != std::string_view::npos) {
           std::int64_t now = 0;
           const auto digits = text.substr(at + mark.size());
-          if (std::from_chars(digits.data(), digits.data() + digits.size(), now).ec == std::errc{})
-            clock_offset_ms = now - it->second.sent_wall_ms;
+          if (std::from_chars(digits.data(), digits.data() + digits.size(), now).ec ==
+              std::errc{}) {
+            clock_offset_ms = now - it->second.sent_ms;
+            learned = true;
+          }
+        }
+        auto& p = it->second;
+        if (learned && !p.stale_retried && ac != nullptr && p.stale_arg < p.argv.size()) {
+          p.stale_retried = true;
+          ++counters.clock_resends;
+          p.argv[p.stale_arg] = std::to_string(stale_bound(p.sent_ms));
+          if (clock_log.allow()) {
+            spdlog::info(
+                "redis {}:{}: the server's clock moved ({}); offset learned again, check "
+                "re-sent",
+                settings.host, settings.port, text);
+          }
+          if (send(id, p)) return;
         }
         ++counters.errors;
         if (error_log.allow()) {
-          spdlog::warn(
-              "redis {}:{}: check refused as stale by the server ({}): the clocks of "
-              "this host and the server moved apart; offset learned again",
-              settings.host, settings.port, text);
+          spdlog::warn("redis {}:{}: check refused as stale by the server ({})", settings.host,
+                       settings.port, text);
         }
         complete(it, errc::store_error, {}, verdict::answered);
         return;
@@ -735,7 +764,9 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     check_outcome out;
     out.allowed = r->element[0]->integer == 1;
     out.now_ms = r->element[1]->integer;  // the store time the script decided at
-    if (it->second.learns_clock) clock_offset_ms = out.now_ms - it->second.sent_wall_ms;
+    if (it->second.learns_clock && !it->second.stale_retried) {
+      clock_offset_ms = out.now_ms - it->second.sent_ms;
+    }
     out.limits.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
       redisReply* const* e = r->element + 2 + 5 * i;

@@ -10,8 +10,13 @@
 #include "sluice/store/lua_scripts.hpp"
 #include "support/redis_server.hpp"
 
+#include <algorithm>
+#include <bit>
+#include <cstring>
 #include <set>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace sluice::test {
 
@@ -36,21 +41,77 @@ struct bucket_view {
     if (!layout.packed || log) return {key, {}};
     return limiter::packed_address(key, layout.hash_groups);
   }
-  /// The stored state (nil when absent): a key's value, or a hash field's value without its
-  /// "@<expires at>" stamp (see raw() for the whole field).
-  redis_reply get(const std::string& key) const {
+  /// The stored state (nil when absent) as text, in the memory store's peek_state form: the
+  /// script keeps it packed (doubles, lua/common.lua), a hash field after its 8-byte expiry
+  /// stamp. Two numbers (a fixed window) read "<index>:<count>"; three read "<level> <stamp>
+  /// <units per token>" (a token bucket), or joined by `sep` when given (':' for a sliding
+  /// window). A state that is not packed (text) is returned as it is.
+  redis_reply get(const std::string& key, char sep = 0) const {
     auto r = raw(key);
-    if (r.type == redis_reply::kind::string && !where(key).field.empty()) {
-      const auto at = r.str.rfind('@');
-      if (at != std::string::npos) r.str.resize(at);
+    if (r.type != redis_reply::kind::string) return r;
+    std::string_view bytes = r.str;
+    if (!where(key).field.empty()) bytes.remove_prefix(std::min<std::size_t>(8, bytes.size()));
+    const auto values = unpack(bytes);
+    if (values.empty()) {
+      r.str = std::string(bytes);
+      return r;
     }
+    if (sep == 0) sep = values.size() == 2 ? ':' : ' ';
+    std::string out;
+    for (const auto v : values) {
+      if (!out.empty()) out.push_back(sep);
+      out += std::to_string(v);
+    }
+    r.str = out;
     return r;
   }
-  /// The stored value as it is: a key's value, or a hash field's "<state>@<expires at ms>".
+  /// The stored value as it is: a key's value, or a hash field's packed expiry and state.
   redis_reply raw(const std::string& key) const {
     const auto at = where(key);
     if (at.field.empty()) return server.command({"GET", at.key});
     return server.command({"HGET", at.key, at.field});
+  }
+  /// The expiry stamp (ms of store time) of a hash field, or -1 (a key, or absent).
+  long long field_expiry(const std::string& key) const {
+    if (where(key).field.empty()) return -1;
+    auto r = raw(key);
+    if (r.type != redis_reply::kind::string || r.str.size() < 8) return -1;
+    const auto v = unpack(std::string_view(r.str).substr(0, 8));
+    return v.empty() ? -1 : v[0];
+  }
+  /// `text` ("<n> <n>[ <n>]" or "<n>:<n>[:<n>]") packed as the script stores it; a token
+  /// bucket's "<level> <stamp>" gets units per token 0 (read in the current units).
+  static std::string pack(const std::string& text) {
+    std::vector<long long> values;
+    std::size_t pos = 0;
+    while (pos <= text.size()) {
+      auto end = text.find_first_of(" :", pos);
+      if (end == std::string::npos) end = text.size();
+      values.push_back(std::stoll(text.substr(pos, end - pos)));
+      pos = end + 1;
+    }
+    if (text.find(' ') != std::string::npos && values.size() == 2) values.push_back(0);
+    std::string out;
+    for (const auto v : values) out += pack_double(static_cast<double>(v));
+    return out;
+  }
+  /// 8 little-endian bytes of `v` (struct.pack('<d') of the script).
+  static std::string pack_double(double v) {
+    static_assert(std::endian::native == std::endian::little);
+    std::string out(8, '\0');
+    std::memcpy(out.data(), &v, 8);
+    return out;
+  }
+  /// The doubles of packed `bytes` as integers (empty when its size is not a multiple of 8).
+  static std::vector<long long> unpack(std::string_view bytes) {
+    std::vector<long long> out;
+    if (bytes.empty() || bytes.size() % 8 != 0) return out;
+    for (std::size_t i = 0; i < bytes.size(); i += 8) {
+      double v;
+      std::memcpy(&v, bytes.data() + i, 8);
+      out.push_back(static_cast<long long>(v));
+    }
+    return out;
   }
   /// PTTL of the Redis key holding the bucket.
   long long pttl(const std::string& key) const {
@@ -66,20 +127,21 @@ struct bucket_view {
     if (at.field.empty()) return server.command({"EXISTS", at.key}).integer == 1;
     return server.command({"HEXISTS", at.key, at.field}).integer == 1;
   }
-  /// Stores `value` as the bucket's state, to expire `px_ms` after store time `now_ms`: a key
-  /// gets PX px_ms (Redis counts it in real time); a hash field gets the stamp
-  /// now_ms + px_ms and its hash an expiry of at least px_ms.
+  /// Stores `value` (text, as get() renders it; see pack()) as the bucket's state, to expire
+  /// `px_ms` after store time `now_ms`: a key gets PX px_ms (Redis counts it in real time); a hash
+  /// field gets the stamp now_ms + px_ms and its hash an expiry of at least px_ms.
   void set(const std::string& key, const std::string& value, long long px_ms,
            long long now_ms) const {
     const auto at = where(key);
     if (at.field.empty()) {
-      server.command({"SET", at.key, value, "PX", std::to_string(px_ms)});
+      server.command({"SET", at.key, pack(value), "PX", std::to_string(px_ms)});
       return;
     }
     // Lift the hash's expiry first: one about to expire must not take the new field with it
     // between the HSET and the PEXPIRE. (Tests use a px_ms above any expiry the script sets.)
     server.command({"PEXPIRE", at.key, std::to_string(px_ms)});
-    server.command({"HSET", at.key, at.field, value + "@" + std::to_string(now_ms + px_ms)});
+    server.command(
+        {"HSET", at.key, at.field, pack_double(static_cast<double>(now_ms + px_ms)) + pack(value)});
     server.command({"PEXPIRE", at.key, std::to_string(px_ms)});
   }
   /// Removes the bucket's state.

@@ -73,7 +73,10 @@ redis_reply copy(const redisReply* r) {
 }  // namespace
 
 redis_server::redis_server(std::vector<std::string> extra_args)
-    : extra_args_(std::move(extra_args)) {
+    : redis_server(std::move(extra_args), {}) {}
+
+redis_server::redis_server(std::vector<std::string> extra_args, std::vector<std::string> env)
+    : extra_args_(std::move(extra_args)), env_(std::move(env)) {
   for (std::size_t i = 0; i + 1 < extra_args_.size(); ++i) {
     if (extra_args_[i] == "--requirepass") password_ = extra_args_[i + 1];
   }
@@ -106,6 +109,11 @@ void redis_server::spawn() {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The environment, made before fork (the child only execs): ours plus env_.
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  for (auto& e : env_) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("redis_server: fork failed");
@@ -126,7 +134,7 @@ void redis_server::spawn() {
     if (::close_range(3, ~0U, 0) != 0) {
       for (int fd = 3; fd < 4096; ++fd) ::close(fd);
     }
-    ::execvp("redis-server", argv.data());
+    ::execvpe("redis-server", argv.data(), envp.data());
     ::_exit(127);
   }
   pid_ = pid;

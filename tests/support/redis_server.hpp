@@ -31,6 +31,9 @@ class redis_server {
   /// Starts the server; `extra_args` are appended to its command line (e.g. {"--appendonly",
   /// "yes"}). Throws std::runtime_error when it cannot be started.
   explicit redis_server(std::vector<std::string> extra_args = {});
+  /// The same, with `env` ("NAME=VALUE" entries) added to the server's environment (e.g. a
+  /// libfaketime preload that steps its clock).
+  redis_server(std::vector<std::string> extra_args, std::vector<std::string> env);
   /// Stops the server (SIGCONT then SIGKILL, by pid) and removes its directory.
   ~redis_server();
 
@@ -61,6 +64,7 @@ class redis_server {
   bool wait_ready(int timeout_ms) const;
 
   std::vector<std::string> extra_args_;
+  std::vector<std::string> env_;
   std::string dir_;
   std::string password_;  // from --requirepass, used by command()
   std::uint16_t port_ = 0;

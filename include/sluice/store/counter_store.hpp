@@ -31,9 +31,11 @@ struct store_stats {
   std::uint64_t connect_failures = 0;  ///< connection attempts that failed (refused, timed out,
                                        ///< name not resolved, AUTH or SCRIPT LOAD refused)
   std::uint64_t breaker_opens = 0;     ///< times the breaker opened (closed/half-open -> open)
-  std::uint64_t buckets = 0;    ///< gauge, memory store: bucket entries held (≤ max_buckets)
-  std::uint64_t evictions = 0;  ///< memory store: live buckets evicted at max_buckets
-  bool connected = false;       ///< gauge
+  std::uint64_t buckets = 0;        ///< gauge, memory store: bucket entries held (≤ max_buckets)
+  std::uint64_t evictions = 0;      ///< memory store: live buckets evicted at max_buckets
+  std::uint64_t clock_resends = 0;  ///< checks re-sent once after a STALE answer to a timely
+                                    ///< check (the store's clock moved; offset relearned)
+  bool connected = false;           ///< gauge
   breaker_state breaker = breaker_state::closed;  ///< gauge
 };
 

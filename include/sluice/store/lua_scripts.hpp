@@ -24,16 +24,20 @@ namespace sluice::lua {
 /// units_per_token, burst) for the token bucket and (window_ms, window limit, 0) for the window
 /// algorithms, and field is the bucket's field in hash KEYS[i] ("" = KEYS[i] is the bucket).
 /// Reply: an array of integers {allowed, now_ms, then per limit: admits, remaining, reset_ms,
-/// retry_after_ms, next_ms}. A refused request writes nothing but expiries; bad arguments are
-/// an error reply before anything is written. State per bucket (every write re-arms the expiry
-/// to the limit's Reset, or deletes the bucket when Reset is 0):
-/// - token bucket: string "<level units> <stamp ms> <units per token>";
-/// - fixed window: string "<window index>:<count>";
-/// - sliding window: string "<window index>:<current>:<previous>";
+/// retry_after_ms, next_ms}. Bad arguments are an error reply before anything is written.
+/// State per bucket, packed as little-endian doubles (struct.pack('<d...'), exact integers up
+/// to 2^53); every write arms the expiry to the limit's Reset, or deletes the bucket when
+/// Reset is 0; a refused request that leaves a state as it read it writes nothing and only
+/// raises the expiry when it is below the Reset (a key without one gets one):
+/// - token bucket: (level units, stamp ms, units per token), 24 bytes;
+/// - fixed window: (window index, count), 16 bytes;
+/// - sliding window: (window index, current, previous), 24 bytes;
 /// - sliding log: list of ms stamps, one per admitted unit, oldest first (never in a hash).
-/// In a hash a field is "<state>@<expires at, ms of store time>" and reads as missing from
-/// then on; the hash's own expiry is only ever raised (to the latest Reset written), and a
-/// check that creates a field deletes up to 2 randomly sampled expired fields of its hash.
+/// The text forms of earlier versions ("<level> <stamp> <units>", "<i>:<c>", "<i>:<c>:<p>")
+/// are still read. In a hash a field is the 8-byte expiry stamp (ms of store time) followed
+/// by the state and reads as missing from then on; the hash's own expiry is only ever raised
+/// (to the latest Reset written, plus up to 500 ms of slack when it rises); about one in four
+/// checks that create a field in an existing hash deletes the expired ones among 8 sampled fields.
 std::string_view check() noexcept;
 
 /// The script's algorithm id of `a`: token_bucket 0, fixed_window 1, sliding_window 2,

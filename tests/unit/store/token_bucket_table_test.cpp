@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <random>
@@ -35,14 +36,24 @@ using test::layout_name;
 using test::packed;
 using test::per_key;
 
-// The first two fields of a stored token-bucket state "<level> <stamp> <units per token>".
-std::string level_and_stamp(const std::string& state) {
-  const auto first = state.find(' ');
-  const auto second = first == std::string::npos ? first : state.find(' ', first + 1);
-  return state.substr(0, second);
-}
-
 using limiter::bucket_params;
+
+// Whether the script's stored state `stored` ("<level> <stamp> <units per token>") is the
+// memory store's `mem` (level, stamp) up to the stamp: the same level at `now` and neither
+// stamp after it, so the same level at every later time (the level refills linearly up to
+// the capacity). A refusal that changes nothing leaves the script's state unwritten (issue
+// 10), where the memory store rewrites it stamped now. Returns "" when equal, else both.
+std::string same_bucket(const std::string& stored, std::pair<std::int64_t, std::int64_t> mem,
+                        const bucket_params& p, std::int64_t now) {
+  long long level = 0, stamp = 0;
+  if (std::sscanf(stored.c_str(), "%lld %lld", &level, &stamp) != 2) return "unreadable " + stored;
+  const limiter::bucket_state a{level, stamp}, b{mem.first, mem.second};
+  if (stamp <= now && mem.second <= now &&
+      limiter::refilled_level(&a, p, now) == limiter::refilled_level(&b, p, now)) {
+    return "";
+  }
+  return stored + " vs " + std::to_string(mem.first) + " " + std::to_string(mem.second);
+}
 using limiter::check_outcome;
 using limiter::check_request;
 using limiter::limit_outcome;
@@ -383,9 +394,7 @@ TEST_F(token_bucket_table, stored_state_matches) {
           if (!m) {
             EXPECT_EQ(r.type, redis_reply::kind::nil) << c.name << " " << l.key;
           } else {
-            EXPECT_EQ(level_and_stamp(r.str),
-                      std::to_string(m->first) + " " + std::to_string(m->second))
-                << c.name << " step " << s;
+            EXPECT_EQ(same_bucket(r.str, *m, l.bucket, now), "") << c.name << " step " << s;
           }
         }
       }
@@ -466,11 +475,12 @@ TEST_F(token_bucket_table, random_sequences_agree_and_keep_promises) {
             // Redis expires in real time: only a key with a tiny TTL may be gone already.
             EXPECT_LE(ttl, 100);
           } else {
-            ASSERT_EQ(level_and_stamp(stored.str),
-                      std::to_string(state->first) + " " + std::to_string(state->second));
-            // A key's expiry is the bucket's time to full; a hash's is at least that (it
+            ASSERT_EQ(same_bucket(stored.str, *state, req.limits[i].bucket, now), "");
+            // A debited key's expiry is the bucket's time to full; a hash's, and a refused
+            // key's (a refusal that changes nothing writes nothing), is at least that (it
             // only rises; the value copied in above came with a long one).
-            if (!layout.packed) {
+            const bool debited = req.limits[i].shadow ? a.admits : m.allowed;
+            if (!layout.packed && debited) {
               EXPECT_LE(pttl, ttl);
             }
             EXPECT_GE(pttl, std::max<std::int64_t>(0, ttl - 1'000));
@@ -537,14 +547,18 @@ TEST_F(token_bucket_table, c03_stored_state_keeps_fractions) {
     SCOPED_TRACE(layout_name(layout));
     lua_runner r{*server_, find_case("c03_b"), "state-" + layout_name(layout), layout};
     for (std::int64_t t : {0, 400, 800, 1'200, 1'600}) r.at(t);
-    // 0.4 tokens (400 units of 1000 per token) at t = 1.6 — never 0 tokens at t = 1.6.
-    EXPECT_EQ(r.view().get(r.key()).str,
-              std::to_string(400) + " " + std::to_string(epoch_ms + 1'600) + " 1000");
-    // The key's expiry is the time to full (0.6 s); a hash's is never lowered, so it is still
-    // the largest armed in this (fast-forwarded) run: the 1 s of t = 0.
+    // 0.4 tokens (400 units of 1000 per token) at t = 1.6 — never 0 tokens at t = 1.6. (The
+    // refusal at t = 1.6 changed nothing, so the state written at t = 1.2, 0 units, stays.)
+    EXPECT_EQ(r.view().get(r.key()).str, "0 " + std::to_string(epoch_ms + 1'200) + " 1000");
+    EXPECT_EQ(same_bucket(r.view().get(r.key()).str, {400, epoch_ms + 1'600},
+                          r.c.limits[0].params(), epoch_ms + 1'600),
+              "");
+    // The key's expiry is the time to full armed by the last write (1 s at t = 1.2; the
+    // refusal only makes sure it is not below 0.6 s); a hash's is never lowered and rises
+    // with up to 0.5 s of slack.
     const auto pttl = r.view().pttl(r.key());
     EXPECT_GT(pttl, 500);
-    EXPECT_LE(pttl, layout.packed ? 1'000 : 600);
+    EXPECT_LE(pttl, layout.packed ? 1'500 : 1'000);
   }
 }
 
@@ -560,7 +574,7 @@ TEST_F(token_bucket_table, c04_balance_and_pttl) {
     EXPECT_EQ(r.view().get(r.key()).str, "1300 " + std::to_string(epoch_ms + 300) + " 1000");
     const auto pttl = r.view().pttl(r.key());
     EXPECT_GT(pttl, 8'600);
-    EXPECT_LE(pttl, 8'700);
+    EXPECT_LE(pttl, layout.packed ? 8'700 + 500 : 8'700);  // a hash's rises with slack
   }
 }
 
@@ -572,21 +586,22 @@ TEST_F(token_bucket_table, c06_pttl_long_period_and_high_rate) {
     a.at(0);
     const auto pttl_a = a.view().pttl(a.key());
     EXPECT_GE(pttl_a, 2'591'999'000);
-    EXPECT_LE(pttl_a, 2'592'000'000);
+    EXPECT_LE(pttl_a, 2'592'000'000 + (layout.packed ? 500 : 0));  // slack
 
     lua_runner b{*server_, find_case("c06_b"), prefix, layout};
     b.at(0);
     const auto pttl_b = b.view().pttl(b.key());
-    // 1 ms: the key is gone already (-2) or expires within 1 ms.
-    EXPECT_TRUE(pttl_b == -2 || (pttl_b >= 0 && pttl_b <= 1)) << pttl_b;
+    // 1 ms (a hash: 2 ms, with slack): the key is gone already (-2) or expires within that.
+    const long long most_b = layout.packed ? 2 : 1;
+    EXPECT_TRUE(pttl_b == -2 || (pttl_b >= 0 && pttl_b <= most_b)) << pttl_b;
 
     lua_runner d{*server_, find_case("c06_d"), prefix, layout};
     d.at(0);
-    EXPECT_LE(d.view().pttl(d.key()), 10'000);
+    EXPECT_LE(d.view().pttl(d.key()), layout.packed ? 10'500 : 10'000);
     d.at(5'500);
     const auto pttl_d = d.view().pttl(d.key());
     EXPECT_GE(pttl_d, 14'400);
-    EXPECT_LE(pttl_d, 14'500);
+    EXPECT_LE(pttl_d, layout.packed ? 15'000 : 14'500);
     d.at(10'500);
     d.at(10'500);
     EXPECT_EQ(d.view().get(d.key()).str, "500 " + std::to_string(epoch_ms + 10'500) + " 10000");
@@ -606,7 +621,7 @@ TEST_F(token_bucket_table, c07_persisted_key_is_repaired_by_a_refusal) {
     EXPECT_EQ(refused.limits[0].retry_after_ms, 9'900);
     const auto pttl = r.view().pttl(r.key());
     EXPECT_GT(pttl, 0);
-    EXPECT_LE(pttl, 19'900);
+    EXPECT_LE(pttl, layout.packed ? 19'900 + 500 : 19'900);
     EXPECT_EQ(r.at(20'500).limits[0].remaining, 1);
     EXPECT_EQ(r.at(20'500).limits[0].remaining, 0);
   }
@@ -627,7 +642,11 @@ TEST_F(token_bucket_table, full_bucket_key_is_deleted) {
     EXPECT_EQ(out.limits[0].reset_ms, 0);
     EXPECT_EQ(out.limits[0].next_ms, 0);
     EXPECT_FALSE(r.view().exists(r.key(0)));
-    EXPECT_EQ(r.view().get(r.key(1)).str, "100 " + std::to_string(epoch_ms + 1'100) + " 1000");
+    // `slow` refused and changed nothing: its state of t = 1.0 s stays (0.1 token at 1.1 s).
+    EXPECT_EQ(r.view().get(r.key(1)).str, "0 " + std::to_string(epoch_ms + 1'000) + " 1000");
+    EXPECT_EQ(same_bucket(r.view().get(r.key(1)).str, {100, epoch_ms + 1'100},
+                          r.c.limits[1].params(), epoch_ms + 1'100),
+              "");
     // An emptied group hash is gone with its last field.
     if (layout.packed) {
       EXPECT_EQ(server_->command({"EXISTS", r.view().where(r.key(0)).key}).integer, 0);
