@@ -141,6 +141,7 @@ struct gateway::impl {
   struct worker_sample {
     store::store_stats store;
     identity::plan_cache::counters plan_cache;
+    std::uint64_t cached_refusals = 0;  ///< the worker's over-limit cache hits
   };
   std::mutex sample_mutex;                  // one scrape at a time; guards last_samples
   std::vector<worker_sample> last_samples;  // per worker: the last read (counters never go back)
@@ -150,10 +151,14 @@ struct gateway::impl {
   worker_sample sample_of(std::size_t i) {
     worker& w = *workers[i];
     if (last_samples.size() < workers.size()) last_samples.resize(workers.size());
-    if (!started) return last_samples[i] = {w.store->stats(), w.handler->plan_cache_stats()};
+    if (!started) {
+      return last_samples[i] = {w.store->stats(), w.handler->plan_cache_stats(),
+                                w.handler->cached_refusals()};
+    }
     if (stopped) return last_samples[i];
     auto read = on_worker(w, [wp = &w] {
-      return worker_sample{wp->store->stats(), wp->handler->plan_cache_stats()};
+      return worker_sample{wp->store->stats(), wp->handler->plan_cache_stats(),
+                           wp->handler->cached_refusals()};
     });
     if (!read) return last_samples[i];
     return last_samples[i] = *read;
@@ -254,7 +259,8 @@ bool gateway::wait_for_store(std::chrono::milliseconds limit) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   for (auto& w : impl_->workers) {
     while (true) {
-      if (impl_->store_stats_of(*w).connected) break;
+      const auto st = impl_->store_stats_of(*w);
+      if (st.connected && st.breaker != store::breaker_state::open) break;
       if (std::chrono::steady_clock::now() >= deadline) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
@@ -351,6 +357,7 @@ observability::metrics_sample gateway::sample() const {
     s.plan_cache_negative_hits += ws.plan_cache.negative_hits;
     s.plan_cache_misses += ws.plan_cache.misses;
     s.plan_cache_evictions += ws.plan_cache.evictions;
+    s.cached_refusals += ws.cached_refusals;
     if (impl_->memory && i > 0) continue;  // one shared memory store: count it once
     const auto& st = ws.store;
     s.store.checks += st.checks;
@@ -364,6 +371,11 @@ observability::metrics_sample gateway::sample() const {
     s.store.breaker_opens += st.breaker_opens;
     s.store.buckets += st.buckets;
     s.store.evictions += st.evictions;
+    s.store.clock_resends += st.clock_resends;
+    s.store.wrong_node_drops += st.wrong_node_drops;
+    for (std::size_t k = 0; k < store::error_kind_count; ++k) {
+      s.store.error_replies[k] += st.error_replies[k];
+    }
     ++s.store_connections;
     if (st.connected) ++s.store_connected;
     ++s.breaker[static_cast<std::size_t>(st.breaker)];

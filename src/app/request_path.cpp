@@ -132,15 +132,26 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
     limiter::check_outcome now;
     if (store_->decide_now(check, now)) {
       decided = std::move(now);
+      counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
+    } else if (rules.store.over_limit_cache &&
+               refusals_.recall(check, snap->generation, asked, now)) {
+      decided = std::move(now);  // the store's refusal of this key and cost still stands
     } else {
+      // A refusal of a lone limit is remembered (limiter::refusal_cache).
+      std::optional<limiter::limit_check> lone;
+      if (rules.store.over_limit_cache && check.limits.size() == 1 &&
+          !check.limits.front().shadow) {
+        lone = check.limits.front();
+      }
       // The request is needed again only for a local decision after a failure. (A named
       // local, not a conditional temporary inside co_await: GCC 12 miscompiles that.)
       limiter::check_request sent =
           r.route->route->on_store_failure == config::failure_policy::local ? check
                                                                             : std::move(check);
       decided = co_await store_->check(std::move(sent));
+      counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
+      if (decided && lone) refusals_.remember(*lone, *decided, snap->generation, asked);
     }
-    counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
   }
   co_return respond(*snap, head, ctx, r, id, check, decided);
 }

@@ -11,6 +11,7 @@
 #include "sluice/identity/plan_cache.hpp"
 #include "sluice/limiter/check.hpp"
 #include "sluice/limiter/decision.hpp"
+#include "sluice/limiter/refusal_cache.hpp"
 #include "sluice/observability/log.hpp"
 #include "sluice/store/counter_store.hpp"
 #include "sluice/store/memory_store.hpp"
@@ -86,6 +87,8 @@ class gateway_handler final : public http::request_handler {
 
   /// This worker's request counters (any thread may read them).
   const request_counters& counters() const { return counters_; }
+  /// Refusals answered from the over-limit cache, without a store round trip. Worker thread.
+  std::uint64_t cached_refusals() const { return refusals_.hits(); }
   /// This worker's plan directory cache counters. Worker thread only.
   identity::plan_cache::counters plan_cache_stats() const {
     return cache_ ? cache_->stats() : identity::plan_cache::counters{};
@@ -162,7 +165,8 @@ class gateway_handler final : public http::request_handler {
 
   shared_state& shared_;
   std::shared_ptr<store::counter_store> store_;
-  request_counters counters_;  // this worker's; summed by gateway::stats() and sample()
+  limiter::refusal_cache refusals_;  // the store's standing refusals (Redis store only)
+  request_counters counters_;        // this worker's; summed by gateway::stats() and sample()
   std::mt19937_64 jitter_{std::random_device{}()};     // Retry-After jitter; this worker's only
   std::shared_ptr<store::redis_directory> directory_;  // null without a redis store
   std::unique_ptr<identity::plan_cache> cache_;        // this worker's directory cache

@@ -835,9 +835,9 @@ class loader {
   // --- sections --------------------------------------------------------------------------
 
   void parse_store(const entry& e, rules& r) {
-    static const std::vector<std::string> keys{"type",    "address",      "nodes",
-                                               "timeout", "password_env", "local_share",
-                                               "layout",  "hash_groups",  "max_buckets"};
+    static const std::vector<std::string> keys{
+        "type",        "address", "nodes",       "timeout",     "password_env",
+        "local_share", "layout",  "hash_groups", "max_buckets", "over_limit_cache"};
     auto m = fields(e.value, "store", e.line, keys, true);
     if (!m) return;
     if (const entry* t = m->find("type")) {
@@ -914,6 +914,9 @@ class loader {
       // memory and redis without editing it); 2^40 entries is far beyond any host's memory.
       if (auto v = integer(*b, "store.max_buckets", "max_buckets", 1, std::int64_t{1} << 40))
         r.store.max_buckets = static_cast<std::uint64_t>(*v);
+    }
+    if (const entry* c = m->find("over_limit_cache")) {
+      if (auto v = boolean(*c, "store.over_limit_cache")) r.store.over_limit_cache = *v;
     }
   }
 

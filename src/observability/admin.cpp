@@ -136,6 +136,7 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
       const bool hash = rules.store.layout == config::store_settings::layout_kind::hash;
       store["layout"] = hash ? "hash" : "key";
       if (hash) store["hash_groups"] = rules.store.hash_groups;
+      store["over_limit_cache"] = rules.store.over_limit_cache;
     } else {
       store["max_buckets"] = rules.store.max_buckets;
     }

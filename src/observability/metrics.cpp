@@ -197,6 +197,29 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                         "Live buckets the memory store evicted at store.max_buckets (expired "
                         "ones are dropped first and not counted).",
                         d(st.evictions)));
+  {
+    auto f = family("sluice_store_error_replies_total",
+                    "Error replies from the store, by kind (the Redis error prefix).",
+                    MetricType::Counter);
+    for (std::size_t k = 0; k < store::error_kind_count; ++k) {
+      add_counter(
+          f, d(st.error_replies[k]),
+          {{"kind", std::string(store::error_kind_name(static_cast<store::error_kind>(k)))}});
+    }
+    out.push_back(std::move(f));
+  }
+  out.push_back(counter("sluice_store_wrong_node_drops_total",
+                        "Store connections dropped and made again after READONLY, LOADING or "
+                        "MASTERDOWN (the address may lead to a new primary).",
+                        d(st.wrong_node_drops)));
+  out.push_back(counter("sluice_store_cached_refusals_total",
+                        "Refusals answered from the over-limit cache while the store's refusal "
+                        "of that key still stood (no store round trip).",
+                        d(s.cached_refusals)));
+  out.push_back(counter("sluice_store_clock_resends_total",
+                        "Checks re-sent once after a STALE answer to a timely check (the "
+                        "store's clock moved).",
+                        d(st.clock_resends)));
   out.push_back(gauge("sluice_store_connected",
                       "Store connections (one per worker; the memory store counts as one) "
                       "connected now.",

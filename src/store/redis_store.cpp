@@ -109,7 +109,9 @@ bool unhealthy_error(std::string_view text) {
 // plain snapshot).
 struct atomic_stats {
   std::atomic<std::uint64_t> checks{0}, timeouts{0}, errors{0}, unavailable{0}, script_loads{0},
-      reconnects{0}, late_replies{0}, connect_failures{0}, breaker_opens{0}, clock_resends{0};
+      reconnects{0}, late_replies{0}, connect_failures{0}, breaker_opens{0}, clock_resends{0},
+      wrong_node_drops{0};
+  std::array<std::atomic<std::uint64_t>, error_kind_count> error_replies{};
   std::atomic<bool> connected{false};
   std::atomic<breaker_state> breaker{breaker_state::closed};
 
@@ -125,6 +127,10 @@ struct atomic_stats {
     s.connect_failures = connect_failures.load(std::memory_order_relaxed);
     s.breaker_opens = breaker_opens.load(std::memory_order_relaxed);
     s.clock_resends = clock_resends.load(std::memory_order_relaxed);
+    s.wrong_node_drops = wrong_node_drops.load(std::memory_order_relaxed);
+    for (std::size_t i = 0; i < error_kind_count; ++i) {
+      s.error_replies[i] = error_replies[i].load(std::memory_order_relaxed);
+    }
     s.connected = connected.load(std::memory_order_relaxed);
     s.breaker = breaker.load(std::memory_order_relaxed);
     return s;
@@ -206,6 +212,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   std::string last_check_failure;  // why the last check failed (for the breaker's log line)
   std::mt19937_64 rng;
   log_limiter error_log;
+  std::optional<error_kind> logged_error;  // the kind of error reply last logged
   log_limiter clock_log;
   // Redis's clock (TIME, ms) minus this host's steady clock (ms), as last seen by a timely
   // reply: its decision time minus the moment it was sent (an upper bound of the true offset,
@@ -695,6 +702,12 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     }
     if (r->type == REDIS_REPLY_ERROR) {
       const auto text = reply_text(r);
+      const error_kind kind = classify_error_reply(text);
+      ++counters.error_replies[static_cast<std::size_t>(kind)];
+      if (is_wrong_node(kind)) {
+        wrong_node(it, text, kind);
+        return;
+      }
       if (text.starts_with("STALE ")) {
         // The check is still in flight (its deadline has not passed), so it was timely: only
         // Redis's clock moving forward makes it stale. Learn the offset again from the time
@@ -739,9 +752,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         if (send(id, it->second)) return;
       }
       ++counters.errors;
-      if (error_log.allow()) {
-        spdlog::warn("redis {}:{}: check failed: {}", settings.host, settings.port, text);
-      }
+      log_error_state(kind, text);
       const bool unhealthy = unhealthy_error(text);
       if (unhealthy) last_check_failure = std::string(text.substr(0, 120));
       complete(it, errc::store_error, {}, unhealthy ? verdict::failed : verdict::answered);
@@ -780,7 +791,42 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       out.limits.push_back(lo);
     }
     ++counters.checks;
+    if (logged_error) {
+      spdlog::info("redis {}:{}: checks answered again (after {} replies)", settings.host,
+                   settings.port, error_kind_name(*logged_error));
+      logged_error.reset();
+    }
     complete(it, {}, std::move(out), verdict::answered);
+  }
+
+  // One line per change of the error replies' kind (and one when checks are answered again),
+  // not one per failed check: an outage fails every check.
+  void log_error_state(error_kind kind, std::string_view text) {
+    if (logged_error == kind) return;
+    logged_error = kind;
+    spdlog::warn(
+        "redis {}:{}: checks fail: {} (the routes' on_store_failure applies; repeats "
+        "not logged)",
+        settings.host, settings.port, text.substr(0, 200));
+  }
+
+  // READONLY, LOADING or MASTERDOWN: this connection reached a node that cannot serve checks
+  // (a demoted primary, one still loading its dataset, a replica without a primary). The
+  // address may lead elsewhere now (a DNS name, a proxy or a virtual IP that followed the
+  // failover): drop the connection and make it again at once, through name resolution, so
+  // the new primary answers within a second. The check fails (the route's failure policy);
+  // the breaker counts it.
+  void wrong_node(std::unordered_map<std::uint64_t, pending>::iterator it, std::string_view text,
+                  error_kind kind) {
+    ++counters.errors;
+    log_error_state(kind, text);
+    last_check_failure = std::string(text.substr(0, 120));
+    complete(it, errc::store_error, {}, verdict::failed);
+    if (ac == nullptr || state == conn_state::stopped) return;  // already dropped (the breaker)
+    ++counters.wrong_node_drops;
+    drop_connection();  // the other checks in flight on it fail (NULL replies)
+    backoff = backoff_first;
+    schedule_reconnect();
   }
 
   // Completes and forgets a check, then tells the breaker (last: opening it may drop the

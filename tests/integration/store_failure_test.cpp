@@ -600,5 +600,74 @@ TEST(store_failure, wrong_password) {
   EXPECT_EQ(w.upstream_hits("/v1/closed"), 0u);
 }
 
+// A failover behind a TCP forwarder (issue 10): the replica is promoted and the primary
+// demoted while traffic runs. While the forwarder still leads to the demoted node, every
+// check there gets READONLY: each such connection is dropped and made again, the fail_open
+// route keeps answering 200, and readiness (/readyz) goes away. Once the forwarder leads to
+// the new primary, checks are decided by it within a second and readiness comes back.
+TEST(store_failure, failover_behind_a_forwarder_is_followed) {
+  auto o = proxied();
+  o.redis_args = {"--repl-diskless-sync-delay", "0"};  // (the default waits 5 s to sync)
+  fault_world w(c11_rules, o);
+  redis_server replica({"--replicaof", "127.0.0.1", std::to_string(w.redis.port()),
+                        "--repl-diskless-sync-delay", "0"});
+  const auto synced_by = clock_type::now() + 5s;
+  while (w.redis.command({"INFO", "replication"}).str.find("state=online") == std::string::npos) {
+    ASSERT_LT(clock_type::now(), synced_by) << "the replica never synced";
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(w.get("/v1/closed").status, 200u);
+  ASSERT_TRUE(w.gateway->gateway().wait_for_store(0ms));
+
+  // fail_open traffic all along, from another thread: never a 5xx.
+  std::atomic<bool> done{false};
+  std::atomic<int> open_5xx{0}, open_total{0};
+  std::thread traffic([&] {
+    const auto until = clock_type::now() + 15s;  // bounded
+    while (!done && clock_type::now() < until) {
+      const auto r = w.get("/v1/open", "key-a");
+      if (r.status >= 500 || r.status == 0) ++open_5xx;
+      ++open_total;
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+
+  std::this_thread::sleep_for(300ms);  // traffic before the failover
+  ASSERT_FALSE(replica.command({"REPLICAOF", "NO", "ONE"}).is_error());
+  ASSERT_FALSE(
+      w.redis.command({"REPLICAOF", "127.0.0.1", std::to_string(replica.port())}).is_error());
+  const auto demoted = clock_type::now();
+  bool ready = true;
+  while (ready && since(demoted) < 3s) {
+    w.get("/v1/closed");  // checks reach the demoted node and fail
+    std::this_thread::sleep_for(20ms);
+    ready = w.gateway->gateway().wait_for_store(0ms);
+  }
+  EXPECT_FALSE(ready) << "still ready " << since(demoted).count()
+                      << " ms after the primary was demoted";
+  const auto stuck = w.stats().store;
+  EXPECT_GE(stuck.error_replies[static_cast<std::size_t>(store::error_kind::readonly)], 1u);
+  EXPECT_GE(stuck.wrong_node_drops, 1u) << "a connection to the demoted node was kept";
+
+  w.proxy->set_target(replica.port());
+  const auto moved = clock_type::now();
+  bool decided = false;
+  while (!decided && since(moved) < 3s) {
+    decided = w.get("/v1/closed").status == 200u;
+    if (!decided) std::this_thread::sleep_for(10ms);
+  }
+  const auto took = since(moved);
+  std::printf("decided by the new primary %lld ms after the forwarder moved\n",
+              static_cast<long long>(took.count()));
+  EXPECT_TRUE(decided);
+  EXPECT_LT(took, 1000ms);
+  EXPECT_TRUE(w.gateway->gateway().wait_for_store(2000ms)) << "readiness did not come back";
+  std::this_thread::sleep_for(300ms);  // and traffic after it
+  done = true;
+  traffic.join();
+  EXPECT_GT(open_total.load(), 20);
+  EXPECT_EQ(open_5xx.load(), 0) << "the fail_open route answered 5xx during the failover";
+}
+
 }  // namespace
 }  // namespace sluice::test

@@ -209,6 +209,10 @@ void tcp_delay_proxy::set_hold(bool hold) {
   });
 }
 
+void tcp_delay_proxy::set_target(std::uint16_t port) {
+  impl_->run_on_thread([i = impl_.get(), port] { i->target_port = port; });
+}
+
 std::size_t tcp_delay_proxy::accepts() const {
   return impl_->accepted.load();
 }

@@ -34,6 +34,10 @@ class tcp_delay_proxy {
   /// accepted, bytes are queued); false: everything queued is delivered. Returns once applied.
   void set_hold(bool hold);
 
+  /// Connections accepted from now on go to 127.0.0.1:`port` (a failover behind a forwarder
+  /// or virtual IP); the open ones stay where they are. Returns once applied.
+  void set_target(std::uint16_t port);
+
   /// TCP connections accepted so far.
   std::size_t accepts() const;
 

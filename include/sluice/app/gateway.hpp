@@ -57,9 +57,11 @@ class gateway {
   /// Starts the workers' threads and the store connections.
   void start();
 
-  /// Waits until every worker's store connection is ready (always true for the memory
-  /// store), at most `limit`. start() calls it with 2 s: until then checks get the routes'
-  /// failure policy. Returns whether every store is ready.
+  /// Waits until every worker's store is ready — connected, and its breaker not open (checks
+  /// are answered, not failing: a connection to a demoted primary is connected but useless);
+  /// always true for the memory store — at most `limit`. start() calls it with 2 s: until
+  /// then checks get the routes' failure policy; /readyz calls it with 0. Returns whether
+  /// every store is ready.
   bool wait_for_store(std::chrono::milliseconds limit);
 
   /// Stops accepting, closes connections and joins the threads. Idempotent.

@@ -163,6 +163,9 @@ struct store_settings {
   /// `max_buckets` (type memory): bucket entries the memory store holds at most, 1 .. 2^40;
   /// at the bound expired buckets go first, then the ones nearest to full. Read at start.
   std::uint64_t max_buckets = 1'000'000;
+  /// `over_limit_cache` (type redis): a worker answers a refusal itself while the store's
+  /// refusal of that key and cost still stands (limiter::refusal_cache). A reload changes it.
+  bool over_limit_cache = true;
 };
 
 /// An IPv4 or IPv6 network in CIDR notation (`trusted_proxies` entries).

@@ -114,6 +114,8 @@ struct metrics_sample {
   /// Plan directory caches (`identity.directory`), summed over workers.
   std::uint64_t plan_cache_hits = 0, plan_cache_negative_hits = 0, plan_cache_misses = 0,
                 plan_cache_evictions = 0;
+  /// Refusals answered by the workers' over-limit caches (limiter::refusal_cache).
+  std::uint64_t cached_refusals = 0;
 };
 
 /// The Prometheus text exposition (format 0.0.4, exposition_content_type) of `sample`:
@@ -131,6 +133,9 @@ struct metrics_sample {
 ///   `sluice_store_reconnects_total`, `sluice_store_connect_failures_total`,
 ///   `sluice_store_script_loads_total`, `sluice_store_breaker_opens_total`,
 ///   `sluice_store_buckets` (gauge), `sluice_store_evictions_total` (memory store),
+///   `sluice_store_error_replies_total{kind}` (READONLY, LOADING, MASTERDOWN, OOM, BUSY,
+///   NOPERM, WRONGTYPE, NOSCRIPT, STALE, other), `sluice_store_wrong_node_drops_total`,
+///   `sluice_store_clock_resends_total`, `sluice_store_cached_refusals_total`,
 ///   `sluice_store_connected`, `sluice_store_breaker_state{state}` (closed, open, half_open:
 ///   connections in that state), `sluice_store_check_duration_seconds` (histogram);
 /// - `sluice_config_reloads_total{result}` (ok, failed), `sluice_config_generation`,

@@ -10,9 +10,12 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/system/result.hpp>
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace sluice::store {
 
@@ -20,6 +23,34 @@ namespace sluice::store {
 enum class breaker_state { closed, open, half_open };
 
 /// Counters a store keeps for the metrics room. Monotonic unless noted.
+/// The kinds of error reply a Redis store counts (sluice_store_error_replies_total{kind}):
+/// the Redis error prefixes that matter to a check, and `other`.
+/// Source: https://redis.io/docs/reference/protocol-spec/#simple-errors
+enum class error_kind : std::uint8_t {
+  readonly,    ///< READONLY: a replica (the node was demoted in a failover)
+  loading,     ///< LOADING: the dataset is being loaded
+  masterdown,  ///< MASTERDOWN: a replica that lost its primary
+  oom,         ///< OOM: maxmemory reached
+  busy,        ///< BUSY: another script runs too long
+  noperm,      ///< NOPERM: an ACL refuses the command or key
+  wrongtype,   ///< WRONGTYPE: a key of ours holds another type (a colliding key)
+  noscript,    ///< NOSCRIPT: the script cache was flushed (loaded again, check re-sent)
+  stale,       ///< STALE: a check the script refused as past its stale bound
+  other,       ///< any other error reply
+};
+inline constexpr std::size_t error_kind_count = 10;
+
+/// The label of an error kind ("READONLY", ..., "other").
+std::string_view error_kind_name(error_kind k);
+
+/// The kind of an error reply's text (its first word).
+error_kind classify_error_reply(std::string_view text);
+
+/// Whether an error reply says the node cannot serve checks at all — READONLY, LOADING,
+/// MASTERDOWN: the connection reached the wrong node (a demoted primary behind a DNS name,
+/// proxy or virtual IP that has moved on), so it is dropped and made again.
+bool is_wrong_node(error_kind k);
+
 struct store_stats {
   std::uint64_t checks = 0;            ///< checks decided by the store
   std::uint64_t timeouts = 0;          ///< checks that missed their deadline
@@ -35,8 +66,10 @@ struct store_stats {
   std::uint64_t evictions = 0;      ///< memory store: live buckets evicted at max_buckets
   std::uint64_t clock_resends = 0;  ///< checks re-sent once after a STALE answer to a timely
                                     ///< check (the store's clock moved; offset relearned)
-  bool connected = false;           ///< gauge
-  breaker_state breaker = breaker_state::closed;  ///< gauge
+  std::uint64_t wrong_node_drops = 0;  ///< connections dropped after READONLY/LOADING/MASTERDOWN
+  std::array<std::uint64_t, error_kind_count> error_replies{};  ///< by error_kind
+  bool connected = false;                                       ///< gauge
+  breaker_state breaker = breaker_state::closed;                ///< gauge
 };
 
 /// A counter store as seen by one worker.

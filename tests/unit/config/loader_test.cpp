@@ -363,6 +363,15 @@ TEST(defaults, max_buckets) {
   EXPECT_EQ(r->store.max_buckets, std::uint64_t{1} << 40);
 }
 
+TEST(defaults, over_limit_cache) {
+  auto r = load_ok("store: {type: redis}\n");
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->store.over_limit_cache);
+  r = load_ok("store: {type: redis, over_limit_cache: false}\n");
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->store.over_limit_cache);
+}
+
 TEST(defaults, hash_groups_with_layout_hash) {
   auto r = load_ok("store: {type: redis, layout: hash, hash_groups: 1024}\n");
   ASSERT_TRUE(r);
@@ -921,6 +930,9 @@ const mistake mistake_table[] = {
      UP "routes:\n"
         "  - {name: r, match: {path_prefix: /}, upstream: api, upgrade: yes}\n",
      {"rules.yaml:3: routes[0].upgrade: expected true or false, got 'yes'"}},
+    {"over_limit_cache_not_a_boolean",
+     UP "store: {type: redis, over_limit_cache: 1}\n",
+     {"rules.yaml:2: store.over_limit_cache: expected true or false, got '1'"}},
     {"zero_drain_timeout",
      UP "drain_timeout: 0s\n",
      {"rules.yaml:2: drain_timeout: drain_timeout 0s is shorter than 1ms"}},

@@ -2,6 +2,7 @@
 #include "sluice/store/redis_store.hpp"
 
 #include "sluice/errc.hpp"
+#include "sluice/limiter/refusal_cache.hpp"
 #include "support/bucket_view.hpp"
 #include "support/redis_server.hpp"
 
@@ -483,7 +484,56 @@ TEST(redis_store, breaker_opens_on_a_stall_and_a_probe_closes_it) {
   EXPECT_EQ(s.stats().breaker_opens, 1u);
 }
 
-// Error replies of a server that cannot serve (OOM, READONLY, BUSY): each check fails with
+// READONLY (a demoted primary): the check fails with store_error, is counted by kind, and the
+// connection is dropped and made again at once (a failover behind a name, proxy or virtual IP
+// is followed); once the node takes writes again, checks are decided on the new connection.
+TEST(redis_store, readonly_drops_the_connection_and_reconnects) {
+  test::redis_server server;
+  asio::io_context ioc;
+  store::redis_store s(ioc.get_executor(), settings_for(server, 200ms));
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  ASSERT_TRUE(check_once(ioc, s, request("{ro}:k", 100, 1000, 100)).result->has_value());
+  server.command({"REPLICAOF", "127.0.0.1", "1"});
+  auto r = check_once(ioc, s, request("{ro}:k", 100, 1000, 100));
+  ASSERT_TRUE(r.result);
+  EXPECT_EQ(r.result->error(), make_error_code(errc::store_error));
+  const auto st = s.stats();
+  EXPECT_EQ(st.error_replies[static_cast<std::size_t>(store::error_kind::readonly)], 1u);
+  EXPECT_EQ(st.wrong_node_drops, 1u);
+  EXPECT_FALSE(st.connected) << "the connection to the read-only node was kept";
+  server.command({"REPLICAOF", "NO", "ONE"});
+  bool decided = false;
+  const auto fixed = clock_type::now();
+  while (!decided && clock_type::now() - fixed < 2000ms) {
+    auto again = check_once(ioc, s, request("{ro}:k", 100, 1000, 100));
+    decided = again.result && again.result->has_value();
+    if (!decided) run_for(ioc, 20ms);
+  }
+  EXPECT_TRUE(decided);
+  EXPECT_GE(s.stats().reconnects, 1u);
+}
+
+TEST(redis_store, error_replies_are_classified_by_their_prefix) {
+  using store::error_kind;
+  EXPECT_EQ(store::classify_error_reply("READONLY You can't write against a read only replica."),
+            error_kind::readonly);
+  EXPECT_EQ(store::classify_error_reply("LOADING Redis is loading the dataset in memory"),
+            error_kind::loading);
+  EXPECT_EQ(store::classify_error_reply("MASTERDOWN Link with MASTER is down"),
+            error_kind::masterdown);
+  EXPECT_EQ(store::classify_error_reply("OOM command not allowed"), error_kind::oom);
+  EXPECT_EQ(store::classify_error_reply("NOPERM this user has no permissions"), error_kind::noperm);
+  EXPECT_EQ(store::classify_error_reply("WRONGTYPE Operation against a key"),
+            error_kind::wrongtype);
+  EXPECT_EQ(store::classify_error_reply("READONLYX no"), error_kind::other);
+  EXPECT_EQ(store::classify_error_reply("ERR unknown"), error_kind::other);
+  EXPECT_TRUE(store::is_wrong_node(error_kind::loading));
+  EXPECT_FALSE(store::is_wrong_node(error_kind::busy));
+  EXPECT_EQ(store::error_kind_name(error_kind::masterdown), "MASTERDOWN");
+}
+
+// Error replies of a server that cannot serve (OOM, BUSY): each check fails with
 // store_error and counts; five in a row open the breaker; once the cause is gone a probe after
 // the cool-down closes it (on the same connection: error replies do not replace it).
 class unhealthy_reply : public testing::TestWithParam<std::string> {};
@@ -534,7 +584,7 @@ TEST_P(unhealthy_reply, counts_opens_the_breaker_and_recovers) {
   EXPECT_EQ(s.stats().reconnects, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(redis_store, unhealthy_reply, testing::Values("OOM", "READONLY", "BUSY"),
+INSTANTIATE_TEST_SUITE_P(redis_store, unhealthy_reply, testing::Values("OOM", "BUSY"),
                          [](const auto& info) { return info.param; });
 
 // A loopback listener that never accepts: the first connection completes its handshake in the
@@ -685,6 +735,89 @@ TEST(redis_store, a_step_of_the_servers_clock_turns_no_check_stale) {
   EXPECT_EQ(s.stats().checks, 100u);
   s.stop();
   std::filesystem::remove_all(dir);
+}
+
+// The over-limit cache (limiter::refusal_cache) against the store's own answers, one table
+// row per algorithm and cost: after a refusal, a recalled outcome equals what the store
+// answers at the same moment (Remaining exactly; Reset, Retry-After and the next-token time
+// within the round trip), until the refused limit could change; then, or after a reload or
+// for another cost, the cache says ask the store.
+TEST(redis_store, cached_refusals_equal_the_stores_answers) {
+  struct row {
+    const char* name;
+    config::algorithm algorithm;
+    std::int64_t n, period_ms, burst, cost;
+  };
+  const row rows[] = {
+      {"token bucket 3/1s", config::algorithm::token_bucket, 3, 1000, 3, 1},
+      {"token bucket 4/2s cost 2", config::algorithm::token_bucket, 4, 2000, 4, 2},
+      {"fixed window 3/1s", config::algorithm::fixed_window, 3, 1000, 3, 1},
+      {"sliding window 4/1s", config::algorithm::sliding_window, 4, 1000, 4, 1},
+  };
+  test::redis_server server;
+  asio::io_context ioc;
+  store::redis_store s(ioc.get_executor(), settings_for(server));
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  for (const row& r : rows) {
+    SCOPED_TRACE(r.name);
+    auto req = request(std::string("{rc}:") + r.name, r.n, r.period_ms, r.burst);
+    req.limits.front().algorithm = r.algorithm;
+    req.limits.front().cost = r.cost;
+    limiter::refusal_cache cache;
+    limiter::check_outcome refused;
+    auto sent = clock_type::now();
+    for (int i = 0; i < 50; ++i) {
+      sent = clock_type::now();
+      auto got = check_once(ioc, s, req);
+      ASSERT_TRUE(got.result && got.result->has_value());
+      if (!(*got.result)->allowed) {
+        refused = **got.result;
+        break;
+      }
+    }
+    ASSERT_FALSE(refused.allowed);
+    cache.remember(req.limits.front(), refused, 7, sent);
+    const auto& lo = refused.limits.front();
+    const auto window = std::chrono::milliseconds(std::min(lo.retry_after_ms, lo.next_ms));
+    ASSERT_GT(window.count(), 0);
+
+    limiter::check_outcome other_cost;
+    auto costly = req;
+    costly.limits.front().cost = r.cost + 1;
+    EXPECT_FALSE(cache.recall(costly, 7, clock_type::now(), other_cost)) << "another cost";
+    EXPECT_FALSE(cache.recall(req, 8, clock_type::now(), other_cost)) << "another generation";
+    cache.remember(req.limits.front(), refused, 7, sent);  // (the miss forgot it)
+
+    int compared = 0;
+    while (clock_type::now() + 20ms < sent + window) {
+      limiter::check_outcome recalled;
+      const auto at = clock_type::now();
+      ASSERT_TRUE(cache.recall(req, 7, at, recalled));
+      auto store_now = check_once(ioc, s, req);
+      ASSERT_TRUE(store_now.result && store_now.result->has_value());
+      const auto& fresh = **store_now.result;
+      EXPECT_FALSE(fresh.allowed) << "the store admitted inside the cached window";
+      const auto& a = recalled.limits.front();
+      const auto& b = fresh.limits.front();
+      EXPECT_FALSE(a.admits);
+      EXPECT_EQ(a.limit, b.limit);
+      EXPECT_EQ(a.remaining, b.remaining);
+      EXPECT_NEAR(a.reset_ms, b.reset_ms, 15);
+      EXPECT_NEAR(a.retry_after_ms, b.retry_after_ms, 15);
+      EXPECT_NEAR(a.next_ms, b.next_ms, 15);
+      // (The cache never claims a refusal lasts longer than the store says.)
+      EXPECT_LE(b.retry_after_ms, a.retry_after_ms + 15);
+      ++compared;
+      std::this_thread::sleep_for(window / 5);
+    }
+    EXPECT_GE(compared, 2);
+    std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::milliseconds>(
+        sent + window - clock_type::now() + 5ms));
+    limiter::check_outcome late;
+    EXPECT_FALSE(cache.recall(req, 7, clock_type::now(), late)) << "kept past its window";
+    EXPECT_EQ(cache.hits(), static_cast<std::uint64_t>(compared));
+  }
 }
 
 }  // namespace

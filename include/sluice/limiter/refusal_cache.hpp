@@ -1,0 +1,63 @@
+#pragma once
+/// @file
+/// The over-limit cache: refusals a shared store answered, kept on the worker for as long as
+/// the refused limit cannot change, so an abusive caller costs the store nothing.
+
+#include "sluice/limiter/check.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+namespace sluice::limiter {
+
+/// Remembered refusals, one per bucket key, owned by one worker (no locks).
+///
+/// Only a check with exactly one limit, enforced (not shadow), is remembered, when the store
+/// refused it. A refusal stays valid for min(retry_after, next) from the moment the check was
+/// *sent* (the store decided it later, so the window can only end early, never late): until
+/// then no token (or window slot) reaches that bucket — other requests can only take tokens,
+/// never add them — so a check of the same key and cost is refused exactly as the store would
+/// refuse it, and Remaining cannot grow meanwhile. Recalled outcomes have Reset, Retry-After
+/// and the next-token time shortened by the time elapsed, so the quota headers are the ones
+/// the store would produce (on a gateway that is the key's only client; with several, another
+/// gateway's admissions of smaller costs may leave the store's Remaining lower).
+/// A reload invalidates everything (entries carry the rules generation); another cost or
+/// another limit (algorithm, bucket) under the same key is a miss.
+class refusal_cache {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  /// `capacity`: most entries kept; when full, expired ones are dropped, then all.
+  explicit refusal_cache(std::size_t capacity = 65536) : capacity_(capacity) {}
+
+  /// When `req` matches a live remembered refusal of rules generation `generation`: true,
+  /// and `out` is that refusal as of `now`. Otherwise false (ask the store).
+  bool recall(const check_request& req, std::uint64_t generation, clock::time_point now,
+              check_outcome& out);
+
+  /// Remembers `out`, the store's outcome of a check of the one limit `limit`, if it is a
+  /// refusal worth keeping (see the class comment); `sent`: when the check was sent.
+  void remember(const limit_check& limit, const check_outcome& out, std::uint64_t generation,
+                clock::time_point sent);
+
+  /// Refusals answered from the cache so far.
+  std::uint64_t hits() const { return hits_; }
+  /// Entries held now.
+  std::size_t size() const { return entries_.size(); }
+
+ private:
+  struct entry {
+    limit_check limit;  ///< the limit as checked (algorithm, bucket, cost)
+    std::uint64_t generation = 0;
+    clock::time_point sent, until;
+    check_outcome outcome;
+  };
+  std::unordered_map<std::string, entry> entries_;
+  std::size_t capacity_;
+  std::uint64_t hits_ = 0;
+};
+
+}  // namespace sluice::limiter

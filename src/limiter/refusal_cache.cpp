@@ -1,0 +1,59 @@
+// The over-limit cache (include/sluice/limiter/refusal_cache.hpp).
+
+#include "sluice/limiter/refusal_cache.hpp"
+
+#include <algorithm>
+
+namespace sluice::limiter {
+namespace {
+
+bool same_limit(const limit_check& a, const limit_check& b) {
+  const auto& x = a.bucket;
+  const auto& y = b.bucket;
+  return a.algorithm == b.algorithm && a.cost == b.cost && a.shadow == b.shadow &&
+         x.refill_per_ms == y.refill_per_ms && x.units_per_token == y.units_per_token &&
+         x.burst == y.burst && x.window_ms == y.window_ms && x.window_limit == y.window_limit;
+}
+
+}  // namespace
+
+bool refusal_cache::recall(const check_request& req, std::uint64_t generation,
+                           clock::time_point now, check_outcome& out) {
+  if (req.limits.size() != 1 || entries_.empty()) return false;
+  const auto it = entries_.find(req.limits.front().key);
+  if (it == entries_.end()) return false;
+  const entry& e = it->second;
+  if (now >= e.until || e.generation != generation || !same_limit(e.limit, req.limits.front())) {
+    entries_.erase(it);
+    return false;
+  }
+  const std::int64_t elapsed =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now - e.sent).count();
+  out = e.outcome;
+  out.now_ms = e.outcome.now_ms + elapsed;
+  limit_outcome& lo = out.limits.front();
+  // Still > 0: `until` is at most sent + min(retry_after, next).
+  lo.reset_ms = std::max<std::int64_t>(1, lo.reset_ms - elapsed);
+  lo.retry_after_ms = std::max<std::int64_t>(1, lo.retry_after_ms - elapsed);
+  lo.next_ms = std::max<std::int64_t>(1, lo.next_ms - elapsed);
+  ++hits_;
+  return true;
+}
+
+void refusal_cache::remember(const limit_check& limit, const check_outcome& out,
+                             std::uint64_t generation, clock::time_point sent) {
+  if (limit.shadow || out.allowed || out.limits.size() != 1) return;
+  const limit_outcome& lo = out.limits.front();
+  if (lo.admits || lo.retry_after_ms <= 0 || lo.next_ms <= 0) return;
+  const std::int64_t window = std::min(lo.retry_after_ms, lo.next_ms);
+  const auto until = sent + std::chrono::milliseconds(window);
+  if (until <= clock::now()) return;
+  if (entries_.size() >= capacity_ && !entries_.contains(limit.key)) {
+    const auto now = clock::now();
+    std::erase_if(entries_, [now](const auto& kv) { return kv.second.until <= now; });
+    if (entries_.size() >= capacity_) entries_.clear();
+  }
+  entries_.insert_or_assign(limit.key, entry{limit, generation, sent, until, out});
+}
+
+}  // namespace sluice::limiter
