@@ -514,6 +514,63 @@ TEST(redis_store, readonly_drops_the_connection_and_reconnects) {
   EXPECT_GE(s.stats().reconnects, 1u);
 }
 
+// LOADING (a restart with a dataset to load, ~2 s here): while the server loads, checks fail
+// at once (the route's failure policy; none waits), the store is not ready, and checks are
+// decided again within a second of the load's end.
+TEST(redis_store, a_server_loading_its_dataset_is_waited_out) {
+  test::redis_server server(
+      {"--key-load-delay", "50", "--loading-process-events-interval-bytes", "1024"});
+  ASSERT_FALSE(
+      server.command({"EVAL", "for i = 1, 20000 do redis.call('SET', 'fill:' .. i, i) end", "0"})
+          .is_error());
+  ASSERT_FALSE(server.command({"SAVE"}).is_error());
+  asio::io_context ioc;
+  store::redis_store s(ioc.get_executor(), settings_for(server));
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  auto req = request("{load}:k", 100, 1000, 100);
+  ASSERT_TRUE(check_once(ioc, s, req).result->has_value());
+
+  auto loading = [&] { return server.command({"GET", "fill:1"}).str.starts_with("LOADING"); };
+  // The checks run on another thread: restart() blocks until the load is over, and the server
+  // must be restarted by this thread (it dies with the thread that started it).
+  int failed = 0, slow = 0, decided_early = 0;
+  bool saw_loading = false, ever_ready = false, decided = false;
+  std::chrono::milliseconds took{0};
+  std::thread checker([&] {
+    const auto begun = clock_type::now();
+    while (!loading() && clock_type::now() - begun < 5000ms) std::this_thread::sleep_for(5ms);
+    saw_loading = loading();
+    while (loading()) {
+      auto r = check_once(ioc, s, req, 1000ms);
+      if (!r.result || r.result->has_value()) ++decided_early;
+      if (r.took >= 300ms) ++slow;
+      ever_ready = ever_ready || s.stats().connected;
+      ++failed;
+      run_for(ioc, 20ms);
+    }
+    const auto loaded = clock_type::now();
+    while (!decided && clock_type::now() - loaded < 2000ms) {
+      auto r = check_once(ioc, s, req);
+      decided = r.result && r.result->has_value();
+      if (!decided) run_for(ioc, 10ms);
+    }
+    took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - loaded);
+  });
+  server.restart();  // returns once PING answers PONG (loaded)
+  checker.join();
+  ASSERT_TRUE(saw_loading) << "the server never answered LOADING";
+  std::printf("decided %lld ms after the load ended (%d checks failed meanwhile)\n",
+              static_cast<long long>(took.count()), failed);
+  EXPECT_GE(failed, 5);
+  EXPECT_EQ(decided_early, 0) << "decided by a server still loading";
+  EXPECT_EQ(slow, 0) << "a check waited for the load";
+  EXPECT_FALSE(ever_ready) << "the store said connected while the server was loading";
+  EXPECT_TRUE(decided) << "connected " << s.stats().connected << ", connect failures "
+                       << s.stats().connect_failures;
+  EXPECT_LT(took, 1000ms);
+}
+
 TEST(redis_store, error_replies_are_classified_by_their_prefix) {
   using store::error_kind;
   EXPECT_EQ(store::classify_error_reply("READONLY You can't write against a read only replica."),
