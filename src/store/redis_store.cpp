@@ -24,6 +24,8 @@
 // must be the one the callers' coroutines run on; nothing here locks.
 #include "sluice/store/redis_store.hpp"
 
+#include "sluice/store/circuit_breaker.hpp"
+
 #include "store/posted_handler.hpp"
 
 #include "sluice/errc.hpp"
@@ -171,6 +173,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         backoff_timer(ex),
         idle_timer(ex),
         resolver(ex),
+        breaker(settings.breaker_failures, settings.breaker_cool_down),
         rng(std::random_device{}()) {}
 
   asio::any_io_executor ex;
@@ -202,14 +205,10 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   std::uint64_t generation = 0;  // connection attempts, ever (matches a connect timer to one)
   std::unordered_map<std::uint64_t, pending> inflight;
   atomic_stats counters;
-  // Breaker (worker thread only; `counters.breaker` mirrors `breaker` for other threads).
-  breaker_state breaker = breaker_state::closed;
-  unsigned consecutive_failures = 0;
-  bool probe_inflight = false;
-  std::chrono::steady_clock::time_point open_until{};
-  std::chrono::steady_clock::time_point opened_at{};
-  std::uint64_t refused_while_open = 0;
-  std::string last_check_failure;  // why the last check failed (for the breaker's log line)
+  // Breaker (worker thread only; `counters.breaker` mirrors its state for other threads).
+  circuit_breaker breaker;
+  std::uint64_t refused_while_open = 0;  // checks refused since it last opened (for the log)
+  std::string last_check_failure;        // why the last check failed (for the breaker's log line)
   std::mt19937_64 rng;
   log_limiter error_log;
   std::optional<error_kind> logged_error;  // the kind of error reply last logged
@@ -396,7 +395,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       spdlog::info("redis {}:{}: connected, script {}", settings.host, settings.port, sha);
     }
     // The set-up round trips were answered: the next check may probe at once.
-    if (breaker == breaker_state::open) open_until = std::chrono::steady_clock::now();
+    breaker.cool_down_over();
   }
 
   static impl* owner(const redisAsyncContext* c) { return static_cast<impl*>(c->data); }
@@ -517,38 +516,29 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   // ---- breaker -------------------------------------------------------------------------------
   // O(1) per check; reads the clock only while open.
 
-  void set_breaker(breaker_state b) {
-    breaker = b;
-    counters.breaker = b;
-  }
+  void mirror_breaker() { counters.breaker = breaker.state(); }
 
   // Whether a check may go to the server; `probe` is set when it is the half-open probe.
   bool breaker_allows(bool& probe) {
-    probe = false;
-    if (breaker == breaker_state::closed) return true;
-    if (breaker == breaker_state::open) {
-      if (std::chrono::steady_clock::now() < open_until) return false;
-      set_breaker(breaker_state::half_open);
+    const auto before = breaker.state();
+    const auto a = breaker.admit();
+    mirror_breaker();
+    if (before == breaker_state::open && breaker.state() == breaker_state::half_open) {
       spdlog::debug("redis {}:{}: breaker half-open, probing", settings.host, settings.port);
     }
-    if (probe_inflight) return false;
-    probe_inflight = true;
-    probe = true;
-    return true;
+    probe = a == circuit_breaker::admission::probe;
+    return a != circuit_breaker::admission::refused;
   }
 
-  void open_breaker(verdict why) {
-    const bool was_closed = breaker == breaker_state::closed;
-    set_breaker(breaker_state::open);
-    open_until = std::chrono::steady_clock::now() + settings.breaker_cool_down;
-    if (was_closed) {
+  // The breaker opened (or opened again after a failed probe) because of a check's `why`.
+  void breaker_opened(verdict why, bool from_closed) {
+    if (from_closed) {
       ++counters.breaker_opens;
-      opened_at = std::chrono::steady_clock::now();
       refused_while_open = 0;
       spdlog::warn(
           "redis {}:{}: breaker open after {} consecutive failed checks (last: {}); checks fail "
           "at once for {} ms, then a probe",
-          settings.host, settings.port, consecutive_failures, last_check_failure,
+          settings.host, settings.port, breaker.consecutive_failures(), last_check_failure,
           settings.breaker_cool_down.count());
     } else {
       spdlog::debug("redis {}:{}: probe failed ({}); breaker open again", settings.host,
@@ -560,7 +550,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       asio::post(ex, [w = weak_from_this(), gen = generation] {
         auto self = w.lock();
         if (!self || self->generation != gen || self->ac == nullptr ||
-            self->breaker == breaker_state::closed) {
+            self->breaker.state() == breaker_state::closed) {
           return;
         }
         spdlog::debug("redis {}:{}: replacing the stalled connection", self->settings.host,
@@ -575,40 +565,34 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   // Told the verdict of every check that left start_check; `probe`: it was the probe.
   void breaker_record(verdict v, bool probe) {
     if (v == verdict::not_sent) {
-      if (probe) probe_inflight = false;  // the probe never reached the server: probe again
+      if (probe) breaker.probe_not_sent();  // it never reached the server: probe again
       return;
     }
-    if (settings.breaker_failures == 0) return;
-    const bool ok = v == verdict::answered;
-    if (probe) {
-      probe_inflight = false;
-      if (ok) {
-        consecutive_failures = 0;
-        set_breaker(breaker_state::closed);
-        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-            std::chrono::steady_clock::now() - opened_at);
+    const auto t = breaker.record(v == verdict::answered, probe);
+    mirror_breaker();
+    switch (t) {
+      case circuit_breaker::transition::none:
+        break;
+      case circuit_breaker::transition::opened:
+        breaker_opened(v, true);
+        break;
+      case circuit_breaker::transition::reopened:
+        breaker_opened(v, false);
+        break;
+      case circuit_breaker::transition::closed:
         spdlog::info(
             "redis {}:{}: breaker closed, the store answers again (open {} ms, {} "
             "checks refused meanwhile)",
-            settings.host, settings.port, ms.count(), refused_while_open);
-      } else {
-        open_breaker(v);
-      }
-      return;
+            settings.host, settings.port, breaker.open_for().count(), refused_while_open);
+        break;
     }
-    if (breaker != breaker_state::closed) return;  // sent before the breaker opened
-    if (ok) {
-      consecutive_failures = 0;
-      return;
-    }
-    if (++consecutive_failures >= settings.breaker_failures) open_breaker(v);
   }
 
   void start_check(limiter::check_request req, check_handler handler) {
     bool probe = false;
     if (state != conn_state::ready || ac == nullptr) {
       ++counters.unavailable;
-      if (breaker != breaker_state::closed) ++refused_while_open;
+      if (breaker.state() != breaker_state::closed) ++refused_while_open;
       finish(std::move(handler), errc::store_unavailable, {});
       return;
     }
