@@ -3,7 +3,9 @@
 //
 // One connection, pipelined: every check is one EVALSHA of the check script (lua/). A check is
 // identified by a command id carried in hiredis' privdata (never a pointer to a coroutine frame
-// or handler that may be gone) and owns one deadline timer. Whichever comes first — the reply,
+// or handler that may be gone) and has a deadline: one entry in a queue under one timer (every
+// check has the same timeout, so the queue is in deadline order, and replies come in send order,
+// so the checks already answered are at its front). Whichever comes first — the reply,
 // the deadline, or the connection's end (a NULL reply) — completes the check and erases its id;
 // anything arriving for an erased id is a late reply, dropped and counted. A check is re-sent
 // only after an explicit NOSCRIPT reply (the script did not run), once, behind a SCRIPT LOAD on
@@ -51,6 +53,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <random>
 #include <string_view>
@@ -153,7 +156,6 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   struct pending {
     std::vector<std::string> argv;  // kept for the one NOSCRIPT retry
     std::vector<std::int64_t> bursts;
-    std::unique_ptr<asio::steady_timer> deadline;
     check_handler handler;
     std::uint64_t loads_at_send = 0;  // loads_sent when it was (last) sent
     bool retried = false;
@@ -172,6 +174,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         connect_timer(ex),
         backoff_timer(ex),
         idle_timer(ex),
+        deadline_timer(ex),
         resolver(ex),
         breaker(settings.breaker_failures, settings.breaker_cool_down),
         rng(std::random_device{}()) {}
@@ -191,6 +194,12 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   static constexpr std::chrono::milliseconds idle_probe_every{1000};
   static constexpr std::chrono::milliseconds idle_tick{250};
   asio::steady_timer idle_timer;
+  // The checks' deadlines, in send order (= deadline order: one timeout for all), with one
+  // timer armed for the first check still in flight. No timer (and no timer system call) per
+  // check: under load it fires about once per timeout.
+  asio::steady_timer deadline_timer;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::uint64_t>> deadlines;
+  bool deadline_armed = false;
   std::chrono::steady_clock::time_point last_heard{};
   std::chrono::steady_clock::time_point ping_sent{};
   bool ping_outstanding = false;
@@ -618,12 +627,9 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     for (const auto& l : req.limits) p.bursts.push_back(l.bucket.quota(l.algorithm));
     p.handler = std::move(handler);
     p.probe = probe;
-    p.deadline = std::make_unique<asio::steady_timer>(ex, settings.command_timeout);
-    p.deadline->async_wait([w = weak_from_this(), id](error_code ec) {
-      if (ec) return;
-      if (auto self = w.lock()) self->on_deadline(id);
-    });
     auto it = inflight.emplace(id, std::move(p)).first;
+    deadlines.emplace_back(std::chrono::steady_clock::now() + settings.command_timeout, id);
+    if (!deadline_armed) arm_deadline();
     if (!send(id, it->second)) {
       ++counters.unavailable;
       complete(it, errc::store_unavailable, {}, verdict::not_sent);
@@ -644,6 +650,35 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     return redisAsyncCommandArgv(ac, &impl::on_check_reply, reinterpret_cast<void*>(id),
                                  static_cast<int>(argv.size()), argv.data(),
                                  lens.data()) == REDIS_OK;
+  }
+
+  // Arms the timer for the first check still in flight (answered ones are dropped from the
+  // front); disarmed when none is.
+  void arm_deadline() {
+    while (!deadlines.empty() && !inflight.contains(deadlines.front().second)) {
+      deadlines.pop_front();
+    }
+    if (deadlines.empty()) {
+      deadline_armed = false;
+      return;
+    }
+    deadline_armed = true;
+    deadline_timer.expires_at(deadlines.front().first);
+    deadline_timer.async_wait([w = weak_from_this()](error_code ec) {
+      if (ec) return;
+      if (auto self = w.lock()) self->deadlines_passed();
+    });
+  }
+
+  // The timer fired: every check in flight whose deadline has passed fails (on_deadline).
+  void deadlines_passed() {
+    const auto now = std::chrono::steady_clock::now();
+    while (!deadlines.empty() && deadlines.front().first <= now) {
+      const auto id = deadlines.front().second;
+      deadlines.pop_front();
+      on_deadline(id);  // (nothing when it was answered)
+    }
+    arm_deadline();
   }
 
   void on_deadline(std::uint64_t id) {
@@ -819,7 +854,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
                 check_outcome out, verdict v) {
     check_handler h = std::move(it->second.handler);
     const bool probe = it->second.probe;
-    inflight.erase(it);  // destroys (cancels) the deadline timer
+    inflight.erase(it);  // its deadline entry is dropped when it reaches the queue's front
     finish(std::move(h), ec, std::move(out));
     breaker_record(v, probe);
   }
@@ -832,6 +867,9 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     backoff_timer.cancel();
     connect_timer.cancel();
     idle_timer.cancel();
+    deadline_timer.cancel();
+    deadlines.clear();
+    deadline_armed = false;
     resolver.cancel();
     drop_connection();  // NULL replies complete the checks in flight with store_error
     while (!inflight.empty()) {
