@@ -70,6 +70,7 @@ struct gateway::impl {
     asio::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
     std::shared_ptr<store::counter_store> store;
     std::shared_ptr<store::redis_directory> directory;  // redis store only
+    bool directory_started = false;  // its connection was started (worker thread after start)
     std::shared_ptr<gateway_handler> handler;
     std::unique_ptr<http::server> server;
     std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> guard;
@@ -216,8 +217,8 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
       w->store = std::make_shared<store::redis_store>(w->ioc.get_executor(), redis);
     }
     if (!impl_->memory) {
-      // The plan directory's own connection (made even when no directory is configured yet,
-      // so that a reload can enable one).
+      // The plan directory's own connection: connected once rules enable a directory (at
+      // start, or the reload that first enables one), never for rules without one.
       store::redis_directory_settings ds;
       ds.host = redis.host;
       ds.port = redis.port;
@@ -246,7 +247,10 @@ void gateway::start() {
     w->guard = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
         w->ioc.get_executor());
     w->store->start();
-    if (w->directory) w->directory->start();
+    if (w->directory && impl_->shared.current.load()->rules->identity.directory.enabled) {
+      w->directory->start();
+      w->directory_started = true;
+    }
     w->server->start();
     w->thread = std::thread([ioc = &w->ioc] { ioc->run(); });
   }
@@ -319,7 +323,18 @@ asio::ip::tcp::endpoint gateway::endpoint() const {
 
 void gateway::reload(std::shared_ptr<const config::rules> rules) {
   const auto gen = impl_->generation.fetch_add(1) + 1;
+  const bool directory = rules->identity.directory.enabled;
   impl_->shared.current.store(std::make_shared<const snapshot>(std::move(rules), gen));
+  if (directory && impl_->started && !impl_->stopped) {
+    for (auto& w : impl_->workers) {
+      if (!w->directory) continue;
+      asio::post(w->ioc, [wp = w.get()] {
+        if (wp->directory_started) return;
+        wp->directory->start();
+        wp->directory_started = true;
+      });
+    }
+  }
   impl_->shared.count.loaded_unix_ms = unix_ms_now();
   impl_->shared.count.reloads.fetch_add(1);
 }

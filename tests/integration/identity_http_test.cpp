@@ -354,5 +354,44 @@ routes:
   EXPECT_EQ(w.get("/x", {{"X-API-Key", std::string(4000, 'k')}}).status, 200u);
 }
 
+// Connections only for what the rules use (issue 10): without a directory each worker holds
+// one Redis connection (its checks'); the reload that first enables a directory connects it.
+TEST(plan_directory, connected_only_once_the_rules_use_one) {
+  const char* without = R"(
+store: STORE
+identity: {api_key: {header: X-API-Key}}
+plans:
+  pro: {limits: [{name: pro_key, by: api_key, rate: 100/1m, burst: 100}]}
+api_keys: {inline-key: pro}
+upstreams: {api: {url: UPSTREAM_URL}}
+routes:
+  - {name: all, match: {path_prefix: /}, upstream: api}
+)";
+  world w(store_kind::redis, without, 2);
+  auto clients = [&] {
+    const auto r = w.redis->command({"INFO", "clients"});
+    const auto at = r.str.find("connected_clients:");
+    return at == std::string::npos ? -1 : std::stoi(r.str.substr(at + 18));
+  };
+  expect_row(w.get("/x", {{"X-API-Key", "inline-key"}}), 200, 100, 99, -1, -1, "inline key");
+  // The two workers' check connections, and the one command() opens to ask.
+  EXPECT_EQ(clients(), 3);
+
+  w.redis->command({"HSET", "sluice:api_keys", "dir-key", "pro"});
+  std::string with = without;
+  with.replace(with.find("identity: {api_key: {header: X-API-Key}}"),
+               std::string("identity: {api_key: {header: X-API-Key}}").size(),
+               "identity: {api_key: {header: X-API-Key}, directory: {type: redis, hash: "
+               "\"sluice:api_keys\"}}");
+  ASSERT_EQ(w.gateway->reload(w.render(with)), "");
+  bool found = false;
+  for (int i = 0; i < 100 && !found; ++i) {  // the new connection is made on each worker
+    found = w.get("/x", {{"X-API-Key", "dir-key"}}).has("X-RateLimit-Limit");
+    if (!found) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(found) << "the directory was not connected after the reload enabled it";
+  EXPECT_EQ(clients(), 5);
+}
+
 }  // namespace
 }  // namespace sluice::test
