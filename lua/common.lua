@@ -98,7 +98,13 @@ local function put(slot, state, ttl, now)
   end
   local stored = pack('<d', now + ttl) .. state
   local made = redis.pcall('HSET', key, slot.field, stored)
-  if type(made) == 'table' then  -- a key of another type: replace it
+  if type(made) == 'table' then
+    -- Only a key of another type is replaced. Any other error (OOM under maxmemory, NOPERM...)
+    -- ends the check with that error, before anything is written: deleting the group here
+    -- would wipe other callers' buckets, and Redis skips its OOM check once a script wrote.
+    if not string.find(tostring(made.err), 'WRONGTYPE', 1, true) then
+      return redis.call('HSET', key, slot.field, stored)  -- raises the same error
+    end
     redis.call('DEL', key)
     made = redis.call('HSET', key, slot.field, stored)
   end

@@ -32,7 +32,12 @@ local function logs()
       local entries = {}
       local wrong_type = false
       if type(raw) == 'table' and raw.err then
-        wrong_type = true  -- left by a limit whose algorithm changed: replaced on write
+        -- Left by a limit whose algorithm changed: replaced on write. Any other error ends
+        -- the check with it.
+        if not string.find(tostring(raw.err), 'WRONGTYPE', 1, true) then
+          return redis.call('LRANGE', key, 0, -1)  -- raises the same error
+        end
+        wrong_type = true
       elseif type(raw) == 'table' then
         for j = 1, #raw do entries[j] = tonumber(raw[j]) or 0 end
       end

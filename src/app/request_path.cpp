@@ -134,7 +134,7 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
       decided = std::move(now);
       counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
     } else if (rules.store.over_limit_cache &&
-               refusals_.recall(check, snap->generation, asked, now)) {
+               refusals_.recall(check, snap->generation, asked, now, store_->connection_epoch())) {
       decided = std::move(now);  // the store's refusal of this key and cost still stands
     } else {
       // A refusal of a lone limit is remembered (limiter::refusal_cache).
@@ -150,7 +150,9 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
                                                                             : std::move(check);
       decided = co_await store_->check(std::move(sent));
       counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
-      if (decided && lone) refusals_.remember(*lone, *decided, snap->generation, asked);
+      if (decided && lone) {
+        refusals_.remember(*lone, *decided, snap->generation, asked, store_->connection_epoch());
+      }
     }
   }
   co_return respond(*snap, head, ctx, r, id, check, decided);

@@ -18,12 +18,13 @@ bool same_limit(const limit_check& a, const limit_check& b) {
 }  // namespace
 
 bool refusal_cache::recall(const check_request& req, std::uint64_t generation,
-                           clock::time_point now, check_outcome& out) {
+                           clock::time_point now, check_outcome& out, std::uint64_t epoch) {
   if (req.limits.size() != 1 || entries_.empty()) return false;
   const auto it = entries_.find(req.limits.front().key);
   if (it == entries_.end()) return false;
   const entry& e = it->second;
-  if (now >= e.until || e.generation != generation || !same_limit(e.limit, req.limits.front())) {
+  if (now >= e.until || e.generation != generation || e.epoch != epoch ||
+      !same_limit(e.limit, req.limits.front())) {
     entries_.erase(it);
     return false;
   }
@@ -41,7 +42,8 @@ bool refusal_cache::recall(const check_request& req, std::uint64_t generation,
 }
 
 void refusal_cache::remember(const limit_check& limit, const check_outcome& out,
-                             std::uint64_t generation, clock::time_point sent) {
+                             std::uint64_t generation, clock::time_point sent,
+                             std::uint64_t epoch) {
   if (limit.shadow || out.allowed || out.limits.size() != 1) return;
   const limit_outcome& lo = out.limits.front();
   if (lo.admits || lo.retry_after_ms <= 0 || lo.next_ms <= 0) return;
@@ -53,7 +55,7 @@ void refusal_cache::remember(const limit_check& limit, const check_outcome& out,
     std::erase_if(entries_, [now](const auto& kv) { return kv.second.until <= now; });
     if (entries_.size() >= capacity_) entries_.clear();
   }
-  entries_.insert_or_assign(limit.key, entry{limit, generation, sent, until, out});
+  entries_.insert_or_assign(limit.key, entry{limit, generation, epoch, sent, until, out});
 }
 
 }  // namespace sluice::limiter

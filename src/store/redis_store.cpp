@@ -69,6 +69,7 @@ using limiter::check_outcome;
 namespace {
 
 using check_handler = detail::posted_handler<check_outcome>;
+using read_handler = detail::posted_handler<std::optional<std::string>>;
 
 constexpr std::chrono::milliseconds backoff_first{50};
 // 500 ms keeps recovery after an outage within a second (one backoff step plus a connect).
@@ -166,6 +167,12 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     std::size_t stale_arg = 0;   // index in argv of the stale bound (ARGV[3])
   };
 
+  struct pending_read {
+    read_handler handler;
+    bool probe = false;  // the one command let through by a half-open breaker
+  };
+  std::unordered_map<std::uint64_t, pending_read> reads;
+
   enum class conn_state { idle, connecting, ready, stopped };
 
   impl(asio::any_io_executor e, redis_settings s)
@@ -221,6 +228,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   std::mt19937_64 rng;
   log_limiter error_log;
   std::optional<error_kind> logged_error;  // the kind of error reply last logged
+  unsigned wrong_node_streak = 0;          // wrong-node drops since a check was last answered
   log_limiter clock_log;
   // Redis's clock (TIME, ms) minus this host's steady clock (ms), as last seen by a timely
   // reply: its decision time minus the moment it was sent (an upper bound of the true offset,
@@ -329,7 +337,14 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       redisAsyncCommandArgv(c, &impl::on_setup_reply, reinterpret_cast<void*>(tag_auth), 2, argv,
                             lens);
     }
-    send_script_load(tag_initial_load);
+    if (settings.load_script) {
+      send_script_load(tag_initial_load);
+    } else {
+      const char* argv[] = {"PING"};
+      const std::size_t lens[] = {4};
+      redisAsyncCommandArgv(c, &impl::on_setup_reply, reinterpret_cast<void*>(tag_initial_load), 1,
+                            argv, lens);
+    }
     connect_timer.expires_after(settings.connect_timeout);
     connect_timer.async_wait([w = weak_from_this(), gen](error_code ec) {
       if (ec) return;
@@ -392,11 +407,14 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     connect_timer.cancel();
     heard();
     arm_idle_timer();
-    backoff = backoff_first;
+    if (wrong_node_streak == 0) backoff = backoff_first;
     counters.connected = true;
     if (ever_connected) ++counters.reconnects;
     ever_connected = true;
-    if (!last_failure.empty()) {
+    if (wrong_node_streak > 1) {
+      spdlog::debug("redis {}:{}: connected again, still to a node that cannot serve?",
+                    settings.host, settings.port);
+    } else if (!last_failure.empty()) {
       spdlog::info("redis {}:{}: connected, script {} (after: {})", settings.host, settings.port,
                    sha, last_failure);
       last_failure.clear();
@@ -475,8 +493,17 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     try {
       impl* self = owner(c);
       if (self == nullptr || self->ac != c) return;  // a connection we dropped ourselves
+      const std::string why = c->errstr ? c->errstr : "closed";
+      if (self->state != conn_state::ready) {
+        // Closed before its set-up was answered (a proxy whose backend is down accepts and
+        // closes): a failed attempt — logged once per reason, and the backoff keeps growing.
+        self->connect_failed("closed during set-up: " + why);
+        self->lost();
+        self->schedule_reconnect();
+        return;
+      }
       spdlog::warn("redis {}:{}: connection lost: {}", self->settings.host, self->settings.port,
-                   c->errstr ? c->errstr : "closed");
+                   why);
       self->lost();
       self->backoff = backoff_first;
       self->schedule_reconnect();
@@ -499,21 +526,27 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
           spdlog::warn("redis {}:{}: SCRIPT LOAD failed: {}", self->settings.host,
                        self->settings.port, reply_text(reply));
         } else {
-          self->connect_failed(std::string(tag == tag_auth ? "AUTH" : "SCRIPT LOAD") +
+          const auto kind = classify_error_reply(reply_text(reply));
+          ++self->counters.error_replies[static_cast<std::size_t>(kind)];
+          self->connect_failed(std::string(tag == tag_auth              ? "AUTH"
+                                           : self->settings.load_script ? "SCRIPT LOAD"
+                                                                        : "PING") +
                                " failed: " + std::string(reply_text(reply)));
           self->drop_connection();
           self->schedule_reconnect();
         }
         return;
       }
-      if (tag != tag_auth) ++self->counters.script_loads;  // loaded (start-up or NOSCRIPT)
+      const bool script = self->settings.load_script;
+      if (tag != tag_auth && script) ++self->counters.script_loads;  // (start-up or NOSCRIPT)
       if (tag == tag_initial_load) {
-        if (reply->type != REDIS_REPLY_STRING) {
+        // The script's SHA1, or PONG on a connection that only reads.
+        if (reply->type != (script ? REDIS_REPLY_STRING : REDIS_REPLY_STATUS)) {
           self->drop_connection();
           self->schedule_reconnect();
           return;
         }
-        self->ready(std::string(reply_text(reply)));
+        self->ready(script ? std::string(reply_text(reply)) : std::string());
       }
     } catch (...) {
       // No exception crosses a hiredis callback.
@@ -655,7 +688,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   // Arms the timer for the first check still in flight (answered ones are dropped from the
   // front); disarmed when none is.
   void arm_deadline() {
-    while (!deadlines.empty() && !inflight.contains(deadlines.front().second)) {
+    while (!deadlines.empty() && !inflight.contains(deadlines.front().second) &&
+           !reads.contains(deadlines.front().second)) {
       deadlines.pop_front();
     }
     if (deadlines.empty()) {
@@ -682,6 +716,11 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   }
 
   void on_deadline(std::uint64_t id) {
+    if (auto r = reads.find(id); r != reads.end()) {
+      ++counters.timeouts;
+      complete_read(r, errc::store_timeout, std::nullopt, verdict::timed_out);
+      return;
+    }
     auto it = inflight.find(id);
     if (it == inflight.end()) return;
     ++counters.timeouts;
@@ -810,6 +849,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       out.limits.push_back(lo);
     }
     ++counters.checks;
+    wrong_node_streak = 0;
     if (logged_error) {
       spdlog::info("redis {}:{}: checks answered again (after {} replies)", settings.host,
                    settings.port, error_kind_name(*logged_error));
@@ -844,7 +884,10 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     if (ac == nullptr || state == conn_state::stopped) return;  // already dropped (the breaker)
     ++counters.wrong_node_drops;
     drop_connection();  // the other checks in flight on it fail (NULL replies)
-    backoff = backoff_first;
+    // The first drop reconnects at once; while the address keeps leading to a node that
+    // cannot serve (the failover is not over), the backoff grows (to 500 ms) as for any
+    // failed attempt, and the reconnections are logged at debug level.
+    if (++wrong_node_streak == 1) backoff = backoff_first;
     schedule_reconnect();
   }
 
@@ -876,6 +919,83 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       ++counters.errors;
       complete(inflight.begin(), errc::store_unavailable, {}, verdict::not_sent);
     }
+    while (!reads.empty()) {
+      complete_read(reads.begin(), errc::store_unavailable, std::nullopt, verdict::not_sent);
+    }
+  }
+
+  // ---- reads (HGET: the plan directory) -------------------------------------------------------
+
+  void start_read(std::string hash, std::string field, read_handler h) {
+    bool probe = false;
+    if (state != conn_state::ready || ac == nullptr || !breaker_allows(probe)) {
+      ++counters.unavailable;
+      h.post(ex, errc::store_unavailable, std::nullopt);
+      return;
+    }
+    const std::uint64_t id = next_id++;
+    auto it = reads.emplace(id, pending_read{std::move(h), probe}).first;
+    deadlines.emplace_back(std::chrono::steady_clock::now() + settings.command_timeout, id);
+    if (!deadline_armed) arm_deadline();
+    const char* argv[] = {"HGET", hash.data(), field.data()};
+    const std::size_t lens[] = {4, hash.size(), field.size()};
+    if (redisAsyncCommandArgv(ac, &impl::on_read_reply, reinterpret_cast<void*>(id), 3, argv,
+                              lens) != REDIS_OK) {
+      ++counters.unavailable;
+      complete_read(it, errc::store_unavailable, std::nullopt, verdict::not_sent);
+    }
+  }
+
+  static void on_read_reply(redisAsyncContext* c, void* r, void* privdata) noexcept {
+    try {
+      impl* self = owner(c);
+      if (self != nullptr) {
+        self->handle_read_reply(reinterpret_cast<std::uintptr_t>(privdata),
+                                static_cast<redisReply*>(r));
+      }
+    } catch (...) {
+      // No exception crosses a hiredis callback.
+    }
+  }
+
+  void handle_read_reply(std::uint64_t id, const redisReply* r) {
+    if (r != nullptr) heard();
+    auto it = reads.find(id);
+    if (it == reads.end()) {
+      if (r != nullptr) ++counters.late_replies;
+      return;
+    }
+    if (r == nullptr) {
+      ++counters.errors;
+      last_check_failure = "connection lost";
+      complete_read(it, errc::store_error, std::nullopt, verdict::failed);
+    } else if (r->type == REDIS_REPLY_NIL) {
+      complete_read(it, {}, std::nullopt, verdict::answered);
+    } else if (r->type == REDIS_REPLY_STRING) {
+      complete_read(it, {}, std::string(reply_text(r)), verdict::answered);
+    } else if (r->type == REDIS_REPLY_ERROR) {
+      const auto text = reply_text(r);
+      const error_kind kind = classify_error_reply(text);
+      ++counters.error_replies[static_cast<std::size_t>(kind)];
+      ++counters.errors;
+      log_error_state(kind, text);
+      const bool unhealthy = unhealthy_error(text);
+      if (unhealthy) last_check_failure = std::string(text.substr(0, 120));
+      complete_read(it, errc::store_error, std::nullopt,
+                    unhealthy ? verdict::failed : verdict::answered);
+    } else {
+      ++counters.errors;
+      complete_read(it, errc::store_protocol, std::nullopt, verdict::answered);
+    }
+  }
+
+  void complete_read(std::unordered_map<std::uint64_t, pending_read>::iterator it, error_code ec,
+                     std::optional<std::string> v, verdict verdict_of) {
+    read_handler h = std::move(it->second.handler);
+    const bool probe = it->second.probe;
+    reads.erase(it);
+    h.post(ex, ec, std::move(v));
+    breaker_record(verdict_of, probe);
   }
 };
 
@@ -904,6 +1024,23 @@ void redis_store::start() {
 
 void redis_store::stop() {
   impl_->stop();
+}
+
+asio::awaitable<boost::system::result<std::optional<std::string>>> redis_store::hget(
+    std::string hash, std::string field) {
+  auto token = asio::as_tuple(asio::use_awaitable);
+  auto [ec, v] =
+      co_await asio::async_initiate<decltype(token), void(error_code, std::optional<std::string>)>(
+          [](auto handler, std::shared_ptr<impl> self, std::string h, std::string f) {
+            self->start_read(std::move(h), std::move(f), read_handler(std::move(handler)));
+          },
+          token, impl_, std::move(hash), std::move(field));
+  if (ec) co_return ec;
+  co_return std::move(v);
+}
+
+std::uint64_t redis_store::connection_epoch() const {
+  return impl_->counters.reconnects.load(std::memory_order_relaxed);
 }
 
 store_stats redis_store::stats() const {

@@ -63,6 +63,20 @@ TEST(over_limit_cache, refusals_repeat_without_a_round_trip_until_a_reload) {
   EXPECT_EQ(after.header("X-RateLimit-Limit"), "5");
 }
 
+// A Redis restarted empty (the gateway reconnects): the cached refusal is gone with the
+// connection it was learned on, and the next request is admitted by the empty Redis.
+TEST(over_limit_cache, a_new_store_connection_clears_it) {
+  world w(store_kind::redis, with_burst("1"), 1);
+  const header_list key{{"X-API-Key", "key-a"}};
+  expect_row(w.get("/v1/items", key), 200, 1, 0, -1, -1, "first");
+  expect_row(w.get("/v1/items", key), 429, 1, 0, -1, -1, "refused by Redis");
+  expect_row(w.get("/v1/items", key), 429, 1, 0, -1, -1, "refused from the cache");
+  ASSERT_EQ(w.gateway->gateway().sample().cached_refusals, 1u);
+  w.redis->restart();  // --save "": it comes back empty
+  ASSERT_TRUE(w.gateway->gateway().wait_for_store(std::chrono::milliseconds(3000)));
+  expect_row(w.get("/v1/items", key), 200, 1, 0, -1, -1, "admitted by the restarted Redis");
+}
+
 TEST(over_limit_cache, off_asks_redis_every_time) {
   world w(store_kind::redis, with_burst("1"), 1, ", over_limit_cache: false");
   const header_list key{{"X-API-Key", "key-a"}};

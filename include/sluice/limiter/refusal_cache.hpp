@@ -24,8 +24,10 @@ namespace sluice::limiter {
 /// and the next-token time shortened by the time elapsed, so the quota headers are the ones
 /// the store would produce (on a gateway that is the key's only client; with several, another
 /// gateway's admissions of smaller costs may leave the store's Remaining lower).
-/// A reload invalidates everything (entries carry the rules generation); another cost or
-/// another limit (algorithm, bucket) under the same key is a miss.
+/// A reload invalidates everything (entries carry the rules generation), and so does a new
+/// store connection (they carry the store's connection epoch: a restarted Redis may have lost
+/// the bucket); another cost or another limit (algorithm, bucket) under the same key is a
+/// miss. A bucket deleted by hand in Redis is seen once the cached refusal ends.
 class refusal_cache {
  public:
   using clock = std::chrono::steady_clock;
@@ -36,12 +38,12 @@ class refusal_cache {
   /// When `req` matches a live remembered refusal of rules generation `generation`: true,
   /// and `out` is that refusal as of `now`. Otherwise false (ask the store).
   bool recall(const check_request& req, std::uint64_t generation, clock::time_point now,
-              check_outcome& out);
+              check_outcome& out, std::uint64_t epoch = 0);
 
   /// Remembers `out`, the store's outcome of a check of the one limit `limit`, if it is a
   /// refusal worth keeping (see the class comment); `sent`: when the check was sent.
   void remember(const limit_check& limit, const check_outcome& out, std::uint64_t generation,
-                clock::time_point sent);
+                clock::time_point sent, std::uint64_t epoch = 0);
 
   /// Refusals answered from the cache so far.
   std::uint64_t hits() const { return hits_; }
@@ -52,6 +54,7 @@ class refusal_cache {
   struct entry {
     limit_check limit;  ///< the limit as checked (algorithm, bucket, cost)
     std::uint64_t generation = 0;
+    std::uint64_t epoch = 0;  ///< the store connection's, when it was remembered
     clock::time_point sent, until;
     check_outcome outcome;
   };

@@ -105,6 +105,11 @@ class counter_store {
 
   /// A snapshot of the store's counters.
   virtual store_stats stats() const = 0;
+
+  /// Changes whenever the store's connection is made again (a restarted server may have lost
+  /// its state): what a worker remembers of the store's answers is valid for one epoch only.
+  /// Cheap (one relaxed load); 0 for a store without connections.
+  virtual std::uint64_t connection_epoch() const { return 0; }
 };
 
 }  // namespace sluice::store

@@ -1,8 +1,11 @@
 #pragma once
 /// @file
 /// Reads of a store-backed plan directory: HGET on a Redis hash of API key → plan name, over
-/// a worker's own hiredis async connection (kept apart from the counter connection so that
-/// directory reads never queue behind, nor trip the breaker of, limit checks).
+/// a worker's own connection of the Redis store's class (kept apart from the counter
+/// connection so that directory reads never queue behind, nor trip the breaker of, limit
+/// checks).
+
+#include "sluice/store/counter_store.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -18,19 +21,21 @@ namespace sluice::store {
 
 /// Settings of a directory connection.
 struct redis_directory_settings {
-  std::string host = "127.0.0.1";  ///< an address (no blocking resolution)
+  std::string host = "127.0.0.1";  ///< an address or a name (resolved off the worker's thread)
   std::uint16_t port = 6379;
   std::string password;                          ///< "" = no AUTH
   std::chrono::milliseconds command_timeout{5};  ///< deadline of one HGET
 };
 
-/// One hiredis async connection on a worker's executor, for HGET.
+/// One Redis connection on a worker's executor, for HGET: a redis_store that loads no script
+/// (its set-up is a PING), with everything a store connection has — a connect timeout, AUTH,
+/// jittered backoff (50 ms doubling to 500 ms), the idle PING, a deadline per command, the
+/// circuit breaker, READONLY/LOADING/MASTERDOWN dropping the connection.
 ///
-/// Connects on start(), reconnects with backoff (50 ms doubling to 1 s) after a failure.
-/// hget() errors (never thrown): errc::store_unavailable at once while not connected;
-/// errc::store_timeout after `command_timeout` (the late reply is dropped); errc::store_error
-/// for an error reply or a connection lost mid-command; errc::store_protocol for a reply that
-/// is neither a bulk string nor nil.
+/// Connects on start(). hget() errors (never thrown): errc::store_unavailable at once while
+/// not connected or while its breaker is open; errc::store_timeout after `command_timeout`
+/// (the late reply is dropped); errc::store_error for an error reply or a connection lost
+/// mid-command; errc::store_protocol for a reply that is neither a bulk string nor nil.
 ///
 /// Thread-safety: none; every member is called on `ex`'s thread, and the object is destroyed
 /// before its io_context. hget() completes on that executor.
@@ -51,10 +56,12 @@ class redis_directory {
   void stop();
   /// Whether the connection is up.
   bool connected() const;
+  /// The connection's counters (store_stats; checks stay 0).
+  store_stats stats() const;
 
  private:
   struct impl;
-  std::shared_ptr<impl> impl_;
+  std::unique_ptr<impl> impl_;
 };
 
 }  // namespace sluice::store

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace sluice::store {
@@ -27,6 +28,10 @@ struct redis_settings {
   std::chrono::milliseconds breaker_cool_down{500};
   /// How buckets are laid out in Redis (hash groups by default; lua_scripts.hpp).
   lua::key_layout layout;
+  /// Load the check script at each connect (SCRIPT LOAD, the connection is ready once it is
+  /// loaded). false for a connection that only reads (the plan directory): its set-up is a
+  /// PING, and check() is never called on it.
+  bool load_script = true;
 };
 
 /// A Redis store bound to one executor (a worker's io_context).
@@ -70,9 +75,18 @@ class redis_store final : public counter_store {
 
   boost::asio::awaitable<boost::system::result<limiter::check_outcome>> check(
       limiter::check_request req) override;
+
+  /// `HGET hash field` on this connection, under the same deadline (`command_timeout`),
+  /// breaker and reconnection as the checks: the value, or nullopt when the hash has no
+  /// such field. Errors as check()'s (store_unavailable, store_timeout, store_error,
+  /// store_protocol for a reply that is neither a bulk string nor nil).
+  boost::asio::awaitable<boost::system::result<std::optional<std::string>>> hget(std::string hash,
+                                                                                 std::string field);
   void start() override;
   void stop() override;
   store_stats stats() const override;
+  /// The connections made so far (a new one starts a new epoch).
+  std::uint64_t connection_epoch() const override;
 
  private:
   struct impl;

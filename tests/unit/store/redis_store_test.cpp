@@ -2,6 +2,7 @@
 #include "sluice/store/redis_store.hpp"
 
 #include "sluice/errc.hpp"
+#include "sluice/limiter/keys.hpp"
 #include "sluice/limiter/refusal_cache.hpp"
 #include "support/bucket_view.hpp"
 #include "support/redis_server.hpp"
@@ -566,6 +567,37 @@ TEST(redis_store, a_server_loading_its_dataset_is_waited_out) {
   EXPECT_TRUE(decided) << "connected " << s.stats().connected << ", connect failures "
                        << s.stats().connect_failures;
   EXPECT_LT(took, 1000ms);
+}
+
+// OOM under maxmemory in the hash layout, with another caller's bucket in the same group
+// hash: the check fails with the OOM error (counted by kind) and writes nothing — the group
+// is never deleted as if it were a key of another type, so the other bucket keeps its state.
+TEST(redis_store, oom_in_a_shared_group_fails_the_check_and_wipes_nothing) {
+  test::redis_server server;
+  asio::io_context ioc;
+  auto settings = settings_for(server);
+  settings.layout.hash_groups = 1;  // every bucket in one hash
+  store::redis_store s(ioc.get_executor(), settings);
+  s.start();
+  ASSERT_TRUE(wait_connected(ioc, s));
+  auto key = [](const std::string& id) {
+    return limiter::bucket_key("oom_key", limiter::key_namespace::api_key, id);
+  };
+  const auto spent = request(key("spent"), 1, 60000, 1);
+  ASSERT_TRUE((*check_once(ioc, s, spent).result)->allowed);
+  ASSERT_FALSE((*check_once(ioc, s, spent).result)->allowed);
+
+  server.command({"CONFIG", "SET", "maxmemory", "1"});
+  for (int i = 0; i < 3; ++i) {
+    auto r = check_once(ioc, s, request(key("other-" + std::to_string(i)), 1, 60000, 1));
+    ASSERT_TRUE(r.result);
+    EXPECT_EQ(r.result->error(), make_error_code(errc::store_error)) << "admitted under OOM";
+  }
+  EXPECT_GE(s.stats().error_replies[static_cast<std::size_t>(store::error_kind::oom)], 1u);
+  server.command({"CONFIG", "SET", "maxmemory", "0"});
+  auto after = check_once(ioc, s, spent);
+  ASSERT_TRUE(after.result && after.result->has_value());
+  EXPECT_FALSE((*after.result)->allowed) << "the spent bucket was wiped during the OOM";
 }
 
 TEST(redis_store, error_replies_are_classified_by_their_prefix) {
