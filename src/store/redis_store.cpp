@@ -414,12 +414,17 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     if (wrong_node_streak > 1) {
       spdlog::debug("redis {}:{}: connected again, still to a node that cannot serve?",
                     settings.host, settings.port);
-    } else if (!last_failure.empty()) {
-      spdlog::info("redis {}:{}: connected, script {} (after: {})", settings.host, settings.port,
-                   sha, last_failure);
-      last_failure.clear();
     } else {
-      spdlog::info("redis {}:{}: connected, script {}", settings.host, settings.port, sha);
+      // (A connection that only reads — the plan directory's — has no script.)
+      const std::string what = settings.load_script ? "connected, script " + sha
+                                                    : std::string("connected (plan directory)");
+      if (!last_failure.empty()) {
+        spdlog::info("redis {}:{}: {} (after: {})", settings.host, settings.port, what,
+                     last_failure);
+        last_failure.clear();
+      } else {
+        spdlog::info("redis {}:{}: {}", settings.host, settings.port, what);
+      }
     }
     // The set-up round trips were answered: the next check may probe at once.
     breaker.cool_down_over();
