@@ -3,8 +3,26 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <charconv>
+#include <iterator>
 
 namespace sluice::limiter {
+namespace {
+
+/// Appends the decimal text of `v` (no temporary string).
+void append_int(std::string& out, std::int64_t v) {
+  char digits[24];
+  const auto r = std::to_chars(std::begin(digits), std::end(digits), v);
+  out.append(digits, r.ptr);
+}
+
+std::string int_text(std::int64_t v) {
+  std::string s;
+  append_int(s, v);
+  return s;
+}
+
+}  // namespace
 
 std::optional<std::size_t> most_constraining(const std::vector<applied_limit>& limits,
                                              const check_outcome& outcome) {
@@ -70,15 +88,16 @@ std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits
   if (sets.x_ratelimit) {
     if (auto i = most_constraining(limits, outcome)) {
       const auto& o = outcome.limits[*i];
-      out.emplace_back("X-RateLimit-Limit", std::to_string(o.limit));
-      out.emplace_back("X-RateLimit-Remaining",
-                       std::to_string(std::max<std::int64_t>(0, o.remaining)));
-      out.emplace_back("X-RateLimit-Reset", std::to_string(ceil_seconds(o.reset_ms)));
+      out.emplace_back("X-RateLimit-Limit", int_text(o.limit));
+      out.emplace_back("X-RateLimit-Remaining", int_text(std::max<std::int64_t>(0, o.remaining)));
+      out.emplace_back("X-RateLimit-Reset", int_text(ceil_seconds(o.reset_ms)));
     }
   }
   if (sets.ietf) {
     std::string policy;
     std::string state;
+    policy.reserve(64);  // (one allocation each for the usual one or two limits)
+    state.reserve(64);
     for (std::size_t i = 0; i < limits.size() && i < outcome.limits.size(); ++i) {
       if (limits[i].shadow) continue;
       const auto& o = outcome.limits[i];
@@ -87,17 +106,17 @@ std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits
       policy += '"';
       policy += limits[i].name;
       policy += "\";q=";
-      policy += std::to_string(o.limit);
+      append_int(policy, o.limit);
       policy += ";w=";
-      policy += std::to_string(policy_window_seconds(limits[i]));
+      append_int(policy, policy_window_seconds(limits[i]));
       if (!state.empty()) state += ", ";
       state += '"';
       state += limits[i].name;
       state += "\";r=";
-      state += std::to_string(std::max<std::int64_t>(0, o.remaining));
+      append_int(state, std::max<std::int64_t>(0, o.remaining));
       if (o.remaining < o.limit) {
         state += ";t=";
-        state += std::to_string(std::max<std::int64_t>(1, ceil_seconds(o.next_ms)));
+        append_int(state, std::max<std::int64_t>(1, ceil_seconds(o.next_ms)));
       }
     }
     if (!policy.empty()) {
