@@ -149,14 +149,19 @@ struct shard {
   }
 };
 
-// The default clock: steady_clock, offset to the Unix epoch by system_clock once.
+// The default clock: steady_clock, offset to the Unix epoch by system_clock once. The offset
+// is kept in nanoseconds and the sum floored to ms once, as Redis floors TIME: flooring the
+// anchor and the elapsed time apart would run the clock up to 2 ms behind the wall clock, and
+// a window would then close up to 2 ms late.
 memory_store::clock_fn anchored_clock() {
   using namespace std::chrono;
   const auto steady0 = steady_clock::now();
-  const std::int64_t epoch0 =
-      duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-  return [steady0, epoch0] {
-    return epoch0 + duration_cast<milliseconds>(steady_clock::now() - steady0).count();
+  const std::int64_t epoch0_ns =
+      duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count();
+  return [steady0, epoch0_ns] {
+    const std::int64_t now_ns =
+        epoch0_ns + duration_cast<nanoseconds>(steady_clock::now() - steady0).count();
+    return now_ns / 1'000'000;
   };
 }
 
