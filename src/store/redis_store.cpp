@@ -814,11 +814,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         if (it->second.loads_at_send == loads_sent) send_script_load(tag_reload);
         if (send(id, it->second)) return;
       }
-      ++counters.errors;
-      log_error_state(kind, text);
-      const bool unhealthy = unhealthy_error(text);
-      if (unhealthy) last_check_failure = std::string(text.substr(0, 120));
-      complete(it, errc::store_error, {}, unhealthy ? verdict::failed : verdict::answered);
+      complete(it, errc::store_error, {}, error_reply(kind, text));
       return;
     }
     const auto& bursts = it->second.bursts;
@@ -863,6 +859,16 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     complete(it, {}, std::move(out), verdict::answered);
   }
 
+  // An error reply that fails a command (a check or a read): counted and logged; how it
+  // counts for the breaker — failed when it says the server cannot serve (unhealthy_error).
+  verdict error_reply(error_kind kind, std::string_view text) {
+    ++counters.errors;
+    log_error_state(kind, text);
+    if (!unhealthy_error(text)) return verdict::answered;
+    last_check_failure = std::string(text.substr(0, 120));
+    return verdict::failed;
+  }
+
   // One line per change of the error replies' kind (and one when checks are answered again),
   // not one per failed check: an outage fails every check.
   void log_error_state(error_kind kind, std::string_view text) {
@@ -882,11 +888,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   // the breaker counts it.
   void wrong_node(std::unordered_map<std::uint64_t, pending>::iterator it, std::string_view text,
                   error_kind kind) {
-    ++counters.errors;
-    log_error_state(kind, text);
-    last_check_failure = std::string(text.substr(0, 120));
-    complete(it, errc::store_error, {}, verdict::failed);
-    if (ac == nullptr || state == conn_state::stopped) return;  // already dropped (the breaker)
+    complete(it, errc::store_error, {}, error_reply(kind, text));  // (always failed)
+    if (ac == nullptr || state == conn_state::stopped) return;     // already dropped (the breaker)
     ++counters.wrong_node_drops;
     drop_connection();  // the other checks in flight on it fail (NULL replies)
     // The first drop reconnects at once; while the address keeps leading to a node that
@@ -982,12 +985,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       const auto text = reply_text(r);
       const error_kind kind = classify_error_reply(text);
       ++counters.error_replies[static_cast<std::size_t>(kind)];
-      ++counters.errors;
-      log_error_state(kind, text);
-      const bool unhealthy = unhealthy_error(text);
-      if (unhealthy) last_check_failure = std::string(text.substr(0, 120));
-      complete_read(it, errc::store_error, std::nullopt,
-                    unhealthy ? verdict::failed : verdict::answered);
+      complete_read(it, errc::store_error, std::nullopt, error_reply(kind, text));
     } else {
       ++counters.errors;
       complete_read(it, errc::store_protocol, std::nullopt, verdict::answered);
