@@ -5,12 +5,10 @@
 #include <cstdio>
 
 namespace sluice::http {
-namespace {
 
 namespace bhttp = boost::beast::http;
 
-/// Appends `s` as the content of a JSON string (RFC 8259 §7).
-void append_escaped(std::string& out, std::string_view s) {
+void append_json_string(std::string& out, std::string_view s) {
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
@@ -41,21 +39,19 @@ void append_escaped(std::string& out, std::string_view s) {
   }
 }
 
-}  // namespace
-
 std::string problem_body(unsigned status, std::string_view title, std::string_view detail,
                          std::string_view type) {
   std::string out;
   out.reserve(64 + title.size() + detail.size() + type.size());
   out += "{\"type\":\"";
-  append_escaped(out, type.empty() ? std::string_view("about:blank") : type);
+  append_json_string(out, type.empty() ? std::string_view("about:blank") : type);
   out += "\",\"title\":\"";
-  append_escaped(out, title);
+  append_json_string(out, title);
   out += "\",\"status\":";
   out += std::to_string(status);
   if (!detail.empty()) {
     out += ",\"detail\":\"";
-    append_escaped(out, detail);
+    append_json_string(out, detail);
     out += '"';
   }
   out += '}';

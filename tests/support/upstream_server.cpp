@@ -3,6 +3,8 @@
 
 #include "support/upstream_server.hpp"
 
+#include "sluice/http/problem.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -21,7 +23,6 @@
 #include <boost/beast/http/write.hpp>
 
 #include <condition_variable>
-#include <cstdio>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -40,35 +41,7 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 std::string json_escape(std::string_view s) {
   std::string out;
-  out.reserve(s.size() + 8);
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out.push_back(ch);
-        }
-    }
-  }
+  http::append_json_string(out, s);
   return out;
 }
 

@@ -9,6 +9,10 @@
 
 namespace sluice::http {
 
+/// Appends `s` to `out` as the content of a JSON string, without the quotes (RFC 8259 §7:
+/// `"`, `\` and control characters escaped).
+void append_json_string(std::string& out, std::string_view s);
+
 /// An RFC 9457 problem body: `{"type":…,"title":…,"status":…,"detail":…}`; `type` is a URI,
 /// "about:blank" when empty; `detail` is left out when empty. Strings are JSON-escaped.
 std::string problem_body(unsigned status, std::string_view title, std::string_view detail,
