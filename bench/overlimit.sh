@@ -107,7 +107,7 @@ YAML
   req=$(awk '/^requests/ { print $2 }' "$DIR/wrk.txt")
   rps=$(awk '/^rps/ { print $2 }' "$DIR/wrk.txt")
   p99=$(awk '/^p99_ms/ { print $2 }' "$DIR/wrk.txt")
-  calls=$(redis-cli -p "$RP" info commandstats | awk -F'[:=,]' '/cmdstat_evalsha/ { print $3 }')
+  calls=$(redis-cli -p "$RP" info commandstats | awk -F'[:=,]' '/cmdstat_(evalsha|fcall):/ { c += $3 } END { print c + 0 }')
   cached=$(curl -s "http://127.0.0.1:$AD/metrics" | awk '/^sluice_store_cached_refusals_total/ { print $2 }')
   kill "$gw"
   wait "$gw" 2>/dev/null || true

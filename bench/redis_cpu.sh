@@ -6,10 +6,10 @@
 # (every check refused). Each case warms every key once (its buckets exist, as in steady
 # traffic), then CONFIG RESETSTAT, then CHECKS checks, then reads INFO commandstats:
 #
-#   usec/check   usec_per_call of EVALSHA (Redis's CPU for the whole script run, the commands
+#   usec/check   usec_per_call of FCALL (or EVALSHA; Redis's CPU for the whole script run, the commands
 #                it calls included)
 #   cmds/check   commands the script ran per check (every command in commandstats but the
-#                EVALSHA itself and the driver's and store's own: SCRIPT, PING, CONFIG, INFO)
+#                FCALL itself and the driver's and store's own: SCRIPT, PING, CONFIG, INFO)
 #   writes/check of those, the ones that write (SET, HSET, HDEL, DEL, PEXPIRE, RPUSH, LTRIM...)
 #
 #   bench/redis_cpu.sh [BUILD_DIR=build] [KEYS=10000] [CHECKS=200000]
@@ -58,14 +58,14 @@ import re, sys
 algo, limits, mode, checks, secs = sys.argv[1:6]
 writes = {"set", "hset", "hdel", "del", "unlink", "pexpire", "expire", "pexpireat", "rpush",
           "lpush", "ltrim", "lrem", "hincrby", "hmset", "hsetnx", "incr", "incrby", "psetex"}
-own = {"evalsha", "eval", "script", "ping", "config", "info", "auth", "flushall"}
+own = {"evalsha", "eval", "fcall", "function", "script", "ping", "config", "info", "auth", "flushall"}
 calls, usec, cmds, wr = 0, 0.0, 0, 0
 for line in sys.stdin:
     m = re.match(r"cmdstat_([a-z|]+):calls=(\d+),usec=(\d+)", line)
     if not m:
         continue
     name, n = m.group(1), int(m.group(2))
-    if name in ("evalsha", "eval"):
+    if name in ("evalsha", "eval", "fcall"):
         calls += n
         usec += int(m.group(3))
     elif name.split("|")[0] not in own:

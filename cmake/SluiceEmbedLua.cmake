@@ -1,7 +1,9 @@
 # sluice_embed_lua(OUTPUT file.cpp [SCRIPTS a.lua ...] [BUNDLE name PARTS p1.lua p2.lua ...])
 # Generates a C++ source defining sluice::lua::<stem>() -> std::string_view for each script,
-# and sluice::lua::<name>() for the bundle (its PARTS concatenated in order, one script), so
-# the scripts ship inside the binary and are loaded with SCRIPT LOAD at run time.
+# and for the bundle (its PARTS concatenated in order, defining a Lua function <name>):
+# sluice::lua::<name>() (a script calling it, for SCRIPT LOAD / EVALSHA), <name>_library() (a
+# function library registering it, for FUNCTION LOAD / FCALL) and <name>_function() (the name
+# it is registered under), so the scripts ship inside the binary (cmake/embed_lua.cmake).
 function(sluice_embed_lua)
   cmake_parse_arguments(ARG "" "OUTPUT;BUNDLE" "SCRIPTS;PARTS" ${ARGN})
   add_custom_command(

@@ -27,8 +27,19 @@ if(BUNDLE)
     file(READ ${part} part_body)
     string(APPEND body "${part_body}\n")
   endforeach()
-  sluice_embed_literal(fn ${BUNDLE} "${body}")
+  # The bundle's parts define a Lua function named BUNDLE. Three texts: the script (EVALSHA;
+  # the chunk runs on every call), the function library (FUNCTION LOAD; the chunk runs once)
+  # and the name of the library's function. Library and function are named after the SHA1 of
+  # the parts, so gateways of different versions sharing one Redis never call each other's.
+  string(SHA1 digest "${body}")
+  string(SUBSTRING "${digest}" 0 16 digest)
+  set(fname "sluice_${BUNDLE}_${digest}")
+  sluice_embed_literal(fn ${BUNDLE} "${body}return ${BUNDLE}(KEYS, ARGV)\n")
   string(APPEND out "${fn}")
+  sluice_embed_literal(fn ${BUNDLE}_library
+    "#!lua name=sluice_${digest}\n${body}redis.register_function('${fname}', ${BUNDLE})\n")
+  string(APPEND out "${fn}")
+  string(APPEND out "std::string_view ${BUNDLE}_function() noexcept { return \"${fname}\"; }\n")
 endif()
 string(APPEND out "}  // namespace sluice::lua\n")
 get_filename_component(dir ${OUTPUT} DIRECTORY)

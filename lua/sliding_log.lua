@@ -21,7 +21,7 @@ local function logs()
 
   local log_fns = {
     validate = function(w, lim, c, cost)
-      if w < 1 or lim < 1 or cost < 1 then return 'bad sliding log' end
+      if not (w >= 1 and lim >= 1 and cost >= 1) then return 'bad sliding log' end
       if lim > TWO_53 or w > TWO_53 then return 'log parameter above 2^53' end
       return nil
     end,

@@ -12,56 +12,57 @@
 -- now, now) give the same level at every later time. It writes when the read changed the
 -- state: a rescaled or clamped level, a stamp in the future (a clock stepped back), text.
 
--- Reads the bucket of `slot` at `now` into slot.level (units), slot.dirty; returns whether
--- `cost` tokens fit.
-local function tb_read(slot, refill, upt, cap, need, now)
-  local raw = get_state(slot, now)
+-- Reads the bucket at (key, field) at `now`; returns whether `need` units fit, then the level
+-- (units), whether a state is stored, and whether the read changed it (dirty: it must be
+-- written even by a refusal).
+local function tb_read(key, field, refill, upt, cap, need, now)
+  local raw, at, stored = get_state(key, field, now)
   local l, s, u
+  local dirty = false
   if raw then
-    if #raw == 24 then
-      l, s, u = unpack_state('<ddd', raw)
+    if #raw - at == 23 then
+      l, s, u = unpack_state('<ddd', raw, at)
     else  -- text, as written before the packed state
-      l, s, u = string.match(raw, '^(%-?%d+) (%-?%d+) ?(%d*)$')
+      l, s, u = string.match(ssub(raw, at), '^(%-?%d+) (%-?%d+) ?(%d*)$')
       l, s, u = tonumber(l), tonumber(s), tonumber(u)
-      slot.dirty = true
+      dirty = true
     end
   end
   local lvl = cap
   if l and s then
     if u and u > 0 and u ~= upt then
-      l = math.floor(l / u * upt)
-      slot.dirty = true
+      l = floor(l / u * upt)
+      dirty = true
     end
     if l > cap then
       l = cap
-      slot.dirty = true
+      dirty = true
     elseif l < 0 then
       l = 0
-      slot.dirty = true
+      dirty = true
     end
     local elapsed = now - s
     if elapsed < 0 then  -- a clock stepped back counts as no time
       elapsed = 0
-      slot.dirty = true
+      dirty = true
     end
     if elapsed < ceil_div(cap - l, refill) then lvl = l + elapsed * refill end
   end
-  slot.level = lvl
-  return lvl >= need
+  return lvl >= need, lvl, stored, dirty
 end
 
--- Debits `need` units when `debit`, writes (or, for an unchanged refusal, only makes sure of
--- the expiry); returns remaining, reset_ms, retry_after_ms, next_ms.
-local function tb_write(slot, refill, upt, cap, need, debit, now)
-  local level = slot.level
+-- Debits `need` units from `level` (what tb_read found) when `debit`, writes (or, for an
+-- unchanged refusal, only makes sure of the expiry); returns remaining, reset_ms,
+-- retry_after_ms, next_ms.
+local function tb_write(key, field, refill, upt, cap, need, debit, now, level, stored, dirty)
   local after = level
   if debit then after = level - need end
   local reset = 0
   if after < cap then reset = ceil_div(cap - after, refill) end
-  if debit or slot.dirty or reset == 0 then
-    put(slot, pack('<ddd', after, now, upt), reset, now)
+  if debit or dirty or reset == 0 then
+    put(key, field, stored, reset, now, '<ddd', '<dddd', after, now, upt)
   else
-    arm(slot, reset)
+    arm(key, field, reset)
   end
   local retry = 0
   if level < need then retry = ceil_div(need - level, refill) end

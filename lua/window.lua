@@ -16,7 +16,7 @@ local window_fns
 local function windows()
   if window_fns then return window_fns end
 local function window_validate(w, lim, unused, cost, sliding)
-  if w < 1 or lim < 1 or cost < 1 then return 'bad window' end
+  if not (w >= 1 and lim >= 1 and cost >= 1) then return 'bad window' end  -- (NaN too)
   if lim > TWO_53 or w > TWO_53 then return 'window parameter above 2^53' end
   if sliding and lim * w > TWO_53 then return 'window limit * window ms above 2^53' end
   return nil
@@ -68,20 +68,21 @@ local function window_wait(c, w, lim, now, need, sliding)
   return to_end + e
 end
 
--- The stored {index, current, previous} of `raw` (nils when absent or unreadable), and
--- whether it was text.
-local function window_parse(raw, sliding)
+-- The stored {index, current, previous} of the state at `at` in `raw` (nils when absent or
+-- unreadable), and whether it was text.
+local function window_parse(raw, at, sliding)
   if not raw then return nil end
-  if sliding and #raw == 24 then return unpack_state('<ddd', raw) end
-  if not sliding and #raw == 16 then
-    local si, sc = unpack_state('<dd', raw)
+  local len = #raw - at + 1
+  if sliding and len == 24 then return unpack_state('<ddd', raw, at) end
+  if not sliding and len == 16 then
+    local si, sc = unpack_state('<dd', raw, at)
     return si, sc, 0
   end
   local si, sc, sp
   if sliding then
-    si, sc, sp = string.match(raw, '^(%d+):(%d+):(%d+)$')
+    si, sc, sp = string.match(ssub(raw, at), '^(%d+):(%d+):(%d+)$')
   else
-    si, sc = string.match(raw, '^(%d+):(%d+)$')
+    si, sc = string.match(ssub(raw, at), '^(%d+):(%d+)$')
     sp = '0'
   end
   if si then return tonumber(si), tonumber(sc), tonumber(sp), true end
@@ -89,7 +90,9 @@ local function window_parse(raw, sliding)
 end
 
 local function window_read(slot, w, lim, cost, now, sliding)
-  local si, sc, sp, text = window_parse(get_state(slot, now), sliding)
+  local raw, at, stored = get_state(slot.key, slot.field, now)
+  slot.stored = stored
+  local si, sc, sp, text = window_parse(raw, at, sliding)
   local c, now_eff = window_counts(si, sc, sp, w, lim, now, sliding)
   slot.before = c
   slot.now = now_eff
@@ -119,15 +122,15 @@ local function window_write(slot, w, lim, cost, debit, sliding)
 
   -- The state matters exactly until Reset: then both counts read as 0.
   if debit or slot.dirty or reset <= 0 then
-    local value
     if sliding then
-      value = pack('<ddd', a.index, a.current, a.previous)
+      put(slot.key, slot.field, slot.stored, reset, slot.now_read, '<ddd', '<dddd', a.index,
+          a.current, a.previous)
     else
-      value = pack('<dd', a.index, a.current)
+      put(slot.key, slot.field, slot.stored, reset, slot.now_read, '<dd', '<ddd', a.index,
+          a.current)
     end
-    put(slot, value, reset, slot.now_read)
   else
-    arm(slot, reset)
+    arm(slot.key, slot.field, reset)
   end
   return remaining, reset, retry, nxt
 end

@@ -20,6 +20,9 @@ std::string_view error_kind_name(error_kind k) {
 }
 
 error_kind classify_error_reply(std::string_view text) {
+  // FCALL of a function that is not loaded (FUNCTION FLUSH, a server restarted without its
+  // data) is EVALSHA's NOSCRIPT under another name.
+  if (text.starts_with("ERR Function not found")) return error_kind::noscript;
   const std::string_view word = text.substr(0, text.find(' '));
   for (std::size_t i = 0; i + 1 < names.size(); ++i) {
     if (word == names[i]) return static_cast<error_kind>(i);

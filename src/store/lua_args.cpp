@@ -4,6 +4,12 @@
 
 #include "sluice/limiter/keys.hpp"
 
+#include <boost/container/small_vector.hpp>
+
+#include <bit>
+#include <cstring>
+#include <limits>
+
 namespace sluice::lua {
 
 int algorithm_id(config::algorithm a) noexcept {
@@ -22,42 +28,49 @@ int algorithm_id(config::algorithm a) noexcept {
   return -1;
 }
 
-void append_check_command(const limiter::check_request& req, const key_layout& layout,
-                          std::vector<std::string>& out) {
+std::string pack_limit(int id, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t cost,
+                       bool shadow) {
+  static_assert(
+      std::numeric_limits<double>::is_iec559 && std::endian::native == std::endian::little,
+      "struct.unpack('<d') reads little-endian IEEE 754 doubles");
+  const double v[6] = {static_cast<double>(id), static_cast<double>(a),    static_cast<double>(b),
+                       static_cast<double>(c),  static_cast<double>(cost), shadow ? 1.0 : 0.0};
+  std::string out(sizeof v, '\0');
+  std::memcpy(out.data(), v, sizeof v);
+  return out;
+}
+
+std::size_t append_check_command(const limiter::check_request& req, const key_layout& layout,
+                                 std::vector<std::string>& out) {
   const std::size_t n = req.limits.size();
-  out.reserve(out.size() + 3 + 8 * n);
+  out.reserve(out.size() + 3 + 3 * n);
   out.push_back(std::to_string(n));
-  std::vector<std::string> fields;
-  fields.reserve(n);
-  for (const auto& l : req.limits) {
+  boost::container::small_vector<std::string, 4> fields(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& l = req.limits[i];
     if (layout.packed && l.algorithm != config::algorithm::sliding_log) {
       auto at = limiter::packed_address(l.key, layout.hash_groups);
       out.push_back(std::move(at.key));
-      fields.push_back(std::move(at.field));
+      fields[i] = std::move(at.field);
     } else {
       out.push_back(l.key);
-      fields.emplace_back();
     }
   }
   out.push_back(std::to_string(req.now_ms_override));
-  out.push_back(std::to_string(n));
+  const std::size_t stale_at = out.size();
   out.push_back(std::to_string(req.stale_after_ms));
   for (std::size_t i = 0; i < n; ++i) {
     const auto& l = req.limits[i];
-    out.push_back(std::to_string(algorithm_id(l.algorithm)));
     if (l.algorithm == config::algorithm::token_bucket) {
-      out.push_back(std::to_string(l.bucket.refill_per_ms));
-      out.push_back(std::to_string(l.bucket.units_per_token));
-      out.push_back(std::to_string(l.bucket.burst));
+      out.push_back(pack_limit(algorithm_id(l.algorithm), l.bucket.refill_per_ms,
+                               l.bucket.units_per_token, l.bucket.burst, l.cost, l.shadow));
     } else {
-      out.push_back(std::to_string(l.bucket.window_ms));
-      out.push_back(std::to_string(l.bucket.window_limit));
-      out.emplace_back("0");
+      out.push_back(pack_limit(algorithm_id(l.algorithm), l.bucket.window_ms, l.bucket.window_limit,
+                               0, l.cost, l.shadow));
     }
-    out.push_back(std::to_string(l.cost));
-    out.emplace_back(l.shadow ? "1" : "0");
     out.push_back(std::move(fields[i]));
   }
+  return stale_at;
 }
 
 }  // namespace sluice::lua

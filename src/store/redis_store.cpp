@@ -1,17 +1,19 @@
 // The Redis counter store: hiredis 0.14 async on the worker's executor (STYLE.md, "hiredis 0.14
 // inside Asio"; REFERENCES.md, Redis and hiredis).
 //
-// One connection, pipelined: every check is one EVALSHA of the check script (lua/). A check is
+// One connection, pipelined: every check is one FCALL of the check function (lua/, loaded with
+// FUNCTION LOAD), or one EVALSHA of the same code as a script where Redis has no functions
+// (before 7.0) or the ACL forbids FUNCTION LOAD. A check is
 // identified by a command id carried in hiredis' privdata (never a pointer to a coroutine frame
 // or handler that may be gone) and has a deadline: one entry in a queue under one timer (every
 // check has the same timeout, so the queue is in deadline order, and replies come in send order,
 // so the checks already answered are at its front). Whichever comes first — the reply,
 // the deadline, or the connection's end (a NULL reply) — completes the check and erases its id;
 // anything arriving for an erased id is a late reply, dropped and counted. A check is re-sent
-// only after an explicit NOSCRIPT reply (the script did not run), once, behind a SCRIPT LOAD on
-// the same connection; never after a timeout or a disconnect, since the script may have run
-// (c10). While not connected a check fails at once with store_unavailable (c11: an outage must
-// not cost a wait); the connection comes back by itself with jittered exponential backoff.
+// only after an explicit NOSCRIPT reply or "Function not found" (the check did not run), once,
+// behind a new load on the same connection; never after a timeout or a disconnect, since it may
+// have run (c10). While not connected a check fails at once with store_unavailable (c11: an outage
+// must not cost a wait); the connection comes back by itself with jittered exponential backoff.
 //
 // The breaker (c11, DESIGN.md "Failure"): a stalled store would otherwise cost every request its
 // full deadline. Consecutive failures open it; while open, checks fail at once; after the
@@ -164,7 +166,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     std::int64_t sent_ms = 0;    // this host's steady clock (ms) when it was first sent
     bool learns_clock = false;   // decided on Redis's own clock (no test override)
     bool stale_retried = false;  // re-sent once after a STALE answer (the clocks moved)
-    std::size_t stale_arg = 0;   // index in argv of the stale bound (ARGV[3])
+    std::size_t stale_arg = 0;   // index in argv of the stale bound (ARGV[2])
   };
 
   struct pending_read {
@@ -191,7 +193,13 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   conn_state state = conn_state::idle;
   redisAsyncContext* ac = nullptr;
   std::shared_ptr<detail::hiredis_asio> io;
-  std::string sha;
+  // How checks are sent on this connection: FCALL of the check function, or EVALSHA of the
+  // script (SHA1 from SCRIPT LOAD) when FUNCTION LOAD was refused. Each connection tries
+  // functions first (a Redis upgraded in place gets them at the next connection).
+  bool use_functions = true;
+  bool functions_refusal_logged = false;
+  std::string call_command = "FCALL";
+  std::string call_target;  // the function's name or the script's SHA1
   asio::steady_timer connect_timer;
   asio::steady_timer backoff_timer;
   // Idle probe: a frozen server (SIGSTOP, a stalled network) keeps its TCP connection, so with
@@ -325,12 +333,13 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       return;
     }
     ac = c;
+    use_functions = true;
     const std::uint64_t gen = ++generation;
     state = conn_state::connecting;
     redisAsyncSetConnectCallback(c, &impl::on_connect);
     redisAsyncSetDisconnectCallback(c, &impl::on_disconnect);
-    // Pipelined behind the connect: AUTH (if any), then SCRIPT LOAD; the connection is ready
-    // once the script is loaded.
+    // Pipelined behind the connect: AUTH (if any), then FUNCTION LOAD (SCRIPT LOAD if that is
+    // refused); the connection is ready once the check is loaded.
     if (!settings.password.empty()) {
       const char* argv[] = {"AUTH", settings.password.c_str()};
       const std::size_t lens[] = {4, settings.password.size()};
@@ -358,14 +367,24 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     });
   }
 
+  // Queues the load of the check: FUNCTION LOAD REPLACE of the library, or SCRIPT LOAD of the
+  // script once functions were refused on this connection.
   void send_script_load(std::uintptr_t tag) {
-    const auto script = lua::check();
-    const char* argv[] = {"SCRIPT", "LOAD", script.data()};
-    const std::size_t lens[] = {6, 4, script.size()};
-    if (redisAsyncCommandArgv(ac, &impl::on_setup_reply, reinterpret_cast<void*>(tag), 3, argv,
-                              lens) == REDIS_OK) {
-      ++loads_sent;
+    int rc = REDIS_ERR;
+    if (use_functions) {
+      const auto library = lua::check_library();
+      const char* argv[] = {"FUNCTION", "LOAD", "REPLACE", library.data()};
+      const std::size_t lens[] = {8, 4, 7, library.size()};
+      rc = redisAsyncCommandArgv(ac, &impl::on_setup_reply, reinterpret_cast<void*>(tag), 4, argv,
+                                 lens);
+    } else {
+      const auto script = lua::check();
+      const char* argv[] = {"SCRIPT", "LOAD", script.data()};
+      const std::size_t lens[] = {6, 4, script.size()};
+      rc = redisAsyncCommandArgv(ac, &impl::on_setup_reply, reinterpret_cast<void*>(tag), 3, argv,
+                                 lens);
     }
+    if (rc == REDIS_OK) ++loads_sent;
   }
 
   // Frees the context deliberately (connect timeout, setup failure, stop). hiredis answers
@@ -401,8 +420,10 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     });
   }
 
-  void ready(std::string script_sha) {
-    sha = std::move(script_sha);
+  // `target`: the check function's name or the script's SHA1 ("" for the plan directory).
+  void ready(std::string target) {
+    call_command = use_functions ? "FCALL" : "EVALSHA";
+    call_target = std::move(target);
     state = conn_state::ready;
     connect_timer.cancel();
     heard();
@@ -416,8 +437,9 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
                     settings.host, settings.port);
     } else {
       // (A connection that only reads — the plan directory's — has no script.)
-      const std::string what = settings.load_script ? "connected, script " + sha
-                                                    : std::string("connected (plan directory)");
+      const std::string what = !settings.load_script ? std::string("connected (plan directory)")
+                               : use_functions       ? "connected, function " + call_target
+                                                     : "connected, script " + call_target;
       if (!last_failure.empty()) {
         spdlog::info("redis {}:{}: {} (after: {})", settings.host, settings.port, what,
                      last_failure);
@@ -527,15 +549,28 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         // A failed reload needs nothing: the retried EVALSHA answers NOSCRIPT again and that
         // check fails. A failed set-up is a failed connection attempt (the password is never
         // logged: only the server's error text is).
+        const auto kind = classify_error_reply(reply_text(reply));
         if (tag == tag_reload) {
-          spdlog::warn("redis {}:{}: SCRIPT LOAD failed: {}", self->settings.host,
-                       self->settings.port, reply_text(reply));
+          spdlog::warn("redis {}:{}: {} failed: {}", self->settings.host, self->settings.port,
+                       self->use_functions ? "FUNCTION LOAD" : "SCRIPT LOAD", reply_text(reply));
+        } else if (tag == tag_initial_load && self->settings.load_script && self->use_functions &&
+                   (kind == error_kind::other || kind == error_kind::noperm ||
+                    kind == error_kind::oom)) {
+          // No functions here (Redis before 7.0: unknown command; an ACL without FUNCTION;
+          // maxmemory reached): the same check as a script, with EVALSHA.
+          if (!self->functions_refusal_logged) {
+            self->functions_refusal_logged = true;
+            spdlog::info("redis {}:{}: FUNCTION LOAD refused ({}); checks use EVALSHA",
+                         self->settings.host, self->settings.port, reply_text(reply));
+          }
+          self->use_functions = false;
+          self->send_script_load(tag_initial_load);
         } else {
-          const auto kind = classify_error_reply(reply_text(reply));
           ++self->counters.error_replies[static_cast<std::size_t>(kind)];
-          self->connect_failed(std::string(tag == tag_auth              ? "AUTH"
-                                           : self->settings.load_script ? "SCRIPT LOAD"
-                                                                        : "PING") +
+          self->connect_failed(std::string(tag == tag_auth               ? "AUTH"
+                                           : !self->settings.load_script ? "PING"
+                                           : self->use_functions         ? "FUNCTION LOAD"
+                                                                         : "SCRIPT LOAD") +
                                " failed: " + std::string(reply_text(reply)));
           self->drop_connection();
           self->schedule_reconnect();
@@ -545,13 +580,16 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       const bool script = self->settings.load_script;
       if (tag != tag_auth && script) ++self->counters.script_loads;  // (start-up or NOSCRIPT)
       if (tag == tag_initial_load) {
-        // The script's SHA1, or PONG on a connection that only reads.
+        // The library's name (FUNCTION LOAD), the script's SHA1 (SCRIPT LOAD), or PONG on a
+        // connection that only reads.
         if (reply->type != (script ? REDIS_REPLY_STRING : REDIS_REPLY_STATUS)) {
           self->drop_connection();
           self->schedule_reconnect();
           return;
         }
-        self->ready(script ? std::string(reply_text(reply)) : std::string());
+        self->ready(!script               ? std::string()
+                    : self->use_functions ? std::string(lua::check_function())
+                                          : std::string(reply_text(reply)));
       }
     } catch (...) {
       // No exception crosses a hiredis callback.
@@ -657,11 +695,11 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     p.sent_ms = steady_ms();
     p.learns_clock = req.now_ms_override < 0;  // (a test's simulated time says nothing of it)
     if (clock_offset_ms && p.learns_clock) req.stale_after_ms = stale_bound(p.sent_ms);
-    p.stale_arg = 5 + n;  // EVALSHA sha numkeys KEYS[1..n] ARGV[1] ARGV[2] ARGV[3]
-    p.argv.reserve(5 + 8 * n);
-    p.argv.emplace_back("EVALSHA");
-    p.argv.push_back(sha);
-    lua::append_check_command(req, settings.layout, p.argv);  // KEYS and ARGV (lua_scripts.hpp)
+    p.argv.reserve(5 + 3 * n);
+    p.argv.push_back(call_command);
+    p.argv.push_back(call_target);
+    // KEYS and ARGV (lua_scripts.hpp)
+    p.stale_arg = lua::append_check_command(req, settings.layout, p.argv);
     for (const auto& l : req.limits) p.bursts.push_back(l.bucket.quota(l.algorithm));
     p.handler = std::move(handler);
     p.probe = probe;
@@ -807,9 +845,10 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         complete(it, errc::store_error, {}, verdict::answered);
         return;
       }
-      if (text.starts_with("NOSCRIPT") && !it->second.retried && ac != nullptr) {
-        // The script did not run: load it (unless a load was already sent after this check,
-        // which the pipeline orders before the retry) and re-send once.
+      if (kind == error_kind::noscript && !it->second.retried && ac != nullptr) {
+        // The check did not run (NOSCRIPT, or "Function not found" after FUNCTION FLUSH): load
+        // it (unless a load was already sent after this check, which the pipeline orders before
+        // the retry) and re-send once.
         it->second.retried = true;
         if (it->second.loads_at_send == loads_sent) send_script_load(tag_reload);
         if (send(id, it->second)) return;

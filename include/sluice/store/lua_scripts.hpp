@@ -12,17 +12,20 @@
 
 namespace sluice::lua {
 
-/// The check script: `lua/common.lua`, the algorithm parts (`token_bucket.lua`, `window.lua`,
-/// `fixed_window.lua`, `sliding_window.lua`, `sliding_log.lua`) and the driver `check.lua`,
-/// concatenated. Decides a batch of limits of any mix of algorithms atomically.
+/// The check, as a script: `lua/common.lua`, the algorithm parts (`token_bucket.lua`,
+/// `window.lua`, `fixed_window.lua`, `sliding_window.lua`, `sliding_log.lua`) and the driver
+/// `check.lua`, concatenated, then `return check(KEYS, ARGV)`. For SCRIPT LOAD / EVALSHA (and
+/// EVAL in tests) where Redis functions are not available. Decides a batch of limits of any
+/// mix of algorithms atomically.
 ///
 /// KEYS[i]: the key of limit i's bucket, or the hash holding it. ARGV[1]: store time override
-/// in ms (-1: use Redis TIME). ARGV[2]: n. ARGV[3]: stale after, Redis TIME in ms even under
-/// an override (-1: no bound): a check run later than that writes nothing and answers the
-/// error `STALE sluice check: now <Redis TIME ms>`. Then 7 arguments per limit i: algorithm id
-/// (algorithm_id()), a, b, c, cost, shadow (0|1), field, where (a, b, c) = (refill_per_ms,
+/// in ms (-1: use Redis TIME). ARGV[2]: stale after, Redis TIME in ms even under an override
+/// (-1: no bound): a check run later than that writes nothing and answers the error
+/// `STALE sluice check: now <Redis TIME ms>`. Then 2 arguments per limit i: its parameters
+/// (pack_limit(): algorithm id, a, b, c, cost, shadow as 6 little-endian doubles) and its field
+/// in hash KEYS[i] ("" = KEYS[i] is the bucket), where (a, b, c) = (refill_per_ms,
 /// units_per_token, burst) for the token bucket and (window_ms, window limit, 0) for the window
-/// algorithms, and field is the bucket's field in hash KEYS[i] ("" = KEYS[i] is the bucket).
+/// algorithms.
 /// Reply: an array of integers {allowed, now_ms, then per limit: admits, remaining, reset_ms,
 /// retry_after_ms, next_ms}. Bad arguments are an error reply before anything is written.
 /// State per bucket, packed as little-endian doubles (struct.pack('<d...'), exact integers up
@@ -40,6 +43,22 @@ namespace sluice::lua {
 /// checks that create a field in an existing hash deletes the expired ones among 8 sampled fields.
 std::string_view check() noexcept;
 
+/// The same check as a Redis function library (Redis 7.0+, FUNCTION LOAD): the chunk runs
+/// once, when loaded, instead of on every call, which makes a check about a third cheaper for
+/// Redis (lua/common.lua, "Cost"). It registers one function, check_function(), called with
+/// FCALL and the same keys and arguments as check(). The library's name (`sluice_<hash>`) and
+/// the function's carry a hash of the parts, so gateways of different versions sharing one
+/// Redis each find their own.
+std::string_view check_library() noexcept;
+
+/// The name check_library() registers its function under: `sluice_check_<hash>`.
+std::string_view check_function() noexcept;
+
+/// The 48-byte parameter argument of one limit (check()): struct.pack('<dddddd', id, a, b, c,
+/// cost, shadow ? 1 : 0). Every value must be an integer of at most 2^53 to arrive exact.
+std::string pack_limit(int id, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t cost,
+                       bool shadow);
+
 /// The script's algorithm id of `a`: token_bucket 0, fixed_window 1, sliding_window 2,
 /// sliding_log 3 (gcra is not offered: -1).
 int algorithm_id(config::algorithm a) noexcept;
@@ -55,10 +74,11 @@ struct key_layout {
   std::uint32_t hash_groups = 65536;
 };
 
-/// Appends everything after the script's name or SHA for `req` under `layout`: numkeys, the
-/// KEYS (one per limit) and the ARGV documented at check(). Sliding-log buckets are never
-/// packed (a log is a list of its own).
-void append_check_command(const limiter::check_request& req, const key_layout& layout,
-                          std::vector<std::string>& out);
+/// Appends everything after the script's SHA or the function's name for `req` under
+/// `layout`: numkeys, the KEYS (one per limit) and the ARGV documented at check(). Sliding-log
+/// buckets are never packed (a log is a list of its own). Returns the index in `out` of the
+/// stale-after argument (ARGV[2]), which a re-sent check rewrites.
+std::size_t append_check_command(const limiter::check_request& req, const key_layout& layout,
+                                 std::vector<std::string>& out);
 
 }  // namespace sluice::lua

@@ -1,5 +1,6 @@
 // sluice-test-support: redis_server
 #include "sluice/store/redis_store.hpp"
+#include "sluice/store/lua_scripts.hpp"
 
 #include "sluice/errc.hpp"
 #include "sluice/limiter/keys.hpp"
@@ -206,59 +207,96 @@ TEST(redis_store, concurrent_checks_admit_exactly_the_burst) {
 
 // c10 part 1: after SCRIPT FLUSH the next check meets NOSCRIPT, reloads once and is decided
 // from the store's state.
-TEST(redis_store, script_flush_reloads_and_decides) {
-  test::redis_server server;
-  asio::io_context ioc;
-  store::redis_store s(ioc.get_executor(), settings_for(server));
-  s.start();
-  ASSERT_TRUE(wait_connected(ioc, s));
-  const std::int64_t t0 = 1'700'000'000'000;
-  auto first = check_once(ioc, s, request("{c10}:a", 3, 60'000, 3, t0));
-  ASSERT_TRUE(first.result && first.result->has_value());
-  EXPECT_EQ((*first.result)->limits[0].remaining, 2);
-  const auto loads = s.stats().script_loads;
+// The two ways a check runs: FCALL of the function library, and EVALSHA of the script on a
+// server without functions (FUNCTION renamed away, as on Redis before 7.0). Each loses its
+// code to its own flush.
+struct load_mode {
+  std::string name;
+  std::vector<std::string> server_args;
+  std::vector<std::string> flush;
+};
+const std::vector<load_mode> load_modes = {
+    {"functions", {}, {"FUNCTION", "FLUSH"}},
+    {"scripts", {"--rename-command", "FUNCTION", ""}, {"SCRIPT", "FLUSH"}},
+};
 
-  ASSERT_EQ(server.command({"SCRIPT", "FLUSH"}).str, "OK");
-  auto second = check_once(ioc, s, request("{c10}:a", 3, 60'000, 3, t0 + 1'000));
-  ASSERT_TRUE(second.result && second.result->has_value()) << second.result->error().message();
-  EXPECT_TRUE((*second.result)->allowed);
-  EXPECT_EQ((*second.result)->limits[0].remaining, 1);  // 2.05 → 1.05
-  EXPECT_EQ(s.stats().script_loads, loads + 1);
-  auto third = check_once(ioc, s, request("{c10}:a", 3, 60'000, 3, t0 + 1'100));
-  EXPECT_EQ((*third.result)->limits[0].remaining, 0);
-  auto fourth = check_once(ioc, s, request("{c10}:a", 3, 60'000, 3, t0 + 1'200));
-  EXPECT_FALSE((*fourth.result)->allowed);
-  EXPECT_EQ((*fourth.result)->limits[0].retry_after_ms, 18'800);  // Retry-After 19
-  EXPECT_EQ(s.stats().script_loads, loads + 1);
+// c10 part 1: the loaded check is lost (FUNCTION FLUSH; SCRIPT FLUSH without functions): the
+// next check answers "Function not found" / NOSCRIPT, is re-sent once after a load, and decides.
+TEST(redis_store, script_flush_reloads_and_decides) {
+  for (const auto& mode : load_modes) {
+    SCOPED_TRACE(mode.name);
+    test::redis_server server(mode.server_args);
+    asio::io_context ioc;
+    store::redis_store s(ioc.get_executor(), settings_for(server));
+    s.start();
+    ASSERT_TRUE(wait_connected(ioc, s));
+    const std::int64_t t0 = 1'700'000'000'000;
+    auto first = check_once(ioc, s, request("{c10}:a", 3, 60'000, 3, t0));
+    ASSERT_TRUE(first.result && first.result->has_value());
+    EXPECT_EQ((*first.result)->limits[0].remaining, 2);
+    const auto loads = s.stats().script_loads;
+    if (mode.name == "functions") {
+      // Loaded as a library named after the code's hash, its one function the store calls.
+      std::vector<std::string> names;  // every string in the nested FUNCTION LIST reply
+      auto collect = [&names](const test::redis_reply& r, auto& self) -> void {
+        if (r.type == test::redis_reply::kind::string) names.push_back(r.str);
+        for (const auto& e : r.elements) self(e, self);
+      };
+      collect(server.command({"FUNCTION", "LIST"}), collect);
+      EXPECT_NE(std::find(names.begin(), names.end(), std::string(lua::check_function())),
+                names.end());
+      EXPECT_EQ(server.command({"SCRIPT", "FLUSH"}).str, "OK");  // nothing to lose there
+      auto unaffected = check_once(ioc, s, request("{c10}:b", 3, 60'000, 3, t0));
+      ASSERT_TRUE(unaffected.result && unaffected.result->has_value());
+      EXPECT_EQ(s.stats().script_loads, loads);
+    }
+
+    ASSERT_EQ(server.command(mode.flush).str, "OK");
+    auto second = check_once(ioc, s, request("{c10}:a", 3, 60'000, 3, t0 + 1'000));
+    ASSERT_TRUE(second.result && second.result->has_value()) << second.result->error().message();
+    EXPECT_TRUE((*second.result)->allowed);
+    EXPECT_EQ((*second.result)->limits[0].remaining, 1);  // 2.05 → 1.05
+    EXPECT_EQ(s.stats().script_loads, loads + 1);
+    EXPECT_EQ(s.stats().error_replies[static_cast<std::size_t>(store::error_kind::noscript)], 1u);
+    auto third = check_once(ioc, s, request("{c10}:a", 3, 60'000, 3, t0 + 1'100));
+    EXPECT_EQ((*third.result)->limits[0].remaining, 0);
+    auto fourth = check_once(ioc, s, request("{c10}:a", 3, 60'000, 3, t0 + 1'200));
+    EXPECT_FALSE((*fourth.result)->allowed);
+    EXPECT_EQ((*fourth.result)->limits[0].retry_after_ms, 18'800);  // Retry-After 19
+    EXPECT_EQ(s.stats().script_loads, loads + 1);
+  }
 }
 
 // Many checks in flight meet NOSCRIPT together: one reload is enough for all of them.
 TEST(redis_store, script_flush_with_many_in_flight) {
-  test::redis_server server;
-  asio::io_context ioc;
-  store::redis_store s(ioc.get_executor(), settings_for(server, 2000ms));
-  s.start();
-  ASSERT_TRUE(wait_connected(ioc, s));
-  ASSERT_EQ(server.command({"SCRIPT", "FLUSH"}).str, "OK");
-  std::vector<std::optional<result_type>> results(20);
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    asio::co_spawn(ioc, s.check(request("{flush}:k" + std::to_string(i), 1, 1000, 1)),
-                   [&results, i](std::exception_ptr, result_type r) { results[i].emplace(r); });
+  for (const auto& mode : load_modes) {
+    SCOPED_TRACE(mode.name);
+    test::redis_server server(mode.server_args);
+    asio::io_context ioc;
+    store::redis_store s(ioc.get_executor(), settings_for(server, 2000ms));
+    s.start();
+    ASSERT_TRUE(wait_connected(ioc, s));
+    ASSERT_EQ(server.command(mode.flush).str, "OK");
+    std::vector<std::optional<result_type>> results(20);
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      asio::co_spawn(ioc, s.check(request("{flush}:k" + std::to_string(i), 1, 1000, 1)),
+                     [&results, i](std::exception_ptr, result_type r) { results[i].emplace(r); });
+    }
+    ASSERT_TRUE(run_until(
+        ioc,
+        [&] {
+          for (auto& r : results) {
+            if (!r) return false;
+          }
+          return true;
+        },
+        5000ms));
+    for (auto& r : results) {
+      ASSERT_TRUE(r->has_value()) << r->error().message();
+      EXPECT_TRUE((**r).allowed);
+    }
+    EXPECT_EQ(s.stats().script_loads, 2u);
   }
-  ASSERT_TRUE(run_until(
-      ioc,
-      [&] {
-        for (auto& r : results) {
-          if (!r) return false;
-        }
-        return true;
-      },
-      5000ms));
-  for (auto& r : results) {
-    ASSERT_TRUE(r->has_value()) << r->error().message();
-    EXPECT_TRUE((**r).allowed);
-  }
-  EXPECT_EQ(s.stats().script_loads, 2u);
 }
 
 // c11: a killed server makes checks fail at once (no wait for a deadline), and the store comes

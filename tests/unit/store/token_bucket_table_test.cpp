@@ -9,6 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <limits>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -759,14 +762,25 @@ TEST_F(token_bucket_table, group_key_of_another_type_is_replaced) {
 }
 
 TEST_F(token_bucket_table, script_rejects_bad_arguments) {
-  auto r = server_->command({"EVAL", std::string(lua::check()), "1", "k", "-1", "2"});
+  const std::string script(lua::check());
+  // A missing field argument, and parameters that are not 48 bytes, are refused.
+  auto r = server_->command(
+      {"EVAL", script, "1", "k", "-1", "-1", lua::pack_limit(0, 1, 1, 1, 1, false)});
   EXPECT_EQ(r.type, redis_reply::kind::error);
-  // A zero refill, and a capacity above 2^53 (2 * 2^52 + 2^52 units), are refused unwritten.
-  auto zero = server_->command({"EVAL", std::string(lua::check()), "1", "{bad}:k", "-1", "1", "-1",
-                                "0", "0", "1", "1", "1", "0", ""});
+  auto shortp = server_->command({"EVAL", script, "1", "{bad}:k", "-1", "-1", "0 1 1 1 1 0", ""});
+  EXPECT_EQ(shortp.type, redis_reply::kind::error);
+  // A zero refill, a NaN, and a capacity above 2^53 (2 * 2^52 + 2^52 units), are refused
+  // unwritten.
+  auto zero = server_->command(
+      {"EVAL", script, "1", "{bad}:k", "-1", "-1", lua::pack_limit(0, 0, 1, 1, 1, false), ""});
   EXPECT_EQ(zero.type, redis_reply::kind::error);
-  auto huge = server_->command({"EVAL", std::string(lua::check()), "1", "{bad}:k", "-1", "1", "-1",
-                                "0", "1", "4503599627370496", "3", "1", "0", ""});
+  std::string nan = lua::pack_limit(0, 1, 1, 1, 1, false);
+  const double q = std::numeric_limits<double>::quiet_NaN();
+  std::memcpy(nan.data() + 8, &q, sizeof q);
+  auto not_a_number = server_->command({"EVAL", script, "1", "{bad}:k", "-1", "-1", nan, ""});
+  EXPECT_EQ(not_a_number.type, redis_reply::kind::error);
+  auto huge = server_->command({"EVAL", script, "1", "{bad}:k", "-1", "-1",
+                                lua::pack_limit(0, 1, 4503599627370496, 3, 1, false), ""});
   EXPECT_EQ(huge.type, redis_reply::kind::error) << huge.str;
   EXPECT_EQ(server_->command({"EXISTS", "{bad}:k"}).integer, 0);
 }
@@ -800,13 +814,14 @@ TEST_F(token_bucket_table, script_refuses_a_stale_check_unwritten) {
 
 TEST_F(token_bucket_table, script_uses_redis_time_without_override) {
   check_request req = make_request(find_case("c02"), "time", 1);
-  std::vector<std::string> argv = {"EVAL", std::string(lua::check()),
-                                   "1",    req.limits[0].key,
-                                   "-1",   "1",
-                                   "-1",   "0",
-                                   "1",    "10000",
-                                   "2",    "1",
-                                   "0",    ""};
+  std::vector<std::string> argv = {"EVAL",
+                                   std::string(lua::check()),
+                                   "1",
+                                   req.limits[0].key,
+                                   "-1",
+                                   "-1",
+                                   lua::pack_limit(0, 1, 10000, 2, 1, false),
+                                   ""};
   auto r = server_->command(argv);
   ASSERT_EQ(r.type, redis_reply::kind::array);
   const auto host_ms = std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -409,15 +409,12 @@ TEST_F(window_table, key_of_another_type_is_replaced) {
 TEST_F(window_table, script_rejects_bad_window_arguments) {
   const std::string s(lua::check());
   // Window 0 ms, limit 0, unknown algorithm, N·P above 2^53 for the sliding counter.
-  for (std::vector<std::string> args :
-       {std::vector<std::string>{"1", "0", "5", "0", "1", "0", ""},
-        std::vector<std::string>{"1", "1000", "0", "0", "1", "0", ""},
-        std::vector<std::string>{"9", "1000", "5", "0", "1", "0", ""},
-        std::vector<std::string>{"2", "86400000", "200000000", "0", "1", "0", ""}}) {
-    std::vector<std::string> argv = {"EVAL", s, "1", "{bad}:w", "-1", "1", "-1"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto r = server_->command(argv);
-    EXPECT_EQ(r.type, redis_reply::kind::error) << args[0] << " " << args[1];
+  for (const std::string& params :
+       {lua::pack_limit(1, 0, 5, 0, 1, false), lua::pack_limit(1, 1000, 0, 0, 1, false),
+        lua::pack_limit(9, 1000, 5, 0, 1, false),
+        lua::pack_limit(2, 86400000, 200000000, 0, 1, false)}) {
+    auto r = server_->command({"EVAL", s, "1", "{bad}:w", "-1", "-1", params, ""});
+    EXPECT_EQ(r.type, redis_reply::kind::error);
   }
   EXPECT_EQ(server_->command({"EXISTS", "{bad}:w"}).integer, 0);
 }
