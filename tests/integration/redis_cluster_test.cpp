@@ -187,6 +187,19 @@ TEST(redis_cluster, key_slots_and_the_slot_map_agree_with_the_cluster) {
       auto one = run(port0, {"EVAL", "return 1", "1", pair[batch.keys.at(0)]});
       EXPECT_EQ(one->type, REDIS_REPLY_INTEGER) << text(*one);
     }
+
+    // move_slot() carries a slot's keys to another master.
+    const auto& moved_key = keys.front();
+    const auto slot = key_hash_slot(moved_key);
+    const auto from = cluster.master_of_slot(slot);
+    ASSERT_TRUE(from);
+    const auto to = cluster.masters()[(*from == cluster.masters()[0]) ? 1 : 0];
+    cluster.move_slot(slot, to);
+    EXPECT_EQ(cluster.master_of_slot(slot), to);
+    EXPECT_EQ(map_from(cluster.port(to)).master_of(slot)->address.port, cluster.port(to));
+    auto value = run(cluster.port(to), {"GET", moved_key});
+    ASSERT_EQ(value->type, REDIS_REPLY_STRING) << text(*value);
+    EXPECT_EQ(text(*value), "v");
     stopped_ports = cluster.ports();
   }
   // The fixture stopped every node.
