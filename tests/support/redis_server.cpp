@@ -22,9 +22,13 @@
 namespace sluice::test {
 namespace {
 
-// A port the kernel just handed out for 127.0.0.1. Another process could take it before
-// redis-server binds it; the ephemeral range makes that unlikely enough for tests.
-std::uint16_t free_port() {
+redis_reply copy(const redisReply* r);
+
+}  // namespace
+
+// Another process could take the port before redis-server binds it; the ephemeral range makes
+// that unlikely enough for tests.
+std::uint16_t free_loopback_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw std::runtime_error("redis_server: socket() failed");
   sockaddr_in addr{};
@@ -40,6 +44,8 @@ std::uint16_t free_port() {
   ::close(fd);
   return ntohs(addr.sin_port);
 }
+
+namespace {
 
 redis_reply copy(const redisReply* r) {
   redis_reply out;
@@ -85,7 +91,7 @@ redis_server::redis_server(std::vector<std::string> extra_args, std::vector<std:
   dir_ = tmpl;
   // A port can be taken between free_port() and redis' bind: try a few.
   for (int attempt = 0; attempt < 5; ++attempt) {
-    port_ = free_port();
+    port_ = free_loopback_port();
     spawn();
     if (wait_ready(5000)) return;
     kill();
@@ -154,9 +160,14 @@ bool redis_server::wait_ready(int timeout_ms) const {
 }
 
 redis_reply redis_server::command(const std::vector<std::string>& argv) const {
+  return redis_command(port_, argv, password_);
+}
+
+redis_reply redis_command(std::uint16_t port, const std::vector<std::string>& argv,
+                          const std::string& password) {
   redis_reply out;
   timeval tv{1, 0};
-  redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, tv);
+  redisContext* c = redisConnectWithTimeout("127.0.0.1", port, tv);
   if (c == nullptr || c->err) {
     out.type = redis_reply::kind::io_error;
     out.str = c ? c->errstr : "cannot allocate redis context";
@@ -164,8 +175,8 @@ redis_reply redis_server::command(const std::vector<std::string>& argv) const {
     return out;
   }
   redisSetTimeout(c, tv);
-  if (!password_.empty()) {
-    auto* a = static_cast<redisReply*>(redisCommand(c, "AUTH %s", password_.c_str()));
+  if (!password.empty()) {
+    auto* a = static_cast<redisReply*>(redisCommand(c, "AUTH %s", password.c_str()));
     if (a) freeReplyObject(a);
   }
   std::vector<const char*> ptrs;

@@ -25,6 +25,16 @@ struct redis_reply {
   bool is_error() const { return type == kind::error || type == kind::io_error; }
 };
 
+/// A TCP port the kernel just handed out for 127.0.0.1 (bind port 0, read it, close). Another
+/// process could take it before the caller binds it: callers retry. Throws std::runtime_error.
+std::uint16_t free_loopback_port();
+
+/// Runs one command synchronously on a fresh connection to 127.0.0.1:port (1 s timeout; AUTH
+/// first when `password` is not empty); I/O failures come back as kind::io_error with the
+/// message in `str`.
+redis_reply redis_command(std::uint16_t port, const std::vector<std::string>& argv,
+                          const std::string& password = {});
+
 /// A redis-server child process on 127.0.0.1:port().
 class redis_server {
  public:
@@ -44,6 +54,8 @@ class redis_server {
   std::uint16_t port() const { return port_; }
   /// Its process id, or -1 while killed.
   pid_t pid() const { return pid_; }
+  /// Its private directory (working directory; its log is `redis.log` there).
+  const std::string& dir() const { return dir_; }
 
   /// Runs one command synchronously on a fresh connection (1 s timeout; AUTH first when the
   /// server was started with --requirepass); I/O failures come back as kind::io_error with the
