@@ -129,7 +129,7 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
     }
     return v;
   };
-  auto routed_or = route(*snap, head);
+  auto routed_or = route(*snap, head, cors);
   if (auto* v = std::get_if<http::verdict>(&routed_or)) co_return with_cors(std::move(*v));
   const routed& r = std::get<routed>(routed_or);
   cors = r.route->cors;
@@ -192,7 +192,7 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
 }
 
 std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
-    const snapshot& snap, http::request_head& head) {
+    const snapshot& snap, http::request_head& head, const config::cors_policy*& cors) {
   const unsigned version = head.version();
   // Methods are case-sensitive (RFC 9110 §9.1): `post` is not POST, and letting it fall
   // through to another route would skip the POST route's limits. Refuse it instead.
@@ -213,6 +213,8 @@ std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
         http::problem(version, bhttp::status::not_found, "Not Found", "no route matches"));
   }
   const config::route& rt = *matched;
+  const compiled_route& compiled = snap.compiled(rt);
+  cors = compiled.cors;  // the route's answers (403, 413) carry its own CORS policy
 
   const bool websocket = http::is_websocket_upgrade(head);
   if (websocket && !rt.upgrade) {
@@ -237,7 +239,6 @@ std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
       }
     }
   }
-  const compiled_route& compiled = snap.compiled(rt);
   const bool preflight = compiled.cors != nullptr && http::is_preflight(head);
   return routed{&compiled, std::move(*target), websocket, preflight};
 }

@@ -124,7 +124,9 @@ class gateway_handler final : public http::request_handler {
 
   /// Step 1: canonical target, route, and what the route allows of the head (body size,
   /// upgrade). An absolute-form target is routed by its authority (RFC 9112 §3.2.2).
-  std::variant<routed, http::verdict> route(const snapshot& snap, http::request_head& head);
+  /// `cors` is set to the matched route's CORS policy (unchanged when none matches).
+  std::variant<routed, http::verdict> route(const snapshot& snap, http::request_head& head,
+                                            const config::cors_policy*& cors);
   /// What a request presents for identification, before any directory lookup.
   struct presented {
     boost::asio::ip::address client;  ///< client_address(): the peer or the XFF entry

@@ -150,6 +150,14 @@ TEST_P(cors_http, every_answer_of_the_gateway_is_readable_by_the_page) {
   EXPECT_EQ(bad.status, 400u);
   expect_readable(bad, "http://app.test", "400");
 
+  // Refused on the route's own terms (413 before any body byte): the route's policy, which
+  // the top-level one would not allow for this origin.
+  auto too_large =
+      raw(w, "127.31.0.2", "POST", "/v1/items",
+          {"Origin: http://a.example.test:8080", "X-API-Key: key-a", "Content-Length: 999999999"});
+  EXPECT_EQ(too_large.status, 413u);
+  expect_readable(too_large, "http://a.example.test:8080", "413");
+
   // Another origin reads nothing, but the answer still says it varies by Origin.
   auto other =
       raw(w, "127.31.0.1", "GET", "/v1/items", {"Origin: http://evil.test", "X-API-Key: key-a"});
@@ -161,9 +169,10 @@ TEST_P(cors_http, every_answer_of_the_gateway_is_readable_by_the_page) {
 
 TEST_P(cors_http, forwarded_preflights_and_the_upstreams_vary) {
   world w(GetParam(), rules_text);
-  w.upstream.set_response(
-      {200,
-       {{"Vary", "Accept-Encoding"}, {"Access-Control-Allow-Origin", "http://upstream.test"}}});
+  canned_response upstream_cors;
+  upstream_cors.headers = {{"Vary", "Accept-Encoding"},
+                           {"Access-Control-Allow-Origin", "http://upstream.test"}};
+  w.upstream.set_response(upstream_cors);
   auto pf = preflight(w, "127.32.0.1", "/v1/fwd/x");
   EXPECT_EQ(pf.status, 200u) << "preflight: forward relays the upstream's answer";
   ASSERT_EQ(w.upstream.request_count(), 1u);
@@ -179,7 +188,9 @@ TEST_P(cors_http, forwarded_preflights_and_the_upstreams_vary) {
   EXPECT_EQ(get.header("Access-Control-Allow-Origin"), "*");
   EXPECT_EQ(all(get, "Vary"), "Accept-Encoding");
 
-  w.upstream.set_response({200, {{"Vary", "Accept-Encoding"}}});
+  canned_response varies;
+  varies.headers = {{"Vary", "Accept-Encoding"}};
+  w.upstream.set_response(varies);
   auto item =
       raw(w, "127.32.0.1", "GET", "/v1/items/x", {"Origin: http://app.test", "X-API-Key: key-a"});
   EXPECT_EQ(item.status, 200u);
