@@ -205,8 +205,18 @@ std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
   // An absolute-form target's authority replaces Host, for routing and for the upstream.
   if (!target->authority.empty()) head.set(bhttp::field::host, target->authority);
 
-  const config::route* matched =
-      snap.router.match(head.method_string(), head[bhttp::field::host], target->path);
+  // A preflight is routed as the request it announces (Access-Control-Request-Method): a
+  // route that takes only GET must still see the OPTIONS a browser sends before that GET.
+  const config::route* matched = nullptr;
+  bool announced = false;
+  if (http::is_preflight(head)) {
+    matched = snap.router.match(head[bhttp::field::access_control_request_method],
+                                head[bhttp::field::host], target->path);
+    announced = matched != nullptr && snap.compiled(*matched).cors != nullptr;
+    if (!announced) matched = nullptr;
+  }
+  if (matched == nullptr)
+    matched = snap.router.match(head.method_string(), head[bhttp::field::host], target->path);
   if (matched == nullptr) {
     counters_.bad_requests.add();
     return answer(
@@ -239,7 +249,7 @@ std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
       }
     }
   }
-  const bool preflight = compiled.cors != nullptr && http::is_preflight(head);
+  const bool preflight = announced || (compiled.cors != nullptr && http::is_preflight(head));
   return routed{&compiled, std::move(*target), websocket, preflight};
 }
 

@@ -33,6 +33,10 @@ routes:
     limits:
       - {name: items_key, by: api_key, rate: 2/1h, burst: 2}
       - {name: items_ip, by: ip, rate: 3/1h, burst: 3}
+  - name: readonly
+    match: {path_prefix: /v1/ro, methods: [GET]}
+    upstream: api
+    cors: {origins: [http://app.test], headers: [X-API-Key]}
   - name: fwd
     match: {path_prefix: /v1/fwd}
     upstream: api
@@ -116,6 +120,17 @@ TEST_P(cors_http, preflights_are_answered_unauthenticated_and_charged_only_by_ip
   // A pattern origin (any subdomain, any port).
   auto sub = preflight(w, other, "/v1/items/1", "http://a.b.example.test:5173");
   EXPECT_EQ(sub.header("Access-Control-Allow-Origin"), "http://a.b.example.test:5173");
+
+  // A route that takes only GET is preflighted for GET (routed by the announced method); one
+  // announcing another method matches no route.
+  auto ro = raw(w, other, "OPTIONS", "/v1/ro",
+                {"Origin: http://app.test", "Access-Control-Request-Method: GET"});
+  EXPECT_EQ(ro.status, 204u);
+  EXPECT_EQ(ro.header("Access-Control-Allow-Origin"), "http://app.test");
+  EXPECT_EQ(raw(w, other, "OPTIONS", "/v1/ro",
+                {"Origin: http://app.test", "Access-Control-Request-Method: DELETE"})
+                .status,
+            404u);
 
   // OPTIONS without Access-Control-Request-Method is no preflight: it is authenticated.
   EXPECT_EQ(raw(w, other, "OPTIONS", "/v1/items/1", {"Origin: http://app.test"}).status, 401u);
