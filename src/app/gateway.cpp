@@ -353,12 +353,15 @@ observability::metrics_sample gateway::sample() const {
   const auto snap = impl_->shared.current.load();
   std::map<std::string, observability::route_counts> routes;
   for (const auto& r : snap->rules->routes) routes[r.name].route = r.name;  // present at 0
+  std::array<std::uint64_t, identity::address_source_count> fallbacks{};
   std::lock_guard lock(impl_->sample_mutex);
   for (std::size_t i = 0; i < impl_->workers.size(); ++i) {
     const auto& w = *impl_->workers[i];
     const request_counters& c = w.handler->counters();
     c.add_to(routes);
     s.bad_requests += c.bad_requests.value();
+    for (std::size_t k = 0; k < c.client_fallbacks.size(); ++k)
+      fallbacks[k] += c.client_fallbacks[k].value();
     s.store_check.add(c.store_check.read());
     const auto pool = w.server->pool().stats();
     s.tunnels_open += w.server->relays().tunnels_open.load(std::memory_order_relaxed);
@@ -402,6 +405,12 @@ observability::metrics_sample gateway::sample() const {
                     : s.breaker[static_cast<std::size_t>(bs::half_open)] ? bs::half_open
                                                                          : bs::closed;
   for (auto& [name, r] : routes) s.routes.push_back(std::move(r));
+  for (std::size_t k = 0; k < fallbacks.size(); ++k) {
+    const auto source = static_cast<identity::address_source>(k);
+    if (source == identity::address_source::peer || source == identity::address_source::forwarded)
+      continue;
+    s.client_address_fallbacks.emplace_back(identity::label(source), fallbacks[k]);
+  }
   s.reloads = impl_->shared.count.reloads.load();
   s.reload_failures = impl_->shared.count.reload_failures.load();
   s.generation = snap->generation;

@@ -7,8 +7,10 @@
 // relaxed loads; the sums are formed at scrape time (gateway::sample(), gateway::stats()).
 
 #include "sluice/config/rules.hpp"
+#include "sluice/identity/identity.hpp"
 #include "sluice/observability/metrics.hpp"
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -31,6 +33,9 @@ class request_counters {
   observability::owned_counter requests;          ///< every request handled
   observability::owned_counter bad_requests;      ///< 400/401/404 before a decision
   observability::duration_histogram store_check;  ///< store check durations
+  /// Requests keyed on a trusted proxy's own address, by identity::address_source (the
+  /// `peer` and `forwarded` slots stay 0).
+  std::array<observability::owned_counter, identity::address_source_count> client_fallbacks;
 
   /// The counters of `route`, an element of `rules.routes` of the snapshot numbered
   /// `generation`. Worker thread only. O(1) while the generation stays; the first call

@@ -12,6 +12,7 @@
 #include "request_path.hpp"
 
 #include "sluice/errc.hpp"
+#include "sluice/http/cors.hpp"
 #include "sluice/http/headers.hpp"
 #include "sluice/http/problem.hpp"
 #include "sluice/limiter/keys.hpp"
@@ -91,6 +92,13 @@ snapshot::snapshot(std::shared_ptr<const config::rules> r, std::uint64_t g)
     c.route = &route;
     if (auto it = upstreams.find(route.upstream); it != upstreams.end()) c.upstream = it->second;
     for (const auto& plan : plans) c.by_plan.emplace(plan, limits_for(*rules, route, plan));
+    c.cors = route.cors ? route.cors.get() : rules->cors.get();
+    const auto& anonymous = c.by_plan.at("anonymous");
+    for (std::size_t i = 0; i < anonymous.limits.size(); ++i) {
+      if (!anonymous.limits[i]->preflight) continue;
+      c.preflight.limits.push_back(anonymous.limits[i]);
+      c.preflight.applied.push_back(anonymous.applied[i]);
+    }
     routes.push_back(std::move(c));
   }
 }
@@ -106,25 +114,50 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   // One snapshot decides the whole request, whatever reloads happen meanwhile.
   const std::shared_ptr<const snapshot> snap = shared_.current.load();
   const config::rules& rules = *snap->rules;
-  auto routed_or = route(*snap, head);
-  if (auto* v = std::get_if<http::verdict>(&routed_or)) co_return std::move(*v);
+  // CORS (Fetch §3.2.3): every answer the gateway makes itself, and every relayed response,
+  // carries the fields a browser needs to read it — the route's policy, else the top-level
+  // one (a request no route matches gets the top-level one).
+  const config::cors_policy* cors = rules.cors.get();
+  auto with_cors = [&](http::verdict v) {
+    if (cors == nullptr) return v;
+    if (v.what == http::verdict::kind::forward) {
+      http::append_cors_fields(*cors, head, v.forward.response_fields);
+    } else {
+      http::field_list fields;
+      http::append_cors_fields(*cors, head, fields);
+      for (auto& [name, value] : fields) v.answer.insert(name, value);
+    }
+    return v;
+  };
+  auto routed_or = route(*snap, head, cors);
+  if (auto* v = std::get_if<http::verdict>(&routed_or)) co_return with_cors(std::move(*v));
   const routed& r = std::get<routed>(routed_or);
+  cors = r.route->cors;
+  // A preflight the upstream answers is relayed as it is: the upstream owns that answer.
+  if (r.preflight && cors->preflight == config::preflight_mode::forward) cors = nullptr;
 
   // identify: the directory round trip only for a key the snapshot does not know.
   identified id;
   presented p;
-  if (auto refused = present(*snap, head, ctx, r, p)) co_return std::move(*refused);
-  if (!p.plan && !p.key.empty() && rules.identity.directory.enabled) {
-    auto looked = co_await directory_plan(rules.identity.directory, p.key);
-    p.directory_down = looked.unavailable;
-    p.plan = std::move(looked.plan);
+  if (auto refused = present(*snap, head, ctx, r, p)) co_return with_cors(std::move(*refused));
+  if (r.preflight) {
+    // A preflight carries no credentials (Fetch §3.2.2): never authenticated, never a 401;
+    // charged only to the limits that say so, keyed as the anonymous caller.
+    id.who = identity::anonymous_caller(rules, p.client, p.client_text);
+    id.limits = &r.route->preflight;
+  } else {
+    if (!p.plan && !p.key.empty() && rules.identity.directory.enabled) {
+      auto looked = co_await directory_plan(rules.identity.directory, p.key);
+      p.directory_down = looked.unavailable;
+      p.plan = std::move(looked.plan);
+    }
+    if (auto refused = identify(*snap, head, p, id)) co_return with_cors(std::move(*refused));
+    id.limits = &r.route->for_plan(id.who.plan);
   }
-  if (auto refused = identify(*snap, head, p, id)) co_return std::move(*refused);
-  id.limits = &r.route->for_plan(id.who.plan);
 
   // decide: one store check (no wait on the memory store).
   limiter::check_request check;
-  if (auto v = prepare_check(*snap, head, ctx, r, id, check)) co_return std::move(*v);
+  if (auto v = prepare_check(*snap, head, ctx, r, id, check)) co_return with_cors(std::move(*v));
   boost::system::result<limiter::check_outcome> decided{
       make_error_code(sluice::errc::store_unavailable)};
   if (!id.directory_down) {  // (down: the store is known to be failing)
@@ -155,11 +188,11 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
       }
     }
   }
-  co_return respond(*snap, head, ctx, r, id, check, decided);
+  co_return with_cors(respond(*snap, head, ctx, r, id, check, decided));
 }
 
 std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
-    const snapshot& snap, http::request_head& head) {
+    const snapshot& snap, http::request_head& head, const config::cors_policy*& cors) {
   const unsigned version = head.version();
   // Methods are case-sensitive (RFC 9110 §9.1): `post` is not POST, and letting it fall
   // through to another route would skip the POST route's limits. Refuse it instead.
@@ -172,14 +205,26 @@ std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
   // An absolute-form target's authority replaces Host, for routing and for the upstream.
   if (!target->authority.empty()) head.set(bhttp::field::host, target->authority);
 
-  const config::route* matched =
-      snap.router.match(head.method_string(), head[bhttp::field::host], target->path);
+  // A preflight is routed as the request it announces (Access-Control-Request-Method): a
+  // route that takes only GET must still see the OPTIONS a browser sends before that GET.
+  const config::route* matched = nullptr;
+  bool announced = false;
+  if (http::is_preflight(head)) {
+    matched = snap.router.match(head[bhttp::field::access_control_request_method],
+                                head[bhttp::field::host], target->path);
+    announced = matched != nullptr && snap.compiled(*matched).cors != nullptr;
+    if (!announced) matched = nullptr;
+  }
+  if (matched == nullptr)
+    matched = snap.router.match(head.method_string(), head[bhttp::field::host], target->path);
   if (matched == nullptr) {
     counters_.bad_requests.add();
     return answer(
         http::problem(version, bhttp::status::not_found, "Not Found", "no route matches"));
   }
   const config::route& rt = *matched;
+  const compiled_route& compiled = snap.compiled(rt);
+  cors = compiled.cors;  // the route's answers (403, 413) carry its own CORS policy
 
   const bool websocket = http::is_websocket_upgrade(head);
   if (websocket && !rt.upgrade) {
@@ -204,7 +249,8 @@ std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
       }
     }
   }
-  return routed{&snap.compiled(rt), std::move(*target), websocket};
+  const bool preflight = announced || (compiled.cors != nullptr && http::is_preflight(head));
+  return routed{&compiled, std::move(*target), websocket, preflight};
 }
 
 std::optional<http::verdict> gateway_handler::present(const snapshot& snap,
@@ -212,8 +258,14 @@ std::optional<http::verdict> gateway_handler::present(const snapshot& snap,
                                                       const http::request_context& ctx,
                                                       const routed& r, presented& p) {
   const config::rules& rules = *snap.rules;
-  p.client = identity::client_address(ctx.peer.address(), head, rules.identity.trusted_proxies);
+  const auto origin = identity::locate_client(ctx.peer.address(), head, rules.identity);
+  p.client = origin.address;
+  // Keyed on a trusted proxy's own address (its clients share one bucket): counted by reason.
+  if (origin.source != identity::address_source::peer &&
+      origin.source != identity::address_source::forwarded)
+    counters_.client_fallbacks[static_cast<std::size_t>(origin.source)].add();
   if (p.client == ctx.peer.address() && ctx.peer.address().is_v4()) p.client_text = ctx.peer_text;
+  if (r.preflight) return std::nullopt;  // no credentials: the key is never read
   // API key → plan: inline map, key file here; the store-backed directory (cached) next.
   auto key = identity::presented_key(rules, head, r.target.query);
   if (const auto* err = std::get_if<identity::caller_error>(&key)) {
@@ -269,7 +321,7 @@ std::optional<http::verdict> gateway_handler::prepare_check(const snapshot& snap
   if (prepared.limits.empty() && !policy_decides) {
     route_counters& counted = counters_.of(rules, snap.generation, rt);
     counted.unlimited.add();
-    return forward(r, ctx, false, {}, counted);
+    return forward(r, head, ctx, false, {}, counted);
   }
   check.limits.reserve(prepared.limits.size());
   for (std::size_t i = 0; i < prepared.limits.size(); ++i) {
@@ -301,8 +353,8 @@ http::verdict gateway_handler::respond(const snapshot& snap, http::request_head&
   const std::vector<limiter::applied_limit>* applied = &prepared.applied;
   if (!decided) {
     rescaled = prepared.applied;
-    if (auto v = apply_failure_policy(snap, r, id, decided.error(), ctx, check, rescaled, decided,
-                                      counted)) {
+    if (auto v = apply_failure_policy(snap, head, r, id, decided.error(), ctx, check, rescaled,
+                                      decided, counted)) {
       return std::move(*v);
     }
     applied = &rescaled;
@@ -337,11 +389,11 @@ http::verdict gateway_handler::respond(const snapshot& snap, http::request_head&
     return answer(std::move(res));
   }
   counted.allowed.add();
-  return forward(r, ctx, true, std::move(fields), counted);
+  return forward(r, head, ctx, true, std::move(fields), counted);
 }
 
 std::optional<http::verdict> gateway_handler::apply_failure_policy(
-    const snapshot& snap, const routed& r, const identified& id,
+    const snapshot& snap, const http::request_head& head, const routed& r, const identified& id,
     const boost::system::error_code& ec, const http::request_context& ctx,
     limiter::check_request& check, std::vector<limiter::applied_limit>& applied,
     boost::system::result<limiter::check_outcome>& decided, route_counters& counted) {
@@ -351,7 +403,7 @@ std::optional<http::verdict> gateway_handler::apply_failure_policy(
       counted.fail_open.add();
       log_store_failure(ec, rt.name, "fail_open");
       // Nothing true can be said about the quota: no quota fields.
-      return forward(r, ctx, true, {}, counted);
+      return forward(r, head, ctx, true, {}, counted);
     case config::failure_policy::fail_closed: {
       counted.fail_closed.add();
       log_store_failure(ec, rt.name, "fail_closed");
@@ -377,9 +429,12 @@ std::optional<http::verdict> gateway_handler::apply_failure_policy(
   return std::nullopt;
 }
 
-http::verdict gateway_handler::forward(const routed& r, const http::request_context& ctx,
-                                       bool limited, std::vector<limiter::header_field> fields,
+http::verdict gateway_handler::forward(const routed& r, const http::request_head& head,
+                                       const http::request_context& ctx, bool limited,
+                                       std::vector<limiter::header_field> fields,
                                        route_counters& counted) const {
+  if (r.preflight && r.route->cors->preflight == config::preflight_mode::answer)
+    return answer(http::preflight_answer(*r.route->cors, head, fields));
   const config::route& rt = *r.route->route;
   http::verdict v;
   v.what = http::verdict::kind::forward;

@@ -38,6 +38,11 @@ struct compiled_route {
     std::vector<limiter::applied_limit> applied;
   };
   std::unordered_map<std::string, plan_limits> by_plan;
+  /// The limits a CORS preflight is charged to: the anonymous plan's and the route's that
+  /// say `preflight: true` (by default those by ip and global).
+  plan_limits preflight;
+  /// The route's CORS policy, else the top-level one; null = none.
+  const config::cors_policy* cors = nullptr;
   plan_limits none;  ///< for a plan the snapshot does not define (never used by callers)
 
   const plan_limits& for_plan(const std::string& plan) const {
@@ -100,6 +105,9 @@ class gateway_handler final : public http::request_handler {
     const compiled_route* route = nullptr;
     http::canonical_target target;
     bool websocket = false;  ///< a WebSocket handshake the route allows: tunnel after 101
+    /// A CORS preflight on a route with a CORS policy: never authenticated, charged only to
+    /// compiled_route::preflight, answered (or forwarded) per the policy.
+    bool preflight = false;
   };
   /// Step 2's result: who is calling (or the directory could not say).
   struct identified {
@@ -116,7 +124,9 @@ class gateway_handler final : public http::request_handler {
 
   /// Step 1: canonical target, route, and what the route allows of the head (body size,
   /// upgrade). An absolute-form target is routed by its authority (RFC 9112 §3.2.2).
-  std::variant<routed, http::verdict> route(const snapshot& snap, http::request_head& head);
+  /// `cors` is set to the matched route's CORS policy (unchanged when none matches).
+  std::variant<routed, http::verdict> route(const snapshot& snap, http::request_head& head,
+                                            const config::cors_policy*& cors);
   /// What a request presents for identification, before any directory lookup.
   struct presented {
     boost::asio::ip::address client;  ///< client_address(): the peer or the XFF entry
@@ -150,12 +160,13 @@ class gateway_handler final : public http::request_handler {
   /// nullopt with `decided` set by the per-instance store (scaled by store.local_share) and
   /// `applied` rescaled to match.
   std::optional<http::verdict> apply_failure_policy(
-      const snapshot& snap, const routed& r, const identified& id,
+      const snapshot& snap, const http::request_head& head, const routed& r, const identified& id,
       const boost::system::error_code& ec, const http::request_context& ctx,
       limiter::check_request& check, std::vector<limiter::applied_limit>& applied,
       boost::system::result<limiter::check_outcome>& decided, route_counters& counted);
-  /// The forward verdict.
-  http::verdict forward(const routed& r, const http::request_context& ctx, bool limited,
+  /// The forward verdict; for a preflight the policy answers, the 204 preflight answer.
+  http::verdict forward(const routed& r, const http::request_head& head,
+                        const http::request_context& ctx, bool limited,
                         std::vector<limiter::header_field> fields, route_counters& counted) const;
   boost::asio::awaitable<directory_answer> directory_plan(config::directory_settings d,
                                                           std::string key);

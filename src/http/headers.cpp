@@ -267,6 +267,8 @@ void render_client_response(std::string& out, const bhttp::response_header<>& re
     if (hop.limited && f == bhttp::field::unknown && is_upstream_quota(name)) continue;
     bool replaced = false;
     for (const auto& [added, value] : hop.fields) {
+      // Vary is a list both sides add to (the gateway's `Origin`, the upstream's own).
+      if (f == bhttp::field::vary) break;
       if (added.size() == name.size() && iequals(added, name)) {
         replaced = true;
         break;

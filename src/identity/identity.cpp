@@ -8,6 +8,8 @@
 #include <boost/url/pct_string_view.hpp>
 
 #include <algorithm>
+#include <cctype>
+#include <optional>
 #include <vector>
 
 namespace sluice::identity {
@@ -129,32 +131,297 @@ bool is_trusted(const ip::address& addr, const std::vector<config::cidr>& networ
                      [&](const config::cidr& n) { return in_network(a, n); });
 }
 
-ip::address client_address(const ip::address& peer, const boost::beast::http::fields& headers,
-                           const std::vector<config::cidr>& trusted) {
-  ip::address client = normalise(peer);
-  if (!is_trusted(client, trusted)) return client;
-  std::vector<std::string_view> entries;
-  for (auto line : lines(headers, "X-Forwarded-For")) {
+namespace {
+
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+bool is_alpha(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+// An RFC 7239 obfuscated identifier (obfnode / obfport, §6.3): "_" 1*(ALPHA / DIGIT / "." /
+// "_" / "-").
+bool is_obfuscated(std::string_view s) {
+  if (s.size() < 2 || s.front() != '_') return false;
+  return std::all_of(s.begin() + 1, s.end(), [](char c) {
+    return is_alpha(c) || is_digit(c) || c == '.' || c == '_' || c == '-';
+  });
+}
+
+// A decimal port: 1..5 digits, at most 65535.
+bool is_port(std::string_view s) {
+  if (s.empty() || s.size() > 5 || !std::all_of(s.begin(), s.end(), is_digit)) return false;
+  unsigned v = 0;
+  for (char c : s) v = v * 10 + static_cast<unsigned>(c - '0');
+  return v <= 65535;
+}
+
+forwarded_node node_of(ip::address a) {
+  return {forwarded_node::kind::address, normalise(a)};
+}
+
+forwarded_node unreadable() {
+  return {forwarded_node::kind::unreadable, {}};
+}
+
+// `text` as an IPv4 address (dotted quad) when `v4`, else as an IPv6 address; no zone ids.
+std::optional<ip::address> parse_ip(std::string_view text, bool v4) {
+  if (text.empty() || text.size() > 45 || text.find('%') != std::string_view::npos)
+    return std::nullopt;
+  char buf[46];
+  std::copy(text.begin(), text.end(), buf);
+  buf[text.size()] = '\0';
+  boost::system::error_code ec;
+  if (v4) {
+    auto a = ip::make_address_v4(buf, ec);
+    if (ec) return std::nullopt;
+    return ip::address(a);
+  }
+  auto a = ip::make_address_v6(buf, ec);
+  if (ec) return std::nullopt;
+  return ip::address(a);
+}
+
+// `[v6]` followed by nothing or `:` and a port accepted by `port_ok`.
+template <class PortOk>
+std::optional<ip::address> bracketed(std::string_view s, PortOk port_ok) {
+  const auto close = s.find(']');
+  if (s.empty() || s.front() != '[' || close == std::string_view::npos) return std::nullopt;
+  const auto rest = s.substr(close + 1);
+  if (!rest.empty() && (rest.front() != ':' || !port_ok(rest.substr(1)))) return std::nullopt;
+  return parse_ip(s.substr(1, close - 1), false);
+}
+
+bool is_tchar(char c) {
+  return is_alpha(c) || is_digit(c) ||
+         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+bool iequal(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// A cursor over one Forwarded line (RFC 7239 §4 with RFC 9110 §5.6's lists).
+struct forwarded_reader {
+  std::string_view s;
+  std::size_t i = 0;
+
+  bool done() const { return i >= s.size(); }
+  char peek() const { return s[i]; }
+  void blanks() {
+    while (!done() && (peek() == ' ' || peek() == '\t')) ++i;
+  }
+  std::string_view token() {
+    const auto start = i;
+    while (!done() && is_tchar(peek())) ++i;
+    return s.substr(start, i - start);
+  }
+  // A quoted-string's content with quoted-pairs resolved into `out`; false when malformed.
+  bool quoted(std::string& out) {
+    ++i;  // the opening DQUOTE
+    while (!done()) {
+      const auto c = static_cast<unsigned char>(peek());
+      if (c == '"') {
+        ++i;
+        return true;
+      }
+      if (c == '\\') {
+        if (++i >= s.size()) return false;
+        const auto e = static_cast<unsigned char>(peek());
+        if (e != '\t' && (e < 0x20 || e == 0x7f)) return false;
+        out += static_cast<char>(e);
+      } else if (c == '\t' || (c >= 0x20 && c != 0x7f)) {
+        out += static_cast<char>(c);
+      } else {
+        return false;
+      }
+      ++i;
+    }
+    return false;  // no closing DQUOTE
+  }
+};
+
+}  // namespace
+
+forwarded_node parse_xff_entry(std::string_view entry) {
+  const auto s = trim(entry);
+  if (s.empty()) return unreadable();
+  if (s.front() == '[') {
+    if (auto a = bracketed(s, is_port)) return node_of(*a);
+    return unreadable();
+  }
+  if (iequal(s, "unknown")) return {forwarded_node::kind::unknown, {}};
+  const auto colons = std::count(s.begin(), s.end(), ':');
+  if (colons == 0) {
+    if (auto a = parse_ip(s, true)) return node_of(*a);
+  } else if (colons == 1) {  // v4:port (a bare IPv6 address has at least two colons)
+    const auto colon = s.find(':');
+    if (is_port(s.substr(colon + 1))) {
+      if (auto a = parse_ip(s.substr(0, colon), true)) return node_of(*a);
+    }
+  } else if (auto a = parse_ip(s, false)) {
+    return node_of(*a);
+  }
+  return unreadable();
+}
+
+forwarded_node parse_forwarded_node(std::string_view node) {
+  // node = nodename [ ":" node-port ]; node-port = port / obfport (RFC 7239 §6)
+  auto port_ok = [](std::string_view p) { return is_port(p) || is_obfuscated(p); };
+  if (!node.empty() && node.front() == '[') {
+    if (auto a = bracketed(node, port_ok)) return node_of(*a);
+    return unreadable();
+  }
+  const auto colon = node.find(':');
+  const auto name = node.substr(0, colon);
+  if (colon != std::string_view::npos && !port_ok(node.substr(colon + 1))) return unreadable();
+  if (iequal(name, "unknown")) return {forwarded_node::kind::unknown, {}};
+  if (is_obfuscated(name)) return {forwarded_node::kind::obfuscated, {}};
+  if (auto a = parse_ip(name, true)) return node_of(*a);
+  return unreadable();
+}
+
+bool parse_forwarded_line(std::string_view line, std::vector<forwarded_node>& out) {
+  const auto first = out.size();
+  forwarded_reader r{line};
+  auto fail = [&] {
+    out.resize(first);
+    out.push_back({forwarded_node::kind::syntax_error, {}});
+    return false;
+  };
+  r.blanks();
+  while (!r.done()) {
+    if (r.peek() == ',') {  // an empty element (RFC 9110 §5.6.1)
+      ++r.i;
+      r.blanks();
+      continue;
+    }
+    // One element: pairs separated by ';'.
+    std::optional<forwarded_node> node;
+    boost::container::small_vector<std::string_view, 4> names;
+    std::string value;
     while (true) {
-      auto comma = line.find(',');
-      auto item = trim(line.substr(0, comma));
-      if (!item.empty()) entries.push_back(item);
-      if (comma == std::string_view::npos) break;
-      line.remove_prefix(comma + 1);
+      const auto name = r.token();
+      if (name.empty() || r.done() || r.peek() != '=') return fail();
+      for (auto seen : names) {
+        if (iequal(seen, name)) return fail();  // each parameter once per element (§4)
+      }
+      names.push_back(name);
+      ++r.i;
+      value.clear();
+      if (!r.done() && r.peek() == '"') {
+        if (!r.quoted(value)) return fail();
+      } else {
+        const auto t = r.token();
+        if (t.empty()) return fail();
+        value.assign(t);
+      }
+      if (iequal(name, "for")) node = parse_forwarded_node(value);
+      r.blanks();
+      if (r.done() || r.peek() == ',') break;
+      if (r.peek() != ';') return fail();
+      ++r.i;
+      r.blanks();
+      if (r.done() || r.peek() == ',') break;  // a trailing ';' ends the element
+    }
+    out.push_back(node.value_or(forwarded_node{forwarded_node::kind::unknown, {}}));
+    if (!r.done()) ++r.i;  // the ','
+    r.blanks();
+  }
+  return true;
+}
+
+std::string_view label(address_source s) {
+  switch (s) {
+    case address_source::peer:
+      return "peer";
+    case address_source::forwarded:
+      return "forwarded";
+    case address_source::no_header:
+      return "no_header";
+    case address_source::all_trusted:
+      return "all_trusted";
+    case address_source::unreadable:
+      return "unreadable";
+    case address_source::syntax_error:
+      return "syntax_error";
+    case address_source::unknown:
+      return "unknown";
+    case address_source::obfuscated:
+      return "obfuscated";
+  }
+  return "unreadable";
+}
+
+namespace {
+
+client_origin locate(const ip::address& peer, const boost::beast::http::fields& headers,
+                     const std::vector<config::cidr>& trusted, config::forwarded_header header) {
+  client_origin out{normalise(peer), address_source::peer};
+  if (!is_trusted(out.address, trusted)) return out;
+  boost::container::small_vector<forwarded_node, 4> nodes;
+  if (header == config::forwarded_header::rfc7239) {
+    std::vector<forwarded_node> parsed;
+    for (auto line : lines(headers, "Forwarded")) parse_forwarded_line(line, parsed);
+    nodes.assign(parsed.begin(), parsed.end());
+  } else {
+    for (auto line : lines(headers, "X-Forwarded-For")) {
+      while (true) {
+        const auto comma = line.find(',');
+        const auto item = trim(line.substr(0, comma));
+        if (!item.empty()) nodes.push_back(parse_xff_entry(item));  // empty items: RFC 9110 §5.6.1
+        if (comma == std::string_view::npos) break;
+        line.remove_prefix(comma + 1);
+      }
     }
   }
-  // Walk from the right: each trusted hop vouches for the address to its left.
-  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
-    boost::system::error_code ec;
-    auto text = std::string(*it);
-    if (text.size() > 2 && text.front() == '[' && text.back() == ']')
-      text = text.substr(1, text.size() - 2);
-    auto addr = ip::make_address(text, ec);
-    if (ec) break;  // garbage: the last trusted hop is the client
-    client = normalise(addr);
-    if (!is_trusted(client, trusted)) break;
+  if (nodes.empty()) {
+    out.source = address_source::no_header;
+    return out;
   }
-  return client;
+  // Walk from the right: each trusted hop vouches for the entry to its left.
+  using kind = forwarded_node::kind;
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    switch (it->what) {
+      case kind::address:
+        out.address = it->address;
+        if (!is_trusted(out.address, trusted)) {
+          out.source = address_source::forwarded;
+          return out;
+        }
+        continue;
+      case kind::unknown:
+        out.source = address_source::unknown;
+        return out;
+      case kind::obfuscated:
+        out.source = address_source::obfuscated;
+        return out;
+      case kind::unreadable:
+        out.source = address_source::unreadable;
+        return out;
+      case kind::syntax_error:
+        out.source = address_source::syntax_error;
+        return out;
+    }
+  }
+  out.source = address_source::all_trusted;
+  return out;
+}
+
+}  // namespace
+
+client_origin locate_client(const ip::address& peer, const boost::beast::http::fields& headers,
+                            const config::identity_settings& settings) {
+  return locate(peer, headers, settings.trusted_proxies, settings.forwarded);
+}
+
+ip::address client_address(const ip::address& peer, const boost::beast::http::fields& headers,
+                           const std::vector<config::cidr>& trusted) {
+  return locate(peer, headers, trusted, config::forwarded_header::x_forwarded_for).address;
 }
 
 std::string client_key(const ip::address& client, const config::identity_settings& settings,

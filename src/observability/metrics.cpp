@@ -148,6 +148,16 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                         "malformed or ambiguous, 401 unknown API key, 404 no route).",
                         d(s.bad_requests)));
 
+  {
+    auto f = family("sluice_client_address_fallbacks_total",
+                    "Requests from a trusted proxy keyed on that proxy's own address, by why "
+                    "the forwarding header named no client (no_header, all_trusted, "
+                    "unreadable, syntax_error, unknown, obfuscated).",
+                    MetricType::Counter);
+    for (const auto& [reason, n] : s.client_address_fallbacks)
+      add_counter(f, d(n), {{"reason", reason}});
+    out.push_back(std::move(f));
+  }
   out.push_back(counter("sluice_upstream_connections_opened_total",
                         "TCP connections opened to upstreams.", d(s.upstream.connects)));
   out.push_back(counter("sluice_upstream_connection_reuses_total",

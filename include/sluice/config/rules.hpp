@@ -34,6 +34,12 @@ enum class limit_mode { enforce, shadow };
 /// What happens to a request whose API key is absent or not in the directory.
 enum class unknown_key_policy { anonymous, reject };
 
+/// Which forwarding header names the client behind `trusted_proxies` (`identity.forwarded:`).
+enum class forwarded_header {
+  x_forwarded_for,  ///< `x-forwarded-for` (default): the de-facto list of addresses
+  rfc7239,          ///< `rfc7239`: the `for=` parameters of `Forwarded` (RFC 7239); XFF ignored
+};
+
 /// A rate `N/DURATION`: `count` units per `period`.
 struct rate {
   std::int64_t count = 0;               ///< units per period, 1 .. 2^53
@@ -61,6 +67,10 @@ struct limit {
   /// `search_key`): it then applies only to callers whose plan has an override, and `params`
   /// is meaningless (count 0).
   bool has_default_params = true;
+  /// `preflight:` whether a CORS preflight (answered or passed through by the gateway) is
+  /// charged to this limit, at the route's cost. Default: true for `by: ip` and `by: global`,
+  /// false otherwise (a preflight carries no credentials, so it has no key or user).
+  bool preflight = false;
 
   /// The parameters that apply to a caller on plan `plan` (the override, or the defaults).
   /// Check `applies_to(plan)` first when `has_default_params` may be false.
@@ -106,6 +116,42 @@ struct route_match {
   std::string host;                  ///< lower-case host name without port; "" = any host
 };
 
+/// One `cors.origins` entry: an exact origin, or a pattern (Fetch standard §3.2.5: an
+/// origin is serialised as `scheme://host[:port]`, lower-case, without a default port).
+struct origin_pattern {
+  std::string text;    ///< as written
+  bool any = false;    ///< `*`: every origin
+  std::string scheme;  ///< `http` or `https`
+  /// The host, or with `*.` removed the suffix that a wildcard host must end with
+  /// (`*.example.com`: one or more labels before `.example.com`).
+  std::string host;
+  bool any_subdomain = false;  ///< the host was written `*.suffix`
+  std::string port;            ///< "" = the scheme's default port; "*" = any port
+};
+
+/// What the gateway does with a CORS preflight (`cors.preflight:`).
+enum class preflight_mode {
+  answer,   ///< the gateway answers it (204) from the policy; the upstream never sees it
+  forward,  ///< it is forwarded to the upstream (still never authenticated or charged per key)
+};
+
+/// A `cors:` block (globally or on a route): the CORS protocol of the Fetch standard, §3.2.
+struct cors_policy {
+  std::vector<origin_pattern> origins;  ///< allowed origins; empty = none
+  /// Methods a preflight may ask for (`Access-Control-Allow-Methods`); default GET, HEAD, POST.
+  std::vector<std::string> methods{"GET", "HEAD", "POST"};
+  /// Request headers a preflight may ask for (`Access-Control-Allow-Headers`), as written;
+  /// `*` (without credentials) allows any. Default none beyond the CORS-safelisted ones.
+  std::vector<std::string> headers;
+  /// Response headers a page may read besides the rate-limit ones (which are always exposed).
+  std::vector<std::string> expose_headers;
+  /// `Access-Control-Max-Age` in seconds; -1 = not sent (browsers then cache for 5 s).
+  std::int64_t max_age_seconds = -1;
+  bool credentials = false;  ///< `Access-Control-Allow-Credentials: true`; never with `*`
+  preflight_mode preflight = preflight_mode::answer;
+  int line = 0;  ///< 1-based line of the block (diagnostics)
+};
+
 /// A size setting without a limit (`unlimited` in a rules file).
 inline constexpr std::uint64_t unlimited_size = ~std::uint64_t{0};
 
@@ -129,6 +175,9 @@ struct route {
   bool upgrade = true;
   /// `tunnel_idle_timeout`: an upgraded connection with no byte either way this long is closed.
   std::chrono::milliseconds tunnel_idle_timeout{300000};
+  /// `cors:` this route's CORS policy (replacing the top-level one); null = the top-level
+  /// `cors:`, if any.
+  std::shared_ptr<const cors_policy> cors;
   int line = 0;
 };
 
@@ -198,7 +247,9 @@ struct identity_settings {
   /// Buckets keyed by client address use its network of this many bits: an IPv6 host
   /// cannot rotate through its /64 to get fresh buckets (`ipv6_prefix:`, 1..128).
   int ipv6_prefix = 64;
-  int ipv4_prefix = 32;          ///< `ipv4_prefix:`, 1..32 (24 = per /24 range)
+  int ipv4_prefix = 32;  ///< `ipv4_prefix:`, 1..32 (24 = per /24 range)
+  /// `forwarded:` the header believed from `trusted_proxies` for the client address.
+  forwarded_header forwarded = forwarded_header::x_forwarded_for;
   directory_settings directory;  ///< store-backed plan directory
 };
 
@@ -244,6 +295,8 @@ struct rules {
   /// Consulted after `api_keys`. Shared (not copied) by snapshots loaded from one file.
   std::shared_ptr<api_key_file> api_keys_file;
   std::vector<route> routes;
+  /// `cors:` the CORS policy of every route without its own; null = no CORS handling.
+  std::shared_ptr<const cors_policy> cors;
 };
 
 }  // namespace sluice::config

@@ -75,7 +75,8 @@ struct client_hop {
   /// Non-empty for a relayed `101`: `Connection: upgrade` and `Upgrade: <this>` are sent
   /// instead of a keep-alive field.
   std::string_view upgrade;
-  /// Fields added (the quota headers), in order; an upstream line of the same name is dropped.
+  /// Fields added (the quota and CORS headers), in order; an upstream line of the same name
+  /// is dropped, except Vary, whose lines are all kept (it is a list; RFC 9110 §12.5.5).
   std::span<const std::pair<std::string_view, std::string>> fields;
 };
 

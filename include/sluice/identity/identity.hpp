@@ -49,11 +49,78 @@ boost::asio::ip::address normalise(const boost::asio::ip::address& a);
 /// IPv4.
 bool is_trusted(const boost::asio::ip::address& addr, const std::vector<config::cidr>& networks);
 
+/// One hop named by a forwarding header, as read.
+struct forwarded_node {
+  enum class kind {
+    address,       ///< an IP address (any port dropped)
+    unknown,       ///< `unknown` (RFC 7239 §6.2), or an element without `for=`
+    obfuscated,    ///< an obfuscated identifier `_abc` (RFC 7239 §6.3): not an address
+    unreadable,    ///< not an address in any form a proxy writes
+    syntax_error,  ///< a `Forwarded` line that does not follow RFC 7239 §4's grammar
+  };
+  kind what = kind::unreadable;
+  boost::asio::ip::address address;  ///< for kind::address, IPv4-mapped IPv6 as IPv4
+};
+
+/// One X-Forwarded-For entry (one comma-separated item, blanks around it allowed):
+/// `192.0.2.1`, `192.0.2.1:51000`, `2001:db8::6`, `[2001:db8::6]`, `[2001:db8::6]:51000`, or
+/// `unknown`. A port is 1..5 digits up to 65535 and is dropped. Anything else (a host name,
+/// an IPv4 address in brackets, a zone id `%eth0`, an empty port) is kind::unreadable.
+/// Pure; no allocation.
+forwarded_node parse_xff_entry(std::string_view entry);
+
+/// One RFC 7239 node (§6), the value of a `for=` parameter with any quoting removed:
+/// `192.0.2.1`, `[2001:db8::6]`, each with an optional `:port` or obfuscated `:_port`,
+/// `unknown`, or an obfuscated identifier `_hidden` (`_` and 1+ of ALPHA DIGIT `.` `_` `-`).
+/// An IPv6 address must be in brackets. Anything else is kind::unreadable. Pure.
+forwarded_node parse_forwarded_node(std::string_view node);
+
+/// Appends one node per element of one `Forwarded` field line to `out`: the element's `for=`
+/// node (parse_forwarded_node()), or kind::unknown when the element has none. Grammar
+/// (RFC 7239 §4, RFC 9110 §5.6): elements separated by `,` with optional blanks, empty
+/// elements skipped; pairs `token=value` separated by `;` (blanks around `;` tolerated),
+/// names case-insensitive, a value a token or a quoted string (`\` escapes); a parameter
+/// given twice in one element is an error. On a syntax error the line contributes one
+/// kind::syntax_error node instead (nothing of it can be trusted) and false is returned.
+bool parse_forwarded_line(std::string_view line, std::vector<forwarded_node>& out);
+
+/// Where the client address of a request came from: the first two are real clients, every
+/// other value means the request is keyed on a trusted proxy's own address (the peer or the
+/// last trusted entry read), which the gateway counts by this reason.
+enum class address_source {
+  peer,          ///< the peer is not a trusted proxy
+  forwarded,     ///< the right-most untrusted entry of the forwarding header
+  no_header,     ///< a trusted peer sent no entry
+  all_trusted,   ///< every entry is a trusted proxy: the left-most is keyed
+  unreadable,    ///< the walk reached an entry that is not an address
+  syntax_error,  ///< the walk reached a `Forwarded` line with a syntax error
+  unknown,       ///< the walk reached `unknown` (or an element without `for=`)
+  obfuscated,    ///< the walk reached an obfuscated identifier (random per request: §6.3)
+};
+/// Number of address_source values.
+inline constexpr std::size_t address_source_count = 8;
+/// The metric label of `s` (`no_header`, `syntax_error`...).
+std::string_view label(address_source s);
+
+/// The client of a request, and where it was read.
+struct client_origin {
+  boost::asio::ip::address address;  ///< IPv4-mapped IPv6 normalised to IPv4
+  address_source source = address_source::peer;
+};
+
 /// The client address: the TCP peer, or — only when the peer is a trusted proxy — the
-/// right-most address of X-Forwarded-For (all lines joined in order) that is not a trusted
-/// proxy; when every listed address is trusted, the left-most. Malformed entries end the
-/// walk (the last trusted hop is then the client). IPv4-mapped IPv6 is normalised to IPv4.
-/// RFC 7239 §5.2 / de-facto XFF; case c12.
+/// forwarding header `settings.forwarded` selects (X-Forwarded-For, or RFC 7239 `Forwarded`;
+/// all lines joined in order), walked from the right: each trusted address vouches for the
+/// entry to its left, and the first untrusted address is the client. When every entry is
+/// trusted, the left-most is the client. An entry that is not an address (unreadable,
+/// `unknown`, obfuscated, a syntax error) stops the walk: the last trusted address read (the
+/// peer when none) is then the client, and `source` says why. RFC 7239 §5.2, §6; case c12.
+client_origin locate_client(const boost::asio::ip::address& peer,
+                            const boost::beast::http::fields& headers,
+                            const config::identity_settings& settings);
+
+/// locate_client()'s address with X-Forwarded-For and `trusted` (kept for callers that have
+/// no identity settings at hand).
 boost::asio::ip::address client_address(const boost::asio::ip::address& peer,
                                         const boost::beast::http::fields& headers,
                                         const std::vector<config::cidr>& trusted);

@@ -97,9 +97,13 @@ struct route_counts {
 struct metrics_sample {
   std::vector<route_counts> routes;  ///< every route name seen since start, sorted by name
   std::uint64_t bad_requests = 0;    ///< 400/401/404 answered by the gateway before a decision
-  store::store_stats store;          ///< counters summed over the store connections
-  unsigned store_connections = 0;    ///< store connections sampled (one per worker; memory: 1)
-  unsigned store_connected = 0;      ///< of those, connected now
+  /// Requests keyed on a trusted proxy's own address, by reason (`no_header`, `all_trusted`,
+  /// `unreadable`, `syntax_error`, `unknown`, `obfuscated`: identity::address_source), each
+  /// reason present even at 0.
+  std::vector<std::pair<std::string, std::uint64_t>> client_address_fallbacks;
+  store::store_stats store;        ///< counters summed over the store connections
+  unsigned store_connections = 0;  ///< store connections sampled (one per worker; memory: 1)
+  unsigned store_connected = 0;    ///< of those, connected now
   /// Store connections per breaker state, indexed by store::breaker_state.
   std::array<unsigned, 3> breaker{};
   histogram_counts store_check;       ///< duration of every store check, any outcome
@@ -124,7 +128,8 @@ struct metrics_sample {
 ///   fail_open, fail_closed (a `local` decision counts as allowed or limited);
 /// - `sluice_failure_policy_applied_total{route,policy}` — policy: fail_open, fail_closed,
 ///   local (store checks that failed and the route's policy answered);
-/// - `sluice_shadow_limited_total{route}`, `sluice_bad_requests_total`;
+/// - `sluice_shadow_limited_total{route}`, `sluice_bad_requests_total`,
+///   `sluice_client_address_fallbacks_total{reason}`;
 /// - `sluice_upstream_errors_total{route,status}` (status 502, 504),
 ///   `sluice_upstream_connections_opened_total`, `sluice_upstream_connection_reuses_total`,
 ///   `sluice_upstream_retries_total`;

@@ -648,7 +648,7 @@ const mistake mistake_table[] = {
         "    limits:\n"
         "      - {name: a, rate: 1/1s, cost: 2}\n",
      {"rules.yaml:7: routes[0].limits[0].cost: unknown key 'cost'; expected one of name, by, "
-      "algorithm, rate, burst, plans, mode"}},
+      "algorithm, rate, burst, plans, mode, preflight"}},
     {"unknown_route_key",
      UP "routes:\n"
         "  - name: r\n"
@@ -1576,6 +1576,148 @@ TEST(shadow_header, is_read_and_validated) {
 }
 
 #undef ALGO_UP
+
+}  // namespace
+}  // namespace sluice::config
+
+// ---------------------------------------------------------------------------------------------
+// Issue 12: identity.forwarded, cors blocks, a limit's preflight flag.
+
+namespace sluice::config {
+namespace {
+
+std::string cors_rules(const std::string& cors) {
+  return "upstreams: {api: {url: \"http://127.0.0.1:1\"}}\n"
+         "routes:\n"
+         "  - name: r\n"
+         "    match: {path_prefix: /}\n"
+         "    upstream: api\n"
+         "    cors: " +
+         cors + "\n";
+}
+
+TEST(issue12, forwarded_header_setting) {
+  EXPECT_EQ(load_ok("identity: {}")->identity.forwarded, forwarded_header::x_forwarded_for);
+  EXPECT_EQ(load_ok("identity: {forwarded: rfc7239}")->identity.forwarded,
+            forwarded_header::rfc7239);
+  EXPECT_EQ(load_ok("identity: {forwarded: x-forwarded-for}")->identity.forwarded,
+            forwarded_header::x_forwarded_for);
+  EXPECT_EQ(diags("identity: {forwarded: rfc7329}"),
+            std::vector<std::string>{
+                "rules.yaml:1: identity.forwarded: unknown header 'rfc7329'; did you mean "
+                "'rfc7239'?"});
+}
+
+TEST(issue12, cors_blocks_load) {
+  auto r = load_ok(
+      "cors: {origins: ['*']}\n"
+      "upstreams: {api: {url: \"http://127.0.0.1:1\"}}\n"
+      "routes:\n"
+      "  - name: r\n"
+      "    match: {path_prefix: /}\n"
+      "    upstream: api\n"
+      "    cors:\n"
+      "      origins: [https://app.example.com, 'https://*.example.org', 'http://127.0.0.1:*',\n"
+      "                'http://[::1]:8080']\n"
+      "      methods: [get, put]\n"
+      "      headers: [X-API-Key]\n"
+      "      expose_headers: [X-Request-Id]\n"
+      "      max_age: 10m\n"
+      "      credentials: true\n"
+      "      preflight: forward\n"
+      "    limits:\n"
+      "      - {name: a, by: ip, rate: 1/1s}\n"
+      "      - {name: b, by: api_key, rate: 1/1s}\n"
+      "      - {name: c, by: api_key, rate: 1/1s, preflight: true}\n"
+      "      - {name: d, by: global, rate: 1/1s, preflight: false}\n");
+  ASSERT_TRUE(r);
+  ASSERT_TRUE(r->cors);
+  EXPECT_TRUE(r->cors->origins.at(0).any);
+  EXPECT_EQ(r->cors->preflight, preflight_mode::answer);
+  const auto& c = *r->routes.at(0).cors;
+  ASSERT_EQ(c.origins.size(), 4u);
+  EXPECT_EQ(c.origins[0].host, "app.example.com");
+  EXPECT_TRUE(c.origins[1].any_subdomain);
+  EXPECT_EQ(c.origins[1].host, ".example.org");
+  EXPECT_EQ(c.origins[2].port, "*");
+  EXPECT_EQ(c.origins[3].host, "[::1]");
+  EXPECT_EQ(c.origins[3].port, "8080");
+  EXPECT_EQ(c.methods, (std::vector<std::string>{"GET", "PUT"}));
+  EXPECT_EQ(c.headers, (std::vector<std::string>{"X-API-Key"}));
+  EXPECT_EQ(c.expose_headers, (std::vector<std::string>{"X-Request-Id"}));
+  EXPECT_EQ(c.max_age_seconds, 600);
+  EXPECT_TRUE(c.credentials);
+  EXPECT_EQ(c.preflight, preflight_mode::forward);
+  const auto& l = r->routes.at(0).limits;
+  EXPECT_TRUE(l[0].preflight);
+  EXPECT_FALSE(l[1].preflight);
+  EXPECT_TRUE(l[2].preflight);
+  EXPECT_FALSE(l[3].preflight);
+}
+
+// A pattern that can never equal an origin a browser sends is an error with its path.
+TEST(issue12, cors_origins_that_cannot_match_are_errors) {
+  struct bad_case {
+    std::string origin, message;
+  };
+  const bad_case cases[] = {
+      {"https://app.example.com/",
+       "never matches: an origin has no path, query or fragment; "
+       "write 'https://app.example.com'"},
+      {"https://App.example.com",
+       "never matches: browsers send origins in lower case; write "
+       "'https://app.example.com'"},
+      {"app.example.com",
+       "never matches: an origin is scheme://host[:port], such as https://app.example.com"},
+      {"https://app.example.com:443",
+       "never matches: browsers leave out the default port; write 'https://app.example.com'"},
+      {"http://a.test:80",
+       "never matches: browsers leave out the default port; write "
+       "'http://a.test'"},
+      {"http://a.test:99999", "never matches: the port '99999' is not 1..65535"},
+      {"http://a.test:", "never matches: an empty port"},
+      {"https://api*.example.com",
+       "never matches: '*' stands for the whole origin ('*'), whole labels at the start of the "
+       "host (https://*.example.com) or the port (http://localhost:*)"},
+      {"https://*",
+       "never matches: '*' stands for the whole origin ('*'), whole labels at the "
+       "start of the host (https://*.example.com) or the port (http://localhost:*)"},
+      {"https://a..b", "never matches: 'a..b' is not a host name or address"},
+      {"https://a b", "never matches: 'a b' is not a host name or address"},
+      {"null", "is sent by sandboxed and local pages of any site, so it cannot be allowed"},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(diags(cors_rules("{origins: [\"" + c.origin + "\"]}")),
+              std::vector<std::string>{"rules.yaml:6: routes[0].cors.origins[0]: origin '" +
+                                       c.origin + "' " + c.message});
+  }
+  EXPECT_EQ(diags(cors_rules("{origins: []}")),
+            std::vector<std::string>{
+                "rules.yaml:6: routes[0].cors.origins: origins must list at least one origin"});
+  EXPECT_EQ(
+      diags(cors_rules("{methods: [GET]}")),
+      std::vector<std::string>{"rules.yaml:6: routes[0].cors: missing required key 'origins'"});
+  EXPECT_EQ(diags(cors_rules("{origins: ['*'], credentials: true}")),
+            std::vector<std::string>{
+                "rules.yaml:6: routes[0].cors.origins[0]: origin '*' with credentials: true would "
+                "let every site make credentialed requests (and browsers refuse '*' with "
+                "credentials); list the origins"});
+  EXPECT_EQ(diags(cors_rules("{origins: ['https://a.test'], credentials: true, headers: ['*']}")),
+            std::vector<std::string>{
+                "rules.yaml:6: routes[0].cors.headers: '*' with credentials: true is not a "
+                "wildcard to browsers; list the names"});
+  EXPECT_EQ(diags(cors_rules("{origins: ['https://a.test'], max_age: 1500ms}")),
+            std::vector<std::string>{
+                "rules.yaml:6: routes[0].cors.max_age: max_age must be whole seconds"});
+  EXPECT_EQ(diags(cors_rules("{origins: ['https://a.test'], preflight: pass}")),
+            std::vector<std::string>{
+                "rules.yaml:6: routes[0].cors.preflight: unknown preflight mode 'pass'; expected "
+                "one of answer, forward"});
+  EXPECT_EQ(diags(cors_rules("{origins: ['https://a.test'], origin: x}")),
+            std::vector<std::string>{
+                "rules.yaml:6: routes[0].cors.origin: unknown key 'origin'; did you mean "
+                "'origins'?"});
+}
 
 }  // namespace
 }  // namespace sluice::config

@@ -418,3 +418,242 @@ TEST(bucket_key, any_identity_value_is_bounded_and_distinct) {
 
 }  // namespace
 }  // namespace sluice::identity
+
+namespace sluice::identity {
+namespace {
+
+using kind = forwarded_node::kind;
+
+// What a parser made of one input: "unreadable", "unknown"... or the address text.
+std::string shown(const forwarded_node& n) {
+  switch (n.what) {
+    case kind::address:
+      return n.address.to_string();
+    case kind::unknown:
+      return "unknown";
+    case kind::obfuscated:
+      return "obfuscated";
+    case kind::unreadable:
+      return "unreadable";
+    case kind::syntax_error:
+      return "syntax_error";
+  }
+  return "?";
+}
+
+struct node_case {
+  const char* input;
+  const char* expected;
+};
+
+// Every form proxies write into X-Forwarded-For, and the ones no proxy writes.
+TEST(parse_xff_entry, every_form_a_proxy_writes) {
+  const node_case cases[] = {
+      {"192.0.2.1", "192.0.2.1"},
+      {"  192.0.2.1\t", "192.0.2.1"},
+      {"192.0.2.1:51000", "192.0.2.1"},
+      {"192.0.2.1:0", "192.0.2.1"},
+      {"192.0.2.1:65535", "192.0.2.1"},
+      {"2001:db8::6", "2001:db8::6"},
+      {"[2001:db8::6]", "2001:db8::6"},
+      {"[2001:db8::6]:51000", "2001:db8::6"},
+      {" [2001:DB8::6]:443 ", "2001:db8::6"},
+      {"::ffff:192.0.2.9", "192.0.2.9"},
+      {"[::ffff:192.0.2.9]:80", "192.0.2.9"},
+      {"::1", "::1"},
+      {"unknown", "unknown"},
+      {"UNKNOWN", "unknown"},
+      {"", "unreadable"},
+      {"garbage", "unreadable"},
+      {"example.com", "unreadable"},
+      {"192.0.2.1:65536", "unreadable"},
+      {"192.0.2.1:", "unreadable"},
+      {"192.0.2.1:http", "unreadable"},
+      {"192.0.2.1:123456", "unreadable"},
+      {"192.0.2", "unreadable"},
+      {"192.0.2.256", "unreadable"},
+      {"[192.0.2.1]", "unreadable"},
+      {"[2001:db8::6", "unreadable"},
+      {"[2001:db8::6]51000", "unreadable"},
+      {"[2001:db8::6]:", "unreadable"},
+      {"2001:db8::6:51000:1:2:3:4", "unreadable"},
+      {"fe80::1%eth0", "unreadable"},
+      {"[fe80::1%25eth0]", "unreadable"},
+      {"192.0.2.1 192.0.2.2", "unreadable"},
+      {"\"192.0.2.1\"", "unreadable"},
+      {"_hidden", "unreadable"},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(shown(parse_xff_entry(c.input)), c.expected) << "input: '" << c.input << "'";
+  }
+}
+
+// RFC 7239 §6 nodes (the value of for=, unquoted).
+TEST(parse_forwarded_node, rfc7239_section_6_nodes) {
+  const node_case cases[] = {
+      {"192.0.2.60", "192.0.2.60"},
+      {"192.0.2.60:4711", "192.0.2.60"},
+      {"192.0.2.60:_port-1", "192.0.2.60"},
+      {"[2001:db8:cafe::17]", "2001:db8:cafe::17"},
+      {"[2001:db8:cafe::17]:4711", "2001:db8:cafe::17"},
+      {"[2001:db8:cafe::17]:_x", "2001:db8:cafe::17"},
+      {"[::ffff:198.51.100.4]", "198.51.100.4"},
+      {"unknown", "unknown"},
+      {"Unknown:4711", "unknown"},
+      {"_hidden", "obfuscated"},
+      {"_SEVKISEK", "obfuscated"},
+      {"_a.b-c_d", "obfuscated"},
+      {"_hidden:_port", "obfuscated"},
+      {"_", "unreadable"},
+      {"_bad!", "unreadable"},
+      {"2001:db8:cafe::17", "unreadable"},  // an IPv6 node must be bracketed
+      {"192.0.2.60:", "unreadable"},
+      {"192.0.2.60:99999", "unreadable"},
+      {"192.0.2.60:_", "unreadable"},
+      {"[192.0.2.60]", "unreadable"},
+      {"example.com", "unreadable"},
+      {"", "unreadable"},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(shown(parse_forwarded_node(c.input)), c.expected) << "input: '" << c.input << "'";
+  }
+}
+
+struct line_case {
+  const char* line;
+  std::vector<std::string> expected;
+  bool ok;
+};
+
+// RFC 7239 §4's grammar: elements, pairs, quoting; a syntax error spoils its whole line.
+TEST(parse_forwarded_line, rfc7239_section_4_grammar) {
+  const line_case cases[] = {
+      {"for=192.0.2.43", {"192.0.2.43"}, true},
+      {"For=192.0.2.43", {"192.0.2.43"}, true},
+      {"for=\"192.0.2.43\"", {"192.0.2.43"}, true},
+      {"for=\"[2001:db8:cafe::17]:4711\"", {"2001:db8:cafe::17"}, true},
+      {"for=192.0.2.60;proto=http;by=203.0.113.43", {"192.0.2.60"}, true},
+      {"proto=https; for=192.0.2.60 ;by=_lb", {"192.0.2.60"}, true},
+      {"for=192.0.2.43, for=198.51.100.17", {"192.0.2.43", "198.51.100.17"}, true},
+      {"for=192.0.2.43,for=\"[2001:db8::1]\",  for=unknown",
+       {"192.0.2.43", "2001:db8::1", "unknown"},
+       true},
+      {"for=_hidden, for=_SEVKISEK", {"obfuscated", "obfuscated"}, true},
+      {"proto=http;by=203.0.113.43", {"unknown"}, true},  // an element without for=
+      {"for=192.0.2.43;", {"192.0.2.43"}, true},
+      {"for=192.0.2.43,, ,for=192.0.2.44", {"192.0.2.43", "192.0.2.44"}, true},
+      {"", {}, true},
+      {"for=\"\\192.0.2.43\"", {"192.0.2.43"}, true},  // a quoted-pair
+      {"for=\"192.0.2.43, for=10.0.0.1\"", {"unreadable"}, true},
+      {"for=hostname", {"unreadable"}, true},
+      {"for=[2001:db8::1]", {"syntax_error"}, false},  // '[' is not a token character
+      {"for=192.0.2.43:80", {"syntax_error"}, false},  // ':' needs quotes
+      {"for=\"192.0.2.43", {"syntax_error"}, false},
+      {"for=", {"syntax_error"}, false},
+      {"for", {"syntax_error"}, false},
+      {"=192.0.2.43", {"syntax_error"}, false},
+      {"for =192.0.2.43", {"syntax_error"}, false},
+      {"for=192.0.2.43;for=192.0.2.44", {"syntax_error"}, false},
+      {"for=192.0.2.43 for=192.0.2.44", {"syntax_error"}, false},
+      {"for=192.0.2.43, garbage", {"syntax_error"}, false},
+      {"for=\"a\x01\"", {"syntax_error"}, false},
+  };
+  for (const auto& c : cases) {
+    std::vector<forwarded_node> out{{kind::unknown, {}}};  // nodes of an earlier line stay
+    EXPECT_EQ(parse_forwarded_line(c.line, out), c.ok) << "line: '" << c.line << "'";
+    std::vector<std::string> got;
+    for (std::size_t i = 1; i < out.size(); ++i) got.push_back(shown(out[i]));
+    EXPECT_EQ(got, c.expected) << "line: '" << c.line << "'";
+  }
+}
+
+struct walk_case {
+  const char* peer;
+  std::vector<std::string> lines;
+  const char* client;
+  address_source source;
+};
+
+config::identity_settings walk_settings(config::forwarded_header h) {
+  config::identity_settings s;
+  s.trusted_proxies = {net("10.0.0.0", 8), net("fd00::", 8)};
+  s.forwarded = h;
+  return s;
+}
+
+void run_walk(const walk_case& c, config::forwarded_header h, const char* name) {
+  boost::beast::http::fields f;
+  for (const auto& line : c.lines) f.insert(name, line);
+  const auto got = locate_client(ip::make_address(c.peer), f, walk_settings(h));
+  std::string joined;
+  for (const auto& l : c.lines) joined += "[" + l + "]";
+  EXPECT_EQ(got.address.to_string(), c.client) << c.peer << " " << joined;
+  EXPECT_EQ(label(got.source), label(c.source)) << c.peer << " " << joined;
+}
+
+// The walk from the right through trusted proxies, on X-Forwarded-For.
+TEST(locate_client, x_forwarded_for_walk) {
+  using src = address_source;
+  const walk_case cases[] = {
+      {"203.0.113.9", {"192.0.2.1"}, "203.0.113.9", src::peer},
+      {"10.0.0.5", {}, "10.0.0.5", src::no_header},
+      {"10.0.0.5", {" , "}, "10.0.0.5", src::no_header},
+      {"10.0.0.5", {"192.0.2.1"}, "192.0.2.1", src::forwarded},
+      {"10.0.0.5", {"192.0.2.1:51000"}, "192.0.2.1", src::forwarded},
+      {"10.0.0.5", {"[2001:db8::6]:51000"}, "2001:db8::6", src::forwarded},
+      {"10.0.0.5", {"2001:db8::6"}, "2001:db8::6", src::forwarded},
+      {"10.0.0.5", {"198.51.100.1,203.0.113.7:1, 10.0.0.9:2"}, "203.0.113.7", src::forwarded},
+      {"10.0.0.5", {"198.51.100.1", "[fd00::1]:8"}, "198.51.100.1", src::forwarded},
+      {"10.0.0.5", {"10.0.0.7, 10.0.0.9"}, "10.0.0.7", src::all_trusted},
+      {"10.0.0.5", {"garbage, 203.0.113.7"}, "203.0.113.7", src::forwarded},
+      {"10.0.0.5", {"203.0.113.7, garbage"}, "10.0.0.5", src::unreadable},
+      {"10.0.0.5", {"203.0.113.7, garbage, 10.0.0.8"}, "10.0.0.8", src::unreadable},
+      {"10.0.0.5", {"203.0.113.7, unknown"}, "10.0.0.5", src::unknown},
+      {"::ffff:10.0.0.5", {"[::ffff:203.0.113.7]:9"}, "203.0.113.7", src::forwarded},
+  };
+  for (const auto& c : cases)
+    run_walk(c, config::forwarded_header::x_forwarded_for, "X-Forwarded-For");
+}
+
+// The same walk on RFC 7239 Forwarded (X-Forwarded-For is then not read).
+TEST(locate_client, rfc7239_forwarded_walk) {
+  using src = address_source;
+  const walk_case cases[] = {
+      {"203.0.113.9", {"for=192.0.2.1"}, "203.0.113.9", src::peer},
+      {"10.0.0.5", {}, "10.0.0.5", src::no_header},
+      {"10.0.0.5", {"for=192.0.2.1"}, "192.0.2.1", src::forwarded},
+      {"10.0.0.5", {"for=\"192.0.2.1:4711\""}, "192.0.2.1", src::forwarded},
+      {"10.0.0.5",
+       {"for=\"[2001:db8:cafe::17]:4711\";proto=https"},
+       "2001:db8:cafe::17",
+       src::forwarded},
+      {"10.0.0.5",
+       {"for=198.51.100.1, for=203.0.113.7", "for=10.0.0.9;by=_lb"},
+       "203.0.113.7",
+       src::forwarded},
+      {"10.0.0.5", {"for=10.0.0.7, for=\"[fd00::2]\""}, "10.0.0.7", src::all_trusted},
+      {"10.0.0.5", {"for=203.0.113.7, for=unknown"}, "10.0.0.5", src::unknown},
+      {"10.0.0.5", {"for=203.0.113.7, for=_hidden, for=10.0.0.8"}, "10.0.0.8", src::obfuscated},
+      {"10.0.0.5", {"for=203.0.113.7, proto=http"}, "10.0.0.5", src::unknown},
+      {"10.0.0.5", {"for=203.0.113.7, for=hostname"}, "10.0.0.5", src::unreadable},
+      {"10.0.0.5", {"for=203.0.113.7", "for=[2001:db8::1]"}, "10.0.0.5", src::syntax_error},
+      {"10.0.0.5", {"for=\"203.0.113.7", "for=10.0.0.8"}, "10.0.0.8", src::syntax_error},
+      {"10.0.0.5", {"for=\"garbage, for=203.0.113.7"}, "10.0.0.5", src::syntax_error},
+      {"10.0.0.5", {"for=garbage", "for=203.0.113.7"}, "203.0.113.7", src::forwarded},
+  };
+  for (const auto& c : cases) run_walk(c, config::forwarded_header::rfc7239, "Forwarded");
+  // Under rfc7239, X-Forwarded-For says nothing, and the other way round.
+  boost::beast::http::fields f;
+  f.insert("X-Forwarded-For", "192.0.2.1");
+  f.insert("Forwarded", "for=192.0.2.2");
+  const auto peer = ip::make_address("10.0.0.5");
+  EXPECT_EQ(
+      locate_client(peer, f, walk_settings(config::forwarded_header::rfc7239)).address.to_string(),
+      "192.0.2.2");
+  EXPECT_EQ(locate_client(peer, f, walk_settings(config::forwarded_header::x_forwarded_for))
+                .address.to_string(),
+            "192.0.2.1");
+}
+
+}  // namespace
+}  // namespace sluice::identity

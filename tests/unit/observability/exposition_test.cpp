@@ -94,6 +94,7 @@ metrics_sample example() {
   s.plan_cache_negative_hits = 26;
   s.plan_cache_misses = 27;
   s.plan_cache_evictions = 28;
+  s.client_address_fallbacks = {{"no_header", 29}, {"syntax_error", 30}};
   return s;
 }
 
@@ -113,6 +114,9 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_upstream_errors_total{route=\"search\",status=\"502\"} 7\n",
            "sluice_upstream_errors_total{route=\"search\",status=\"504\"} 8\n",
            "sluice_bad_requests_total 9\n",
+           "# TYPE sluice_client_address_fallbacks_total counter\n",
+           "sluice_client_address_fallbacks_total{reason=\"no_header\"} 29\n",
+           "sluice_client_address_fallbacks_total{reason=\"syntax_error\"} 30\n",
            "sluice_upstream_connections_opened_total 19\n",
            "sluice_upstream_connection_reuses_total 20\n",
            "sluice_upstream_retries_total 21\n",
@@ -161,7 +165,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 34u);
+  EXPECT_EQ(help, 35u);
   EXPECT_EQ(text.back(), '\n');
 }
 
