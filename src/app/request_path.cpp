@@ -408,7 +408,8 @@ std::optional<http::verdict> gateway_handler::apply_failure_policy(
       counted.fail_closed.add();
       log_store_failure(ec, rt.name, "fail_closed");
       auto res =
-          http::problem(11, bhttp::status::service_unavailable, "Rate Limiter Unavailable",
+          http::problem(head.version(), bhttp::status::service_unavailable,
+                        "Rate Limiter Unavailable",
                         "the rate limiter cannot decide this request right now; retry later");
       res.set(bhttp::field::retry_after, "1");
       return answer(std::move(res));
