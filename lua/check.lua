@@ -11,8 +11,8 @@
 --            time override. A stale check writes nothing and answers the error
 --            "STALE sluice check: now <Redis TIME in ms>".
 --   then 2 arguments per limit i: its parameters, struct.pack('<dddddd', algorithm id, a, b, c,
---   cost, shadow 0|1) (48 bytes), and the field of the bucket in hash keys[i] ('' = the bucket
---   is keys[i] itself)
+--   cost, flags) (48 bytes; flags: 1 = shadow, 2 = peek: decided as if, nothing written), and
+--   the field of the bucket in hash keys[i] ('' = the bucket is keys[i] itself)
 -- Reply: {allowed, now_ms, then per limit: admits, remaining, reset_ms, retry_after_ms, next_ms}
 --
 -- All-or-nothing: every limit is validated and read before anything is written; an enforced
@@ -44,12 +44,14 @@ local function read_limit(id, a, b, c, cost, key, field, now)
   return nil, false
 end
 
--- Debits (when `debit`) and writes one limit read by read_limit; returns remaining, reset_ms,
--- retry_after_ms, next_ms.
-local function write_limit(id, a, b, c, cost, key, field, debit, now, s1, s2, s3)
-  if id == 0 then return tb_write(key, field, a, b, c * b, cost * b, debit, now, s1, s2, s3) end
-  if id == 3 then return logs().write(s1, debit) end
-  return windows().write(s1, a, b, cost, debit, id == 2)
+-- Debits (when `debit`) and writes (unless `peek`) one limit read by read_limit; returns
+-- remaining, reset_ms, retry_after_ms, next_ms.
+local function write_limit(id, a, b, c, cost, key, field, debit, peek, now, s1, s2, s3)
+  if id == 0 then
+    return tb_write(key, field, a, b, c * b, cost * b, debit, peek, now, s1, s2, s3)
+  end
+  if id == 3 then return logs().write(s1, debit, peek) end
+  return windows().write(s1, a, b, cost, debit, id == 2, peek)
 end
 
 local function bad_limit(i, why)
@@ -80,14 +82,14 @@ local function check(keys, argv)
   if n == 1 then
     local p, key, field = argv[3], keys[1], argv[4]
     if #p ~= 48 then return bad_limit(1) end
-    local id, a, b, c, cost, shadow = unpack_state('<dddddd', p)
+    local id, a, b, c, cost, flags = unpack_state('<dddddd', p)
     local admits, s1, s2, s3 = read_limit(id, a, b, c, cost, key, field, now)
     if admits == nil then return bad_limit(1, s1) end
     local remaining, reset, retry, nxt =
-        write_limit(id, a, b, c, cost, key, field, admits, now, s1, s2, s3)
+        write_limit(id, a, b, c, cost, key, field, admits, flags >= 2, now, s1, s2, s3)
     local adm = admits and 1 or 0
     local allowed = adm
-    if shadow == 1 then allowed = 1 end
+    if flags % 2 == 1 then allowed = 1 end
     return {allowed, now, adm, remaining, reset, retry, nxt}
   end
 
@@ -97,11 +99,12 @@ local function check(keys, argv)
   for i = 1, n do
     local p, key, field = argv[1 + 2 * i], keys[i], argv[2 + 2 * i]
     if #p ~= 48 then return bad_limit(i) end
-    local id, a, b, c, cost, shadow = unpack_state('<dddddd', p)
+    local id, a, b, c, cost, flags = unpack_state('<dddddd', p)
     local admits, s1, s2, s3 = read_limit(id, a, b, c, cost, key, field, now)
     if admits == nil then return bad_limit(i, s1) end
-    if shadow ~= 1 and not admits then allowed = false end
-    limits[i] = {id, a, b, c, cost, shadow == 1, key, field, admits, s1, s2, s3}
+    local shadow = flags % 2 == 1
+    if not shadow and not admits then allowed = false end
+    limits[i] = {id, a, b, c, cost, shadow, key, field, admits, s1, s2, s3, flags >= 2}
   end
 
   -- Phase 2: debit (enforced: iff allowed; shadow: iff it admits alone), write, describe.
@@ -113,7 +116,8 @@ local function check(keys, argv)
     local debit = allowed
     if l[6] then debit = admits end
     local remaining, reset, retry, nxt =
-        write_limit(l[1], l[2], l[3], l[4], l[5], l[7], l[8], debit, now, l[10], l[11], l[12])
+        write_limit(l[1], l[2], l[3], l[4], l[5], l[7], l[8], debit, l[13], now, l[10], l[11],
+                    l[12])
     reply[at + 1] = admits and 1 or 0
     reply[at + 2] = remaining
     reply[at + 3] = reset

@@ -49,23 +49,27 @@ local function logs()
       return log_wait(entries, first, w, lim, now, cost) == 0
     end,
 
-    write = function(slot, debit)
+    write = function(slot, debit, peek)
       local key = slot.key
       local st = slot.st
       local w, lim, now, cost = st.w, st.lim, st.now, st.cost
       local retry = log_wait(st.entries, st.first, w, lim, now, cost)
-      if st.wrong_type then redis.call('DEL', key) end
-      if st.first > 1 then redis.call('LTRIM', key, st.first - 1, -1) end
+      if not peek then
+        if st.wrong_type then redis.call('DEL', key) end
+        if st.first > 1 then redis.call('LTRIM', key, st.first - 1, -1) end
+      end
       local entries = st.entries
       if debit then
-        local stamp = int(now)
-        local left = cost
-        while left > 0 do
-          local chunk = {}
-          local k = math.min(left, 1000)
-          for j = 1, k do chunk[j] = stamp end
-          redis.call('RPUSH', key, unpack(chunk))
-          left = left - k
+        if not peek then
+          local stamp = int(now)
+          local left = cost
+          while left > 0 do
+            local chunk = {}
+            local k = math.min(left, 1000)
+            for j = 1, k do chunk[j] = stamp end
+            redis.call('RPUSH', key, unpack(chunk))
+            left = left - k
+          end
         end
         for j = 1, cost do entries[#entries + 1] = now end
       end
@@ -75,7 +79,7 @@ local function logs()
       local reset = log_wait(entries, st.first, w, lim, now, lim)
       local nxt = 0
       if remaining < lim then nxt = log_wait(entries, st.first, w, lim, now, remaining + 1) end
-      if n > 0 then redis.call('PEXPIRE', key, int(reset)) end
+      if n > 0 and not peek then redis.call('PEXPIRE', key, int(reset)) end
       return remaining, reset, retry, nxt
     end,
   }

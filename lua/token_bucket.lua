@@ -52,14 +52,16 @@ local function tb_read(key, field, refill, upt, cap, need, now)
 end
 
 -- Debits `need` units from `level` (what tb_read found) when `debit`, writes (or, for an
--- unchanged refusal, only makes sure of the expiry); returns remaining, reset_ms,
--- retry_after_ms, next_ms.
-local function tb_write(key, field, refill, upt, cap, need, debit, now, level, stored, dirty)
+-- unchanged refusal, only makes sure of the expiry; nothing at all when `peek`); returns
+-- remaining, reset_ms, retry_after_ms, next_ms.
+local function tb_write(key, field, refill, upt, cap, need, debit, peek, now, level, stored,
+                        dirty)
   local after = level
   if debit then after = level - need end
   local reset = 0
   if after < cap then reset = ceil_div(cap - after, refill) end
-  if debit or dirty or reset == 0 then
+  if peek then
+  elseif debit or dirty or reset == 0 then
     put(key, field, stored, reset, now, '<ddd', '<dddd', after, now, upt)
   else
     arm(key, field, reset)

@@ -101,7 +101,7 @@ local function window_read(slot, w, lim, cost, now, sliding)
   return window_wait(c, w, lim, now_eff, cost, sliding) == 0
 end
 
-local function window_write(slot, w, lim, cost, debit, sliding)
+local function window_write(slot, w, lim, cost, debit, sliding, peek)
   local now = slot.now
   local b = slot.before
   local a = {index = b.index, current = b.current, previous = b.previous}
@@ -121,7 +121,8 @@ local function window_write(slot, w, lim, cost, debit, sliding)
   if remaining < lim then nxt = window_wait(a, w, lim, now, remaining + 1, sliding) end
 
   -- The state matters exactly until Reset: then both counts read as 0.
-  if debit or slot.dirty or reset <= 0 then
+  if peek then
+  elseif debit or slot.dirty or reset <= 0 then
     if sliding then
       put(slot.key, slot.field, slot.stored, reset, slot.now_read, '<ddd', '<dddd', a.index,
           a.current, a.previous)

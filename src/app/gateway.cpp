@@ -21,6 +21,7 @@
 #include "sluice/store/redis_store.hpp"
 
 #include <spdlog/spdlog.h>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
@@ -346,6 +347,23 @@ void gateway::note_reload_failure() {
 gateway::current_rules gateway::current() const {
   const auto snap = impl_->shared.current.load();
   return {snap->rules, snap->generation};
+}
+
+std::optional<std::string> gateway::explain(const observability::explain_query& q) const {
+  if (impl_->workers.empty()) return std::nullopt;
+  auto& w = *impl_->workers.front();
+  auto promise = std::make_shared<std::promise<std::string>>();
+  auto answer = promise->get_future();
+  // The handler lives as long as the gateway; the coroutine holds its own copy of `q`.
+  asio::co_spawn(w.ioc, w.handler->explain(q), [promise](std::exception_ptr e, std::string json) {
+    if (e) {
+      promise->set_exception(e);
+    } else {
+      promise->set_value(std::move(json));
+    }
+  });
+  if (answer.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return std::nullopt;
+  return answer.get();
 }
 
 observability::metrics_sample gateway::sample() const {

@@ -25,6 +25,10 @@
 #include <unordered_map>
 #include <vector>
 
+namespace sluice::observability {
+struct explain_query;
+}
+
 namespace sluice::app {
 
 /// What one route needs per request, prepared once per snapshot.
@@ -89,6 +93,14 @@ class gateway_handler final : public http::request_handler {
 
   boost::asio::awaitable<http::verdict> decide(http::request_head& head,
                                                const http::request_context& ctx) override;
+
+  /// `GET /admin/explain` (src/app/explain.cpp): what a request described by `q` would get
+  /// now — its route, caller and plan, each limit with its stated guarantee and the state a
+  /// request would see, and the decision — as one JSON object. The store decides with
+  /// check_request::peek: nothing is written or spent, the over-limit cache is neither read
+  /// nor filled. A request refused before any limit (404, 401, 400) says so. Worker thread.
+  /// (`q` by value: the coroutine owns its copy, whoever started it.)
+  boost::asio::awaitable<std::string> explain(observability::explain_query q);
 
   /// This worker's request counters (any thread may read them).
   const request_counters& counters() const { return counters_; }

@@ -128,6 +128,11 @@ struct runtime::impl : observability::admin_backend {
     return {r.ok, r.generation, std::move(r.diagnostics)};
   }
   std::optional<std::string> metrics() override { return observability::exposition(gw->sample()); }
+  explained explain(const observability::explain_query& q) override {
+    auto json = gw->explain(q);
+    if (!json) return {std::nullopt, "the gateway did not answer within 2 s"};
+    return {std::move(*json), {}};
+  }
 };
 
 runtime::runtime(std::string config_file, std::shared_ptr<const config::rules> rules,

@@ -16,6 +16,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/json.hpp>
+#include <boost/url/parse.hpp>
+#include <boost/url/url_view.hpp>
 
 #include <thread>
 
@@ -86,6 +88,8 @@ json::object params_json(const config::limit_params& p) {
   return o;
 }
 
+}  // namespace
+
 json::object limit_json(const config::limit& l) {
   json::object o;
   o["name"] = l.name;
@@ -111,8 +115,6 @@ json::object limit_json(const config::limit& l) {
   o["guarantee"] = limiter::guarantee(l);
   return o;
 }
-
-}  // namespace
 
 std::string config_json(const config::rules& rules, std::uint64_t generation,
                         const std::string& source_file) {
@@ -211,6 +213,56 @@ http::response reply(unsigned version, bhttp::status status, std::string body,
   return res;
 }
 
+/// Reads `GET /admin/explain`'s query (percent-decoded, `+` as a space) into `q`; false with
+/// `bad` saying why on a missing `path`, an unknown parameter or one given twice.
+bool parse_explain_query(std::string_view target, explain_query& q, std::string& bad) {
+  const auto at = target.find('?');
+  if (at == std::string_view::npos) {
+    bad = "explain needs ?path=/the/path (and method=, api_key=, ip=, header.NAME=)";
+    return false;
+  }
+  auto parsed = boost::urls::parse_origin_form(target);
+  if (!parsed) {
+    bad = "explain: the query cannot be read: " + parsed.error().message();
+    return false;
+  }
+  bool have_path = false, have_method = false, have_key = false, have_ip = false;
+  auto once = [&bad](bool& seen, std::string_view name) {
+    if (seen) bad = "explain: " + std::string(name) + " given twice";
+    seen = true;
+    return bad.empty();
+  };
+  boost::urls::encoding_opts plus;
+  plus.space_as_plus = true;                   // a form's encoding (HTML 4.01 §17.13.4)
+  for (const auto p : parsed->params(plus)) {  // decoded copies
+    const std::string& key = p.key;
+    const std::string& value = p.value;
+    if (key == "path") {
+      if (!once(have_path, key)) return false;
+      q.path = value;
+    } else if (key == "method") {
+      if (!once(have_method, key)) return false;
+      q.method = value;
+    } else if (key == "api_key") {
+      if (!once(have_key, key)) return false;
+      q.api_key = value;
+    } else if (key == "ip") {
+      if (!once(have_ip, key)) return false;
+      q.ip = value;
+    } else if (key.starts_with("header.") && key.size() > 7) {
+      q.headers.emplace_back(key.substr(7), value);
+    } else {
+      bad = "explain: unknown parameter '" + key + "' (path, method, api_key, ip, header.NAME)";
+      return false;
+    }
+  }
+  if (q.path.empty() || q.path.front() != '/') {
+    bad = "explain needs path= starting with '/'";
+    return false;
+  }
+  return true;
+}
+
 class admin_handler final : public http::buffered_handler {
  public:
   explicit admin_handler(std::shared_ptr<admin_backend> backend) : backend_(std::move(backend)) {}
@@ -263,6 +315,18 @@ class admin_handler final : public http::buffered_handler {
         }
         return reply(v, r.ok ? bhttp::status::ok : bhttp::status::unprocessable_entity,
                      json::serialize(o) + "\n", "application/json");
+      }
+      if (path == "/admin/explain") {
+        if (!get) return not_allowed("GET, HEAD");
+        explain_query q;
+        std::string bad;
+        if (!parse_explain_query(req.target(), q, bad)) {
+          return reply(v, bhttp::status::bad_request, bad + "\n", "text/plain");
+        }
+        auto e = backend_->explain(q);
+        if (e.json)
+          return reply(v, bhttp::status::ok, std::move(*e.json) + "\n", "application/json");
+        return reply(v, bhttp::status::service_unavailable, e.error + "\n", "text/plain");
       }
       if (path == "/metrics") {
         // Prometheus exposition (metrics.hpp), built from a fresh sample per scrape.

@@ -29,12 +29,13 @@ int algorithm_id(config::algorithm a) noexcept {
 }
 
 std::string pack_limit(int id, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t cost,
-                       bool shadow) {
+                       bool shadow, bool peek) {
   static_assert(
       std::numeric_limits<double>::is_iec559 && std::endian::native == std::endian::little,
       "struct.unpack('<d') reads little-endian IEEE 754 doubles");
-  const double v[6] = {static_cast<double>(id), static_cast<double>(a),    static_cast<double>(b),
-                       static_cast<double>(c),  static_cast<double>(cost), shadow ? 1.0 : 0.0};
+  const double v[6] = {static_cast<double>(id),   static_cast<double>(a),
+                       static_cast<double>(b),    static_cast<double>(c),
+                       static_cast<double>(cost), (shadow ? 1.0 : 0.0) + (peek ? 2.0 : 0.0)};
   std::string out(sizeof v, '\0');
   std::memcpy(out.data(), v, sizeof v);
   return out;
@@ -63,10 +64,11 @@ std::size_t append_check_command(const limiter::check_request& req, const key_la
     const auto& l = req.limits[i];
     if (l.algorithm == config::algorithm::token_bucket) {
       out.push_back(pack_limit(algorithm_id(l.algorithm), l.bucket.refill_per_ms,
-                               l.bucket.units_per_token, l.bucket.burst, l.cost, l.shadow));
+                               l.bucket.units_per_token, l.bucket.burst, l.cost, l.shadow,
+                               req.peek));
     } else {
       out.push_back(pack_limit(algorithm_id(l.algorithm), l.bucket.window_ms, l.bucket.window_limit,
-                               0, l.cost, l.shadow));
+                               0, l.cost, l.shadow, req.peek));
     }
     out.push_back(std::move(fields[i]));
   }

@@ -267,7 +267,9 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       if (debit) after.current += l.cost;
       auto o = limiter::describe_window(r.counts, after, l.bucket, l.algorithm, r.now_eff, l.cost,
                                         admits[i]);
-      if (o.reset_ms <= 0) {
+      if (req.peek) {
+        // (decided as if: nothing written)
+      } else if (o.reset_ms <= 0) {
         sh.buckets.erase(l.key);
       } else {
         auto& e = sh.slot(l.key, now, impl_->cap, req);
@@ -282,7 +284,9 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       limiter::log_entries after = *r.log;
       if (debit) after.insert(after.end(), static_cast<std::size_t>(l.cost), r.now_eff);
       auto o = limiter::describe_log(*r.log, after, l.bucket, r.now_eff, l.cost, admits[i]);
-      if (after.empty()) {
+      if (req.peek) {
+        // (decided as if: nothing written)
+      } else if (after.empty()) {
         sh.buckets.erase(l.key);
       } else {
         auto& e = sh.slot(l.key, now, impl_->cap, req);
@@ -294,7 +298,9 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       out.limits.push_back(o);
     } else {
       const std::int64_t after = r.level - (debit ? l.cost * l.bucket.units_per_token : 0);
-      if (after >= l.bucket.capacity()) {
+      if (req.peek) {
+        // (decided as if: nothing written)
+      } else if (after >= l.bucket.capacity()) {
         sh.buckets.erase(l.key);  // full == missing (the script DELetes it)
       } else {
         auto& e = sh.slot(l.key, now, impl_->cap, req);
@@ -308,6 +314,7 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
     }
   }
   locks.clear();
+  if (req.peek) return out;  // not a check: neither counted nor a sweep's turn
   const std::uint64_t count = impl_->checks.fetch_add(1, std::memory_order_relaxed) + 1;
   if (count % sweep_interval == 0)
     impl_->shards[(count / sweep_interval) % impl_->shards_used].sweep(now);

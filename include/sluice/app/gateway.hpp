@@ -5,6 +5,7 @@
 /// request under one immutable rules snapshot that can be swapped at any time.
 
 #include "sluice/config/rules.hpp"
+#include "sluice/observability/admin.hpp"
 #include "sluice/observability/metrics.hpp"
 #include "sluice/store/counter_store.hpp"
 
@@ -100,6 +101,12 @@ class gateway {
   /// answer within 1 s contributes its previous values). Thread-safe; concurrent calls are
   /// serialised. Never on a worker's thread (it would wait for itself).
   observability::metrics_sample sample() const;
+
+  /// `GET /admin/explain`: gateway_handler::explain() of `q`, run on the first worker (whose
+  /// store connection decides it, spending nothing); nullopt when the worker did not answer
+  /// within 2 s (a store that hangs is bounded by its own deadline, below that). Never on a
+  /// worker's thread.
+  std::optional<std::string> explain(const observability::explain_query& q) const;
 
   /// The rules in force and their generation, read together from one snapshot (the admin
   /// endpoint's view). Thread-safe.

@@ -87,6 +87,9 @@ struct check_request {
   /// request that was already answered (503, or forwarded under fail_open). Set by the Redis
   /// store from its deadline; -1 = no bound.
   std::int64_t stale_after_ms = -1;
+  /// Decide as the store would now, writing nothing (`GET /admin/explain`): the outcome is the
+  /// one a request would get, and no bucket changes.
+  bool peek = false;
 };
 
 /// Ceiling of a / b for a >= 0, b > 0.

@@ -1,13 +1,14 @@
 #pragma once
 /// @file
 /// The admin listener (DESIGN.md, `admin:`): `GET /healthz`, `GET /readyz`,
-/// `GET /admin/config`, `POST /admin/reload` and `GET /metrics`.
+/// `GET /admin/config`, `GET /admin/explain`, `POST /admin/reload` and `GET /metrics`.
 /// It runs on its own io_context and thread, away from the workers, so an admin request
 /// (a reload parses and validates a whole file) never delays a client request.
 
 #include "sluice/config/rules.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/json/object.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,16 @@ struct admin_reload_result {
   bool ok = false;                       ///< the new file was swapped in
   std::uint64_t generation = 0;          ///< the generation in force afterwards
   std::vector<std::string> diagnostics;  ///< `file:line: path: message` lines when refused
+};
+
+/// A request to explain (`GET /admin/explain`): the request as the gateway would see it.
+struct explain_query {
+  std::string method = "GET";  ///< `method=`
+  std::string path;            ///< `path=`: origin-form target, query included (required)
+  std::string api_key;         ///< `api_key=`: sent in the rules' API key header
+  std::string ip;              ///< `ip=`: the TCP peer (default 127.0.0.1)
+  /// `header.NAME=VALUE`, in order (Host, X-Forwarded-For, a `by: header:` field...).
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 
 /// What the admin endpoints read and do; implemented by the app room (which knows the
@@ -44,7 +55,22 @@ class admin_backend {
   /// when the backend publishes no metrics (the endpoint then answers 404). May throw; the
   /// listener then answers 500.
   virtual std::optional<std::string> metrics() { return std::nullopt; }
+  /// The explanation of `q` as one JSON object (see the gateway's explain()), or nullopt when
+  /// the backend cannot explain (the endpoint then answers 404, or 503 when it timed out: the
+  /// error's text). Writes nothing to any store.
+  struct explained {
+    std::optional<std::string> json;
+    std::string error;  ///< why not, when json is empty
+  };
+  virtual explained explain(const explain_query& q) {
+    (void)q;
+    return {std::nullopt, "not available"};
+  }
 };
+
+/// One limit as `GET /admin/config` shows it: name, by, algorithm, mode, rate and burst,
+/// per-plan overrides with their guarantees, and its stated guarantee.
+boost::json::object limit_json(const config::limit& l);
 
 /// The `GET /admin/config` body: generation, source file, store, header sets, plans, API key
 /// count, upstreams, and every route with its limits and their parameters (rate as
@@ -60,6 +86,10 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
 /// - `GET /admin/config`: 200, config_json().
 /// - `POST /admin/reload`: 200 `{"reloaded":true,"generation":N}`, or 422
 ///   `{"reloaded":false,"generation":N,"diagnostics":[...]}` (the running config stays).
+/// - `GET /admin/explain?path=P[&method=M][&api_key=K][&ip=A][&header.NAME=V...]`: 200 with
+///   what a request would get now — route, caller, plan, each limit's state and the decision —
+///   spending nothing (admin_backend::explain); 400 without `path` or with a bad parameter;
+///   503 when the gateway did not answer within 2 s.
 /// - `GET /metrics`: the backend's Prometheus exposition (text/plain; version=0.0.4), or 404
 ///   when the backend publishes none.
 ///

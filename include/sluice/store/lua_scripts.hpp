@@ -22,7 +22,8 @@ namespace sluice::lua {
 /// in ms (-1: use Redis TIME). ARGV[2]: stale after, Redis TIME in ms even under an override
 /// (-1: no bound): a check run later than that writes nothing and answers the error
 /// `STALE sluice check: now <Redis TIME ms>`. Then 2 arguments per limit i: its parameters
-/// (pack_limit(): algorithm id, a, b, c, cost, shadow as 6 little-endian doubles) and its field
+/// (pack_limit(): algorithm id, a, b, c, cost, flags as 6 little-endian doubles; flags 1 =
+/// shadow, 2 = peek: decided as if, nothing written) and its field
 /// in hash KEYS[i] ("" = KEYS[i] is the bucket), where (a, b, c) = (refill_per_ms,
 /// units_per_token, burst) for the token bucket and (window_ms, window limit, 0) for the window
 /// algorithms.
@@ -55,9 +56,10 @@ std::string_view check_library() noexcept;
 std::string_view check_function() noexcept;
 
 /// The 48-byte parameter argument of one limit (check()): struct.pack('<dddddd', id, a, b, c,
-/// cost, shadow ? 1 : 0). Every value must be an integer of at most 2^53 to arrive exact.
+/// cost, flags), flags = (shadow ? 1 : 0) + (peek ? 2 : 0). Every value must be an integer of
+/// at most 2^53 to arrive exact.
 std::string pack_limit(int id, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t cost,
-                       bool shadow);
+                       bool shadow, bool peek = false);
 
 /// The script's algorithm id of `a`: token_bucket 0, fixed_window 1, sliding_window 2,
 /// sliding_log 3 (gcra is not offered: -1).

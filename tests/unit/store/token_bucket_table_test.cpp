@@ -377,6 +377,42 @@ TEST_F(token_bucket_table, redis_store) {
   }
 }
 
+// Peek (GET /admin/explain): before every step the same request is decided with `peek` set,
+// twice: each answers exactly the step's expected outcome, and the step itself still does —
+// so a peek writes nothing, on every store and layout.
+TEST_F(token_bucket_table, peek_decides_as_the_step_and_writes_nothing) {
+  auto peek_of = [](check_request req) {
+    req.peek = true;
+    return req;
+  };
+  for (const auto& c : table()) {
+    std::int64_t now = 0;
+    store::memory_store mem([&now] { return now; });
+    for (std::size_t s = 0; s < c.steps.size(); ++s) {
+      now = epoch_ms + c.steps[s].t_ms;
+      const auto req = make_request(c, "peek-mem", c.steps[s].cost);
+      expect_step(c, s, "memory peek", mem.decide(peek_of(req)));
+      expect_step(c, s, "memory peek again", mem.decide(peek_of(req)));
+      expect_step(c, s, "memory", mem.decide(req));
+    }
+  }
+  for (const auto& layout : {per_key, packed}) {
+    const std::string name = "peek-lua-" + layout_name(layout);
+    for (const auto& c : table()) {
+      for (std::size_t s = 0; s < c.steps.size(); ++s) {
+        const auto req = make_request(c, name, c.steps[s].cost);
+        for (const bool peek : {true, true, false}) {
+          std::string error;
+          auto got = run_lua(*server_, peek ? peek_of(req) : req, epoch_ms + c.steps[s].t_ms,
+                             &error, layout);
+          ASSERT_TRUE(got) << c.name << " step " << s << ": " << error;
+          expect_step(c, s, peek ? "lua peek" : "lua", *got);
+        }
+      }
+    }
+  }
+}
+
 // The memory store and the script agree on the stored state itself, not only on the outcome.
 TEST_F(token_bucket_table, stored_state_matches) {
   for (const auto& layout : {per_key, packed}) {

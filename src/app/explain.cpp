@@ -1,0 +1,224 @@
+// `GET /admin/explain` (issue 13, "why was I limited?"): the request path's own steps — route
+// → identify → the limits that apply — run on a request described by the query, then every
+// limit decided by the store with check_request::peek set, so the answer is exactly what a
+// request would get now and nothing is spent. Runs on a worker's executor (the worker owns its
+// store connection), called through gateway::explain().
+#include "request_path.hpp"
+
+#include "sluice/limiter/guarantee.hpp"
+#include "sluice/observability/admin.hpp"
+
+#include <boost/asio/ip/address.hpp>
+#include <boost/json.hpp>
+#include <boost/url/encode.hpp>
+#include <boost/url/rfc/unreserved_chars.hpp>
+
+namespace sluice::app {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace json = boost::json;
+
+namespace {
+
+/// A verdict the request path made before any limit (404, 401, 400...) or an unlimited
+/// forward, as the explanation's decision.
+json::object verdict_json(const http::verdict& v) {
+  json::object o;
+  if (v.what == http::verdict::kind::forward) {
+    o["decision"] = "forward";
+    o["status"] = "the upstream's";
+  } else {
+    o["decision"] = "answer";
+    o["status"] = static_cast<unsigned>(v.answer.result_int());
+    if (!v.answer.body().empty()) o["body"] = v.answer.body();
+  }
+  return o;
+}
+
+const char* namespace_text(identity::caller const& who) {
+  return who.anonymous ? "anonymous" : "api_key";
+}
+
+}  // namespace
+
+asio::awaitable<std::string> gateway_handler::explain(observability::explain_query q) {
+  const std::shared_ptr<const snapshot> snap = shared_.current.load();
+  const config::rules& rules = *snap->rules;
+  json::object out;
+  out["generation"] = snap->generation;
+  json::object request;
+  request["method"] = q.method;
+  request["path"] = q.path;
+  request["ip"] = q.ip.empty() ? std::string("127.0.0.1") : q.ip;
+  out["request"] = std::move(request);
+
+  // The request as a client would send it.
+  http::request_head head;
+  const auto verb = bhttp::string_to_verb(q.method);
+  if (verb == bhttp::verb::unknown) {
+    out["error"] = "unknown method '" + q.method + "'";
+    co_return json::serialize(out);
+  }
+  head.method(verb);
+  head.target(q.path);
+  head.version(11);
+  bool host = false;
+  for (const auto& [name, value] : q.headers) {
+    head.insert(name, value);
+    host = host || beast::iequals(name, "host");
+  }
+  if (!host) head.set(bhttp::field::host, "localhost");
+  if (!q.api_key.empty()) {
+    if (!rules.identity.api_key_header.empty()) {
+      head.set(rules.identity.api_key_header, q.api_key);
+    } else if (!rules.identity.api_key_query.empty()) {
+      // Only a query parameter carries keys: one more parameter, percent-encoded.
+      std::string target(q.path);
+      target += target.find('?') == std::string::npos ? '?' : '&';
+      target += rules.identity.api_key_query + '=' +
+                boost::urls::encode(q.api_key, boost::urls::unreserved_chars);
+      head.target(target);
+    }
+  }
+  http::request_context ctx;
+  boost::system::error_code ec;
+  const auto ip = asio::ip::make_address(q.ip.empty() ? "127.0.0.1" : q.ip, ec);
+  if (ec) {
+    out["error"] = "ip '" + q.ip + "' is not an IP address";
+    co_return json::serialize(out);
+  }
+  ctx.peer = {ip, 0};
+  ctx.peer_text = ip.is_v6() && ip.to_v6().is_v4_mapped()
+                      ? asio::ip::make_address_v4(asio::ip::v4_mapped, ip.to_v6()).to_string()
+                      : ip.to_string();
+
+  // route
+  const config::cors_policy* cors = rules.cors.get();
+  auto routed_or = route(*snap, head, cors);
+  if (auto* v = std::get_if<http::verdict>(&routed_or)) {
+    out["route"] = nullptr;
+    out["outcome"] = verdict_json(*v);
+    co_return json::serialize(out);
+  }
+  const routed& r = std::get<routed>(routed_or);
+  const config::route& rt = *r.route->route;
+  out["route"] = rt.name;
+  out["cost"] = rt.cost;
+  out["on_store_failure"] = rt.on_store_failure == config::failure_policy::fail_open ? "fail_open"
+                            : rt.on_store_failure == config::failure_policy::fail_closed
+                                ? "fail_closed"
+                                : "local";
+
+  // identify (the directory is read, never written)
+  identified id;
+  presented p;
+  if (auto refused = present(*snap, head, ctx, r, p)) {
+    out["outcome"] = verdict_json(*refused);
+    co_return json::serialize(out);
+  }
+  if (r.preflight) {
+    id.who = identity::anonymous_caller(rules, p.client, p.client_text);
+    id.limits = &r.route->preflight;
+  } else {
+    if (!p.plan && !p.key.empty() && rules.identity.directory.enabled) {
+      auto looked = co_await directory_plan(rules.identity.directory, p.key);
+      p.directory_down = looked.unavailable;
+      p.plan = std::move(looked.plan);
+    }
+    if (auto refused = identify(*snap, head, p, id)) {
+      out["outcome"] = verdict_json(*refused);
+      co_return json::serialize(out);
+    }
+    id.limits = &r.route->for_plan(id.who.plan);
+  }
+  json::object caller;
+  caller["identity"] = namespace_text(id.who);
+  caller["plan"] = id.who.plan;
+  caller["client_ip"] = id.who.client_ip;
+  if (r.preflight) caller["preflight"] = true;
+  out["caller"] = std::move(caller);
+
+  // the limits that apply, decided by the store as if (peek)
+  const auto& prepared = *id.limits;
+  json::array limits;
+  if (prepared.limits.empty()) {
+    out["limits"] = std::move(limits);
+    json::object o;
+    o["decision"] = "unlimited";
+    out["outcome"] = std::move(o);
+    co_return json::serialize(out);
+  }
+  if (id.directory_down) {
+    out["limits"] = std::move(limits);
+    json::object o;
+    o["decision"] = "store unavailable: the route's failure policy applies";
+    out["outcome"] = std::move(o);
+    co_return json::serialize(out);
+  }
+  limiter::check_request check;
+  if (auto v = prepare_check(*snap, head, ctx, r, id, check)) {
+    out["outcome"] = verdict_json(*v);
+    co_return json::serialize(out);
+  }
+  check.peek = true;  // nothing is written, nothing spent
+  boost::system::result<limiter::check_outcome> decided{
+      make_error_code(sluice::errc::store_unavailable)};
+  limiter::check_outcome now;
+  if (store_->decide_now(check, now)) {
+    decided = std::move(now);
+  } else {
+    decided = co_await store_->check(check);
+  }
+  for (std::size_t i = 0; i < check.limits.size(); ++i) {
+    const config::limit& l = *prepared.limits[i];
+    json::object o = observability::limit_json(l);
+    o["bucket"] = check.limits[i].key;
+    o["stated_guarantee"] = limiter::guarantee(l.algorithm, *l.find_params(id.who.plan));
+    if (decided) {
+      const auto& lo = decided->limits[i];
+      json::object state;
+      state["admits"] = lo.admits;
+      state["limit"] = lo.limit;
+      state["remaining"] = lo.remaining;  // after this request, as its headers would say
+      state["reset_ms"] = lo.reset_ms;
+      state["retry_after_ms"] = lo.retry_after_ms;
+      state["next_ms"] = lo.next_ms;
+      o["now"] = std::move(state);
+    }
+    limits.emplace_back(std::move(o));
+  }
+  out["limits"] = std::move(limits);
+  json::object o;
+  if (!decided) {
+    o["decision"] = "store unavailable: the route's failure policy applies";
+    o["error"] = decided.error().message();
+  } else {
+    bool shadow_refused = false;
+    std::string deciding;
+    std::int64_t retry = 0;
+    for (std::size_t i = 0; i < check.limits.size(); ++i) {
+      const auto& lo = decided->limits[i];
+      if (lo.admits) continue;
+      if (check.limits[i].shadow) {
+        shadow_refused = true;
+      } else if (lo.retry_after_ms >= retry) {
+        retry = lo.retry_after_ms;
+        deciding = prepared.limits[i]->name;
+      }
+    }
+    if (!decided->allowed) {
+      o["decision"] = "limited";
+      o["status"] = 429;
+      o["limit"] = deciding;  // the refusing limit that frees up last
+      o["retry_after_ms"] = retry;
+    } else {
+      o["decision"] = shadow_refused ? "shadow-limited" : "allowed";
+    }
+    o["store_time_ms"] = decided->now_ms;
+  }
+  out["outcome"] = std::move(o);
+  co_return json::serialize(out);
+}
+
+}  // namespace sluice::app

@@ -1,0 +1,174 @@
+// sluice-test-support: gateway_fixture redis_server upstream_server http_client
+// GET /admin/explain ("why was I limited?") on a real gateway (runtime with its admin
+// listener, from a rules file on disk), a real upstream and, for the redis store, a real
+// redis-server: the explanation names the route, the caller's plan and each limit with its
+// stated guarantee and the state a request would see; asking spends nothing (the next real
+// request gets what the explanation said, and on Redis no key is written by asking); once
+// the key is spent it names the refusing limit and its Retry-After.
+
+#include "harness.hpp"
+#include "support/temp_dir.hpp"
+
+#include "sluice/app/runtime.hpp"
+#include "sluice/config/loader.hpp"
+
+#include <boost/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+namespace sluice::test {
+namespace {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+constexpr const char* rules_yaml = R"(
+listen: 127.0.0.1:0
+store: STORE
+identity: {api_key: {header: X-API-Key}}
+plans: {free: {limits: []}, pro: {limits: []}}
+api_keys: {key-a: free, key-p: pro}
+upstreams: {api: {url: UPSTREAM_URL}}
+routes:
+  - name: items
+    match: {path_prefix: /v1/items}
+    upstream: api
+    limits:
+      - name: items_key
+        by: api_key
+        rate: 3/1m
+        burst: 3
+        plans: {pro: {rate: 100/1m, burst: 100}}
+  - name: open
+    match: {path_prefix: /open}
+    upstream: api
+)";
+
+struct explain_world {
+  explain_world(store_kind kind)
+      : redis(kind == store_kind::redis ? std::make_unique<redis_server>() : nullptr) {
+    const std::string store =
+        redis ? "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) + "\"}"
+              : "{type: memory}";
+    file = dir.path / "rules.yaml";
+    std::ofstream(file) << substitute(rules_yaml,
+                                      {{"UPSTREAM_URL", upstream.url()}, {"STORE", store}});
+    auto loaded = config::load_file(file.string());
+    if (!loaded.ok()) throw std::runtime_error(loaded.diagnostics.front().to_string());
+    app::runtime_options options;
+    options.gateway.listen = "127.0.0.1:0";
+    options.gateway.admin = "127.0.0.1:0";
+    options.gateway.workers = 1;
+    options.watch = false;
+    rt = std::make_unique<app::runtime>(file.string(), loaded.value, options);
+    rt->start();
+    rt->gateway().wait_for_store(std::chrono::seconds(5));
+  }
+  client_response get(const std::string& target, const header_list& headers = {}) const {
+    return test::get(rt->gateway().endpoint().port(), target, headers);
+  }
+  client_response admin(const std::string& target) const {
+    http_connection c(rt->admin_endpoint()->port());
+    return c.request("GET", target);
+  }
+  /// GET /admin/explain?QUERY: 200 and its JSON.
+  json::object explain(const std::string& query) const {
+    auto r = admin("/admin/explain?" + query);
+    EXPECT_EQ(r.status, 200u) << r.body;
+    EXPECT_EQ(r.header("Content-Type"), "application/json");
+    if (r.status != 200) return json::object{{"status", r.status}, {"body", r.body}};
+    return json::parse(r.body).as_object();
+  }
+
+  std::unique_ptr<redis_server> redis;
+  temp_dir dir;
+  fs::path file;
+  upstream_server upstream;
+  std::unique_ptr<app::runtime> rt;
+};
+
+std::string text(const json::value& v) {
+  return std::string(v.as_string());
+}
+
+class explain : public ::testing::TestWithParam<store_kind> {};
+
+TEST_P(explain, names_route_plan_limits_and_spends_nothing) {
+  explain_world w(GetParam());
+  for (int i = 0; i < 5; ++i) {
+    auto e = w.explain("path=/v1/items/7&api_key=key-a");
+    EXPECT_EQ(text(e.at("route")), "items");
+    EXPECT_EQ(text(e.at("caller").at("plan")), "free");
+    EXPECT_EQ(text(e.at("caller").at("identity")), "api_key");
+    const auto& limits = e.at("limits").as_array();
+    ASSERT_EQ(limits.size(), 1u);
+    const auto& l = limits[0].as_object();
+    EXPECT_EQ(text(l.at("name")), "items_key");
+    EXPECT_EQ(text(l.at("algorithm")), "token_bucket");
+    EXPECT_NE(text(l.at("stated_guarantee")).find("burst 3"), std::string::npos)
+        << l.at("stated_guarantee");
+    // What the request's headers would say: Remaining 2 after it, every time (nothing spent).
+    EXPECT_TRUE(l.at("now").at("admits").as_bool());
+    EXPECT_EQ(l.at("now").at("remaining").as_int64(), 2);
+    EXPECT_EQ(l.at("now").at("limit").as_int64(), 3);
+    EXPECT_EQ(text(e.at("outcome").at("decision")), "allowed");
+  }
+  if (w.redis) {
+    EXPECT_EQ(w.redis->command({"DBSIZE"}).integer, 0) << "explaining wrote a key";
+  }
+  // The real requests get what the explanation said: 2, 1, 0, then 429.
+  for (long remaining : {2, 1, 0}) {
+    auto r = w.get("/v1/items/7", {{"X-API-Key", "key-a"}});
+    EXPECT_EQ(r.status, 200u);
+    EXPECT_EQ(r.header("X-RateLimit-Remaining"), std::to_string(remaining));
+  }
+  auto e = w.explain("path=/v1/items/7&api_key=key-a");
+  EXPECT_EQ(text(e.at("outcome").at("decision")), "limited");
+  EXPECT_EQ(e.at("outcome").at("status").as_int64(), 429);
+  EXPECT_EQ(text(e.at("outcome").at("limit")), "items_key");
+  const auto retry = e.at("outcome").at("retry_after_ms").as_int64();
+  EXPECT_GT(retry, 15'000);  // one token per 20 s
+  EXPECT_LE(retry, 20'000);
+  EXPECT_FALSE(e.at("limits").as_array()[0].at("now").at("admits").as_bool());
+  auto refused = w.get("/v1/items/7", {{"X-API-Key", "key-a"}});
+  EXPECT_EQ(refused.status, 429u);
+  EXPECT_EQ(refused.header("Retry-After"), std::to_string((retry + 999) / 1000));
+
+  // Another plan's parameters; a route without limits; no route; an unknown key.
+  auto pro = w.explain("path=/v1/items&api_key=key-p");
+  SCOPED_TRACE(json::serialize(pro));
+  EXPECT_EQ(text(pro.at("caller").at("plan")), "pro");
+  EXPECT_EQ(pro.at("limits").as_array()[0].at("now").at("remaining").as_int64(), 99);
+  auto open = w.explain("path=/open/x");
+  ASSERT_TRUE(open.contains("outcome")) << json::serialize(open);
+  EXPECT_EQ(text(open.at("outcome").at("decision")), "unlimited");
+  auto none = w.explain("path=/nowhere");
+  SCOPED_TRACE(json::serialize(none));
+  EXPECT_TRUE(none.at("route").is_null());
+  EXPECT_EQ(none.at("outcome").at("status").as_int64(), 404);
+  auto anon = w.explain("path=/v1/items&api_key=nobody&ip=192.0.2.7");
+  EXPECT_EQ(text(anon.at("caller").at("identity")), "anonymous");
+  EXPECT_EQ(text(anon.at("request").at("ip")), "192.0.2.7");
+}
+
+TEST_P(explain, bad_queries_get_400) {
+  explain_world w(GetParam());
+  EXPECT_EQ(w.admin("/admin/explain").status, 400u);
+  EXPECT_EQ(w.admin("/admin/explain?method=GET").status, 400u);          // no path
+  EXPECT_EQ(w.admin("/admin/explain?path=v1").status, 400u);             // not origin-form
+  EXPECT_EQ(w.admin("/admin/explain?path=/a&colour=red").status, 400u);  // unknown parameter
+  EXPECT_EQ(w.admin("/admin/explain?path=/a&path=/b").status, 400u);     // twice
+  auto bad_method = w.explain("path=/v1/items&method=FROB%20");
+  EXPECT_TRUE(bad_method.contains("error"));
+  auto bad_ip = w.explain("path=/v1/items&ip=not-an-ip");
+  EXPECT_TRUE(bad_ip.contains("error"));
+}
+
+INSTANTIATE_TEST_SUITE_P(stores, explain, ::testing::Values(store_kind::memory, store_kind::redis),
+                         [](const auto& info) {
+                           return info.param == store_kind::memory ? "memory" : "redis";
+                         });
+
+}  // namespace
+}  // namespace sluice::test
