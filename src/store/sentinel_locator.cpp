@@ -9,11 +9,14 @@
 // the others find a stale number and do nothing. The next Sentinel is asked from a posted
 // step, never inside a hiredis callback of the previous one.
 //
-// The watch is one long-lived subscription to `+switch-master`, made on the Sentinel that last
-// answered a lookup and moved to the next one (with a growing, jittered delay) whenever it is
-// lost. Sentinels publish `+switch-master` once the new master is chosen and promoted; the old
-// master (if alive) is reconfigured as a replica right after, and until then still takes
-// writes: the sooner connections leave it, the fewer counts a failover forgets.
+// The watch is one long-lived subscription to `+switch-master` on every Sentinel, each made
+// again (with a growing, jittered delay) whenever it is lost: the Sentinel that ran the
+// failover announces the switch first, the others only once they hear of it (their hello
+// messages come every 2 s), so listening to all of them follows the fastest. The same switch
+// announced again by another Sentinel is not reported twice. Sentinels publish
+// `+switch-master` once the new master is promoted; the old master (if alive) is reconfigured
+// as a replica right after, and until then still takes writes: the sooner connections leave
+// it, the fewer counts a failover forgets.
 #include "store/sentinel_locator.hpp"
 
 #include "store/hiredis_asio.hpp"
@@ -70,10 +73,11 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
         on_switch(std::move(sw)),
         q_timer(ex),
         q_resolver(ex),
-        w_timer(ex),
-        w_resolver(ex),
         rng(std::random_device{}()) {
-    for (std::size_t i = 0; i < settings.sentinels.size(); ++i) order.push_back(i);
+    for (std::size_t i = 0; i < settings.sentinels.size(); ++i) {
+      order.push_back(i);
+      subs.push_back(std::make_unique<subscription>(ex, i));
+    }
   }
 
   asio::any_io_executor ex;
@@ -81,8 +85,12 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
   switch_handler on_switch;
   std::vector<std::size_t> order;  // indices of settings.sentinels; the last to answer first
   bool stopped = false;
-  // The address of the last `+switch-master` of our master, returned by the next lookup.
+  // The address of the last `+switch-master` of our master, returned by the next lookup if it
+  // comes within hint_valid (a connection already there leaves it unused).
   std::optional<std::pair<std::string, std::uint16_t>> hint;
+  std::chrono::steady_clock::time_point hint_at{};
+  static constexpr std::chrono::seconds hint_valid{5};
+  std::string last_switch;     // "host:port" of the last switch reported
   std::optional<kind> logged;  // the outcome last logged
   std::string logged_address;  // the address last logged as found
 
@@ -98,19 +106,28 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
   asio::ip::tcp::resolver q_resolver;
   std::uint64_t q_gen = 0;
 
-  // The `+switch-master` subscription.
+  // The `+switch-master` subscriptions, one per Sentinel (index = its place in the settings).
+  struct subscription {
+    subscription(const asio::any_io_executor& e, std::size_t i) : index(i), timer(e), resolver(e) {}
+    std::size_t index;
+    redisAsyncContext* ac = nullptr;
+    std::shared_ptr<hiredis_asio> io;
+    asio::steady_timer timer;  // subscription deadline, then the delay before the next try
+    asio::ip::tcp::resolver resolver;
+    std::uint64_t gen = 0;
+    bool subscribed = false;
+    std::chrono::milliseconds backoff = watch_backoff_first;
+    std::string last_failure;
+  };
   bool watch_on = false;
-  bool subscribed = false;
-  redisAsyncContext* w_ac = nullptr;
-  std::shared_ptr<hiredis_asio> w_io;
-  asio::steady_timer w_timer;  // subscription deadline, then the delay before the next try
-  asio::ip::tcp::resolver w_resolver;
-  std::uint64_t w_gen = 0;
-  std::size_t w_next = 0;   // position in `order` of the Sentinel to subscribe on next
-  std::size_t w_index = 0;  // the Sentinel subscribed on (or being tried)
-  std::chrono::milliseconds w_backoff = watch_backoff_first;
-  std::string w_last_failure;
+  std::vector<std::unique_ptr<subscription>> subs;
   std::mt19937_64 rng;
+
+  subscription* sub_of(const redisAsyncContext* c) {
+    for (auto& sub : subs)
+      if (sub->ac == c) return sub.get();
+    return nullptr;
+  }
 
   std::string name_of(std::size_t index) const {
     const auto& a = settings.sentinels[index];
@@ -176,6 +193,7 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
       asio::post(ex, [h = std::move(h)] { h(located{kind::stopped, {}, 0, {}, {}}); });
       return;
     }
+    if (hint && std::chrono::steady_clock::now() - hint_at > hint_valid) hint.reset();
     if (hint) {
       // A Sentinel has just announced the new master: use it (the store checks its ROLE).
       located l{kind::found, hint->first, hint->second, "+switch-master", {}};
@@ -337,7 +355,7 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
       // (The password is never logged: only the server's error text is.)
       const std::string why = "AUTH failed: " + std::string(text_of(reply).substr(0, 200));
       if (c == self->q_ac) self->attempt_failed(why);
-      if (c == self->w_ac) self->watch_lost(why);
+      if (auto* sub = self->sub_of(c)) self->watch_lost(*sub, why);
     } catch (...) {
       // No exception crosses a hiredis callback.
     }
@@ -371,10 +389,10 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
       q_ac = nullptr;
       q_io.reset();
       attempt_failed(why);
-    } else if (c == w_ac) {
-      w_ac = nullptr;
-      w_io.reset();
-      watch_lost(why);
+    } else if (auto* sub = c != nullptr ? sub_of(c) : nullptr) {
+      sub->ac = nullptr;
+      sub->io.reset();
+      watch_lost(*sub, why);
     }
   }
 
@@ -383,55 +401,55 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
   void watch() {
     if (watch_on || stopped) return;
     watch_on = true;
-    subscribe();
+    for (auto& sub : subs) subscribe(*sub);
   }
 
-  void subscribe() {
+  void subscribe(subscription& sub) {
     if (stopped) return;
-    w_index = order[w_next % order.size()];
-    const auto& s = settings.sentinels[w_index];
-    const std::uint64_t gen = ++w_gen;
-    w_timer.expires_after(settings.timeout);
-    w_timer.async_wait([w = weak_from_this(), gen](error_code ec) {
+    const auto& s = settings.sentinels[sub.index];
+    const std::uint64_t gen = ++sub.gen;
+    sub.timer.expires_after(settings.timeout);
+    sub.timer.async_wait([w = weak_from_this(), &sub, gen](error_code ec) {
       if (ec) return;
-      if (auto self = w.lock(); self && self->w_gen == gen && !self->subscribed) {
-        self->watch_lost("no answer within " + std::to_string(self->settings.timeout.count()) +
-                         " ms");
+      if (auto self = w.lock(); self && sub.gen == gen && !sub.subscribed) {
+        self->watch_lost(
+            sub, "no answer within " + std::to_string(self->settings.timeout.count()) + " ms");
       }
     });
-    resolve(w_resolver, s.host, s.port,
-            [w = weak_from_this(), gen, port = s.port](std::string why, std::string ip) {
+    resolve(sub.resolver, s.host, s.port,
+            [w = weak_from_this(), &sub, gen, port = s.port](std::string why, std::string ip) {
               auto self = w.lock();
-              if (!self || self->w_gen != gen) return;
+              if (!self || sub.gen != gen) return;
               if (!why.empty()) {
-                self->watch_lost(std::move(why));
+                self->watch_lost(sub, std::move(why));
                 return;
               }
-              self->w_ac = self->open(ip, port, why, self->w_io);
-              if (self->w_ac == nullptr) {
-                self->watch_lost(std::move(why));
+              sub.ac = self->open(ip, port, why, sub.io);
+              if (sub.ac == nullptr) {
+                self->watch_lost(sub, std::move(why));
                 return;
               }
               const char* argv[] = {"SUBSCRIBE", "+switch-master"};
               const std::size_t lens[] = {9, 14};
-              redisAsyncCommandArgv(self->w_ac, &impl::on_watch_message, nullptr, 2, argv, lens);
+              redisAsyncCommandArgv(sub.ac, &impl::on_watch_message, nullptr, 2, argv, lens);
             });
   }
 
-  // Every reply on the subscription: the SUBSCRIBE confirmation, then one per message.
+  // Every reply on a subscription: the SUBSCRIBE confirmation, then one per message.
   static void on_watch_message(redisAsyncContext* c, void* r, void* /*privdata*/) noexcept {
     try {
       impl* self = owner(c);
-      if (self == nullptr || self->w_ac != c || r == nullptr) return;
+      subscription* sub = self != nullptr ? self->sub_of(c) : nullptr;
+      if (sub == nullptr || r == nullptr) return;
       const auto* reply = static_cast<const redisReply*>(r);
       if (reply->type == REDIS_REPLY_ERROR) {
-        self->watch_lost("SUBSCRIBE failed: " + std::string(text_of(reply).substr(0, 200)));
+        self->watch_lost(*sub, "SUBSCRIBE failed: " + std::string(text_of(reply).substr(0, 200)));
         return;
       }
       if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 3) return;
       const auto what = text_of(reply->element[0]);
       if (what == "subscribe") {
-        self->subscribed_on(self->w_index);
+        self->subscribed_on(*sub);
       } else if (what == "message") {
         self->message(text_of(reply->element[2]));
       }
@@ -440,16 +458,16 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
     }
   }
 
-  void subscribed_on(std::size_t index) {
-    subscribed = true;
-    w_timer.cancel();
-    w_backoff = watch_backoff_first;
-    if (!w_last_failure.empty()) {
-      spdlog::info("redis sentinel: watching +switch-master on {} (after: {})", name_of(index),
-                   w_last_failure);
-      w_last_failure.clear();
+  void subscribed_on(subscription& sub) {
+    sub.subscribed = true;
+    sub.timer.cancel();
+    sub.backoff = watch_backoff_first;
+    if (!sub.last_failure.empty()) {
+      spdlog::info("redis sentinel: watching +switch-master on {} (after: {})", name_of(sub.index),
+                   sub.last_failure);
+      sub.last_failure.clear();
     } else {
-      spdlog::debug("redis sentinel: watching +switch-master on {}", name_of(index));
+      spdlog::debug("redis sentinel: watching +switch-master on {}", name_of(sub.index));
     }
   }
 
@@ -466,9 +484,13 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
     const auto port = parse_port(words[4]);
     if (!port || words[3].empty()) return;
     std::string host(words[3]);
-    spdlog::info("redis sentinel: +switch-master '{}': {}:{} -> {}:{}", settings.master_name,
-                 words[1], words[2], host, *port);
+    const std::string to = host + ":" + std::to_string(*port);
+    if (to == last_switch) return;  // the same switch, from another Sentinel
+    last_switch = to;
+    spdlog::info("redis sentinel: +switch-master '{}': {}:{} -> {}", settings.master_name, words[1],
+                 words[2], to);
     hint.emplace(host, *port);
+    hint_at = std::chrono::steady_clock::now();
     if (on_switch) {
       asio::post(ex, [w = weak_from_this(), host = std::move(host), p = *port] {
         if (auto self = w.lock(); self && !self->stopped && self->on_switch)
@@ -477,33 +499,31 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
     }
   }
 
-  // The subscription is gone (or never came up): try the next Sentinel after a jittered delay.
-  void watch_lost(std::string why) {
+  // A subscription is gone (or never came up): make it again after a jittered delay.
+  void watch_lost(subscription& sub, std::string why) {
     if (stopped) return;
-    const bool was_subscribed = subscribed;
-    subscribed = false;
-    ++w_gen;
-    w_resolver.cancel();
-    if (redisAsyncContext* c = w_ac) {
-      w_ac = nullptr;
-      w_io.reset();
+    const bool was_subscribed = sub.subscribed;
+    sub.subscribed = false;
+    ++sub.gen;
+    sub.resolver.cancel();
+    if (redisAsyncContext* c = sub.ac) {
+      sub.ac = nullptr;
+      sub.io.reset();
       redisAsyncFree(c);
     }
-    const std::string at = name_of(w_index);
-    if (why != w_last_failure || was_subscribed) {
+    if (why != sub.last_failure || was_subscribed) {
       spdlog::warn(
-          "redis sentinel: +switch-master subscription on {} {}: {} (trying the next "
-          "Sentinel; repeats not logged)",
-          at, was_subscribed ? "lost" : "failed", why);
-      w_last_failure = std::move(why);
+          "redis sentinel: +switch-master subscription on {} {}: {} (made again with backoff; "
+          "repeats not logged)",
+          name_of(sub.index), was_subscribed ? "lost" : "failed", why);
+      sub.last_failure = std::move(why);
     }
-    ++w_next;
-    std::uniform_int_distribution<std::int64_t> d(w_backoff.count() / 2, w_backoff.count());
-    w_timer.expires_after(std::chrono::milliseconds(d(rng)));
-    w_backoff = std::min(w_backoff * 2, watch_backoff_max);
-    w_timer.async_wait([w = weak_from_this(), gen = w_gen](error_code ec) {
+    std::uniform_int_distribution<std::int64_t> d(sub.backoff.count() / 2, sub.backoff.count());
+    sub.timer.expires_after(std::chrono::milliseconds(d(rng)));
+    sub.backoff = std::min(sub.backoff * 2, watch_backoff_max);
+    sub.timer.async_wait([w = weak_from_this(), &sub, gen = sub.gen](error_code ec) {
       if (ec) return;
-      if (auto self = w.lock(); self && self->w_gen == gen) self->subscribe();
+      if (auto self = w.lock(); self && sub.gen == gen) self->subscribe(sub);
     });
   }
 
@@ -512,14 +532,16 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
     if (locating) finish(located{kind::stopped, {}, 0, {}, {}});
     stopped = true;
     end_query();
-    ++w_gen;
-    w_timer.cancel();
-    w_resolver.cancel();
-    subscribed = false;
-    if (redisAsyncContext* c = w_ac) {
-      w_ac = nullptr;
-      w_io.reset();
-      redisAsyncFree(c);
+    for (auto& sub : subs) {
+      ++sub->gen;
+      sub->timer.cancel();
+      sub->resolver.cancel();
+      sub->subscribed = false;
+      if (redisAsyncContext* c = sub->ac) {
+        sub->ac = nullptr;
+        sub->io.reset();
+        redisAsyncFree(c);
+      }
     }
   }
 };
@@ -544,8 +566,10 @@ void sentinel_locator::stop() {
   impl_->stop();
 }
 
-bool sentinel_locator::watching() const {
-  return impl_->subscribed;
+std::size_t sentinel_locator::watching() const {
+  std::size_t n = 0;
+  for (const auto& sub : impl_->subs) n += sub->subscribed ? 1 : 0;
+  return n;
 }
 
 }  // namespace sluice::store::detail

@@ -7,11 +7,12 @@
 //   Sentinel timeout (name resolution, connect, AUTH and the answer included); the first one
 //   that answers an address moves to the front of the list, so the next lookup asks it first;
 //   a nil answer means that Sentinel does not know the master name: the next one is asked.
-// - switches: one connection to a Sentinel subscribed to `+switch-master`, whose messages read
+// - switches: a connection to each Sentinel subscribed to `+switch-master`, whose messages read
 //   `<master-name> <old-ip> <old-port> <new-ip> <new-port>`; a message for our name is reported
-//   and remembered, so the next lookup returns the new address without asking (the Sentinel
-//   that sent it has switched already; another one may still name the old master for a while).
-//   The subscription is made again on the next Sentinel when it is lost.
+//   (once per switch, however many Sentinels announce it) and remembered, so the next lookup
+//   (within a few seconds) returns the new address without asking (the Sentinel that sent it
+//   has switched already; another one may still name the old master for a while). Each
+//   subscription is made again, with backoff, when it is lost.
 // Everything runs on the executor given at construction; nothing locks.
 
 #include "sluice/store/redis_store.hpp"
@@ -58,12 +59,12 @@ class sentinel_locator {
   /// with `stopped`. Each change of outcome (found after a failure, a new address, unknown
   /// master, none answering) is logged once.
   void locate(locate_handler h);
-  /// Starts the `+switch-master` subscription (idempotent).
+  /// Starts the `+switch-master` subscriptions, one per Sentinel (idempotent).
   void watch();
   /// Closes every connection; a lookup in flight completes with `stopped`.
   void stop();
-  /// Whether the subscription is up now.
-  bool watching() const;
+  /// How many of the subscriptions are up now.
+  std::size_t watching() const;
 
  private:
   struct impl;
