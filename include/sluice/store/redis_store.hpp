@@ -21,7 +21,7 @@ namespace sluice::store {
 /// (`SENTINEL GET-MASTER-ADDR-BY-NAME`), each under `timeout`, the first one that answers moves
 /// to the front of the list; a nil answer means that Sentinel does not know the name (the next
 /// one is asked); the node named is checked with `ROLE` before it serves checks; `+switch-master`
-/// is followed on a subscription to one Sentinel.
+/// is followed on a subscription to every Sentinel.
 struct sentinel_settings {
   struct address {
     std::string host;  ///< an IP address or a name (resolved off the worker's thread)
