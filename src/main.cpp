@@ -37,8 +37,12 @@ std::string summary(const sluice::config::rules& r) {
   for (const auto& route : r.routes)
     for (const auto& l : route.limits) names.insert(l.name);
   std::string store = "memory";
-  if (r.store.type == sluice::config::store_settings::kind::redis) {
+  if (r.store.redis()) {
     store = "redis " + r.store.host + ":" + std::to_string(r.store.port);
+    if (r.store.type == sluice::config::store_settings::kind::redis_sentinel) {
+      store = "redis-sentinel, master '" + r.store.master_name + "' from " +
+              std::to_string(r.store.sentinels.size()) + " Sentinels";
+    }
     store += r.store.layout == sluice::config::store_settings::layout_kind::hash
                  ? ", buckets in " + std::to_string(r.store.hash_groups) + " hashes per limit"
                  : ", one key per bucket";

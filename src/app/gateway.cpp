@@ -181,7 +181,7 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
   asio::ip::tcp::endpoint endpoint{asio::ip::make_address(host), port};
 
   store::redis_settings redis;
-  if (rules->store.type == config::store_settings::kind::redis) {
+  if (rules->store.redis()) {
     redis.host = rules->store.host;
     redis.port = rules->store.port;
     redis.command_timeout = rules->store.timeout;
@@ -189,6 +189,17 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
     redis.layout.hash_groups = rules->store.hash_groups;
     if (!rules->store.password_env.empty()) {
       if (const char* pw = std::getenv(rules->store.password_env.c_str())) redis.password = pw;
+    }
+    if (rules->store.type == config::store_settings::kind::redis_sentinel) {
+      store::sentinel_settings ss;
+      for (const auto& a : rules->store.sentinels) ss.sentinels.push_back({a.host, a.port});
+      ss.master_name = rules->store.master_name;
+      ss.timeout = rules->store.sentinel_timeout;
+      if (!rules->store.sentinel_password_env.empty()) {
+        if (const char* pw = std::getenv(rules->store.sentinel_password_env.c_str()))
+          ss.password = pw;
+      }
+      redis.sentinel = std::move(ss);
     }
   } else {
     impl_->memory = std::make_shared<store::memory_store>(store::memory_store::clock_fn{},
@@ -224,6 +235,7 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
       ds.host = redis.host;
       ds.port = redis.port;
       ds.password = redis.password;
+      ds.sentinel = redis.sentinel;
       ds.command_timeout = std::max(redis.command_timeout, std::chrono::milliseconds(50));
       w->directory = std::make_shared<store::redis_directory>(w->ioc.get_executor(), ds);
     }
@@ -409,6 +421,9 @@ observability::metrics_sample gateway::sample() const {
     s.store.evictions += st.evictions;
     s.store.clock_resends += st.clock_resends;
     s.store.wrong_node_drops += st.wrong_node_drops;
+    s.store.sentinel_unreachable += st.sentinel_unreachable;
+    s.store.sentinel_unknown_master += st.sentinel_unknown_master;
+    s.store.master_switches += st.master_switches;
     for (std::size_t k = 0; k < store::error_kind_count; ++k) {
       s.store.error_replies[k] += st.error_replies[k];
     }

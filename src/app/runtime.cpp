@@ -58,6 +58,11 @@ std::vector<std::string> pin_startup_settings(const config::rules& running, conf
   pin("store.address", next.store.port, running.store.port);
   pin("store.timeout", next.store.timeout, running.store.timeout);
   pin("store.password_env", next.store.password_env, running.store.password_env);
+  pin("store.sentinels", next.store.sentinels, running.store.sentinels);
+  pin("store.master", next.store.master_name, running.store.master_name);
+  pin("store.sentinel_password_env", next.store.sentinel_password_env,
+      running.store.sentinel_password_env);
+  pin("store.sentinel_timeout", next.store.sentinel_timeout, running.store.sentinel_timeout);
   pin("store.layout", next.store.layout, running.store.layout);
   pin("store.hash_groups", next.store.hash_groups, running.store.hash_groups);
   pin("store.max_buckets", next.store.max_buckets, running.store.max_buckets);

@@ -842,22 +842,36 @@ class loader {
   // --- sections --------------------------------------------------------------------------
 
   void parse_store(const entry& e, rules& r) {
-    static const std::vector<std::string> keys{
-        "type",        "address", "nodes",       "timeout",     "password_env",
-        "local_share", "layout",  "hash_groups", "max_buckets", "over_limit_cache"};
+    static const std::vector<std::string> keys{"type",
+                                               "address",
+                                               "nodes",
+                                               "timeout",
+                                               "password_env",
+                                               "local_share",
+                                               "layout",
+                                               "hash_groups",
+                                               "max_buckets",
+                                               "over_limit_cache",
+                                               "sentinels",
+                                               "master",
+                                               "sentinel_password_env",
+                                               "sentinel_timeout"};
     auto m = fields(e.value, "store", e.line, keys, true);
     if (!m) return;
     if (const entry* t = m->find("type")) {
-      enum class kind { memory, redis, redis_cluster };
+      enum class kind { memory, redis, redis_cluster, redis_sentinel };
       auto k = choice<kind>(t->value, "store.type", t->line, "store type",
                             {{"memory", kind::memory},
                              {"redis", kind::redis},
-                             {"redis-cluster", kind::redis_cluster}});
+                             {"redis-cluster", kind::redis_cluster},
+                             {"redis-sentinel", kind::redis_sentinel}});
       if (k == kind::memory) r.store.type = store_settings::kind::memory;
       if (k == kind::redis) r.store.type = store_settings::kind::redis;
+      if (k == kind::redis_sentinel) r.store.type = store_settings::kind::redis_sentinel;
       if (k == kind::redis_cluster)
         error(t->line, "store.type", "store type redis-cluster is not supported yet");
     }
+    parse_sentinel_fields(e, *m, r);
     if (const entry* a = m->find("address")) {
       if (auto addr = address(*a, "store.address", false)) {
         r.store.host = addr->host;
@@ -878,17 +892,7 @@ class loader {
         r.store.timeout = *d;
     }
     if (const entry* p = m->find("password_env")) {
-      if (auto s = string(p->value, "store.password_env", p->line)) {
-        const bool ok = !s->empty() && !std::isdigit(static_cast<unsigned char>(s->front())) &&
-                        std::all_of(s->begin(), s->end(), [](char c) {
-                          return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-                        });
-        if (ok)
-          r.store.password_env = *s;
-        else
-          error(p->line, "store.password_env",
-                "invalid environment variable name '" + *s + "': expected [A-Za-z_][A-Za-z0-9_]*");
-      }
+      if (auto s = env_name(*p, "store.password_env")) r.store.password_env = *s;
     }
     if (const entry* ls = m->find("local_share")) {
       if (auto s = string(ls->value, "store.local_share", ls->line)) {
@@ -924,6 +928,79 @@ class loader {
     }
     if (const entry* c = m->find("over_limit_cache")) {
       if (auto v = boolean(*c, "store.over_limit_cache")) r.store.over_limit_cache = *v;
+    }
+  }
+
+  /// The name of an environment variable (`[A-Za-z_][A-Za-z0-9_]*`), or nullopt (reported).
+  std::optional<std::string> env_name(const entry& e, const std::string& path) {
+    auto s = string(e.value, path, e.line);
+    if (!s) return std::nullopt;
+    const bool ok = !s->empty() && !std::isdigit(static_cast<unsigned char>(s->front())) &&
+                    std::all_of(s->begin(), s->end(), [](char c) {
+                      return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                    });
+    if (ok) return s;
+    error(e.line, path,
+          "invalid environment variable name '" + *s + "': expected [A-Za-z_][A-Za-z0-9_]*");
+    return std::nullopt;
+  }
+
+  /// `store.sentinels`, `master`, `sentinel_password_env`, `sentinel_timeout` (type
+  /// redis-sentinel only, which needs the first two) and `address` (not with redis-sentinel).
+  void parse_sentinel_fields(const entry& e, const map_view& m, rules& r) {
+    const bool sentinel = r.store.type == store_settings::kind::redis_sentinel;
+    for (const char* key : {"sentinels", "master", "sentinel_password_env", "sentinel_timeout"}) {
+      if (const entry* f = m.find(key); f && !sentinel)
+        error(f->key_line, std::string("store.") + key, "applies only to type redis-sentinel");
+    }
+    if (!sentinel) return;
+    if (const entry* a = m.find("address"))
+      error(a->key_line, "store.address",
+            "type redis-sentinel finds the master through store.sentinels: remove address");
+    if (const entry* n = m.find("sentinels")) {
+      if (sequence(n->value, "store.sentinels", n->line, true)) {
+        std::size_t i = 0;
+        for (const auto& item : n->value) {
+          entry ie{"", n->line, item, line_of(item, n->line)};
+          if (auto a = address(ie, at("store.sentinels", i++), false))
+            r.store.sentinels.push_back({a->host, a->port});
+        }
+        if (i == 0)
+          error(n->line, "store.sentinels",
+                "the list is empty: name at least one Sentinel (host:port)");
+      } else if (n->value.IsNull()) {
+        error(n->line, "store.sentinels",
+              "the list is empty: name at least one Sentinel (host:port)");
+      }
+    } else {
+      error(e.line, "store.sentinels",
+            "type redis-sentinel needs sentinels: the Sentinels to ask (host:port list)");
+    }
+    if (const entry* n = m.find("master")) {
+      if (auto s = string(n->value, "store.master", n->line)) {
+        // A master name is one word: Sentinel's messages separate their fields with spaces.
+        const bool ok = !s->empty() && std::none_of(s->begin(), s->end(), [](char c) {
+          return std::isspace(static_cast<unsigned char>(c)) ||
+                 std::iscntrl(static_cast<unsigned char>(c));
+        });
+        if (ok)
+          r.store.master_name = *s;
+        else
+          error(n->line, "store.master",
+                "invalid master name '" + *s +
+                    "': expected the name the Sentinels monitor (one word)");
+      }
+    } else {
+      error(e.line, "store.master",
+            "type redis-sentinel needs master: the name the Sentinels monitor the master under");
+    }
+    if (const entry* p = m.find("sentinel_password_env")) {
+      if (auto s = env_name(*p, "store.sentinel_password_env")) r.store.sentinel_password_env = *s;
+    }
+    if (const entry* t = m.find("sentinel_timeout")) {
+      if (auto d =
+              duration(*t, "store.sentinel_timeout", "sentinel_timeout", std::chrono::seconds{10}))
+        r.store.sentinel_timeout = *d;
     }
   }
 
@@ -1554,9 +1631,10 @@ class loader {
         error(line, path, "unknown plan '" + name + "'; plans are " + list_of(plan_names));
     };
     for (const auto& k : api_keys_) unknown_plan(k.plan, k.line, k.path);
-    if (r.identity.directory.enabled && r.store.type != store_settings::kind::redis)
+    if (r.identity.directory.enabled && !r.store.redis())
       error(directory_line_, "identity.directory",
-            "a redis directory is read on the store's connection: it needs store.type redis");
+            "a redis directory is read on the store's connection: it needs store.type redis "
+            "or redis-sentinel");
 
     // Every limit, in file order, for the plan references and the one-name-one-bucket rule.
     std::vector<const limit_src*> all;

@@ -131,10 +131,20 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
   o["drain_timeout_ms"] = rules.drain_timeout.count();
   {
     json::object store;
-    const bool redis = rules.store.type == config::store_settings::kind::redis;
-    store["type"] = redis ? "redis" : "memory";
-    if (redis) {
+    const bool redis = rules.store.redis();
+    const bool sentinel = rules.store.type == config::store_settings::kind::redis_sentinel;
+    store["type"] = sentinel ? "redis-sentinel" : redis ? "redis" : "memory";
+    if (sentinel) {
+      json::array sentinels;
+      for (const auto& a : rules.store.sentinels)
+        sentinels.emplace_back(a.host + ":" + std::to_string(a.port));
+      store["sentinels"] = std::move(sentinels);
+      store["master"] = rules.store.master_name;
+      store["sentinel_timeout_ms"] = rules.store.sentinel_timeout.count();
+    } else if (redis) {
       store["address"] = rules.store.host + ":" + std::to_string(rules.store.port);
+    }
+    if (redis) {
       const bool hash = rules.store.layout == config::store_settings::layout_kind::hash;
       store["layout"] = hash ? "hash" : "key";
       if (hash) store["hash_groups"] = rules.store.hash_groups;

@@ -222,6 +222,20 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                         "Store connections dropped and made again after READONLY, LOADING or "
                         "MASTERDOWN (the address may lead to a new primary).",
                         d(st.wrong_node_drops)));
+  {
+    auto f = family("sluice_store_sentinel_lookup_failures_total",
+                    "Master lookups through Redis Sentinel that found no master, by reason "
+                    "(unreachable: no Sentinel answered; unknown_master: those that answered "
+                    "do not know the master name).",
+                    MetricType::Counter);
+    add_counter(f, d(st.sentinel_unreachable), {{"reason", "unreachable"}});
+    add_counter(f, d(st.sentinel_unknown_master), {{"reason", "unknown_master"}});
+    out.push_back(std::move(f));
+  }
+  out.push_back(counter("sluice_store_master_switches_total",
+                        "+switch-master announcements of the store's master received from Redis "
+                        "Sentinel (the connection then moves to the new master).",
+                        d(st.master_switches)));
   out.push_back(counter("sluice_store_cached_refusals_total",
                         "Refusals answered from the over-limit cache while the store's refusal "
                         "of that key still stood (no store round trip).",

@@ -20,6 +20,7 @@ redis_settings connection_settings(const redis_directory_settings& d) {
   s.password = d.password;
   s.command_timeout = d.command_timeout;
   s.load_script = false;
+  s.sentinel = d.sentinel;
   return s;
 }
 

@@ -35,6 +35,7 @@
 #include "sluice/errc.hpp"
 #include "sluice/store/lua_scripts.hpp"
 #include "store/hiredis_asio.hpp"
+#include "store/sentinel_locator.hpp"
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -81,6 +82,7 @@ constexpr std::chrono::milliseconds backoff_max{500};
 constexpr std::uintptr_t tag_auth = 1;
 constexpr std::uintptr_t tag_initial_load = 2;
 constexpr std::uintptr_t tag_reload = 3;
+constexpr std::uintptr_t tag_role = 4;  // ROLE, on a master named by the Sentinels
 constexpr std::uint64_t first_check_id = 1 << 20;
 
 // At most one line per second per kind: these fire on the request path during an outage.
@@ -118,7 +120,7 @@ bool unhealthy_error(std::string_view text) {
 struct atomic_stats {
   std::atomic<std::uint64_t> checks{0}, timeouts{0}, errors{0}, unavailable{0}, script_loads{0},
       reconnects{0}, late_replies{0}, connect_failures{0}, breaker_opens{0}, clock_resends{0},
-      wrong_node_drops{0};
+      wrong_node_drops{0}, sentinel_unreachable{0}, sentinel_unknown_master{0}, master_switches{0};
   std::array<std::atomic<std::uint64_t>, error_kind_count> error_replies{};
   std::atomic<bool> connected{false};
   std::atomic<breaker_state> breaker{breaker_state::closed};
@@ -136,6 +138,9 @@ struct atomic_stats {
     s.breaker_opens = breaker_opens.load(std::memory_order_relaxed);
     s.clock_resends = clock_resends.load(std::memory_order_relaxed);
     s.wrong_node_drops = wrong_node_drops.load(std::memory_order_relaxed);
+    s.sentinel_unreachable = sentinel_unreachable.load(std::memory_order_relaxed);
+    s.sentinel_unknown_master = sentinel_unknown_master.load(std::memory_order_relaxed);
+    s.master_switches = master_switches.load(std::memory_order_relaxed);
     for (std::size_t i = 0; i < error_kind_count; ++i) {
       s.error_replies[i] = error_replies[i].load(std::memory_order_relaxed);
     }
@@ -221,6 +226,11 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   bool stalled = false;
   asio::ip::tcp::resolver resolver;
   bool resolving = false;
+  // Sentinel mode (settings.sentinel): where to connect is asked of the Sentinels before every
+  // attempt; `settings.host`/`port` then hold the master last named (for the attempt and the
+  // log lines). Made at the first connect (it needs weak_from_this).
+  std::unique_ptr<detail::sentinel_locator> locator;
+  bool locating = false;
   std::string last_failure;  // reason of the last failed connection attempt ("" after success)
   std::chrono::milliseconds backoff = backoff_first;
   bool ever_connected = false;
@@ -265,11 +275,69 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
 
   // ---- connection -----------------------------------------------------------------------------
 
+  // A connection attempt starts with "where to connect": the configured host:port, or the
+  // master the Sentinels name (sentinel_locator.hpp).
+  void connect() {
+    if (state == conn_state::stopped || ac != nullptr || resolving || locating) return;
+    if (settings.sentinel) {
+      locate_master();
+      return;
+    }
+    connect_host();
+  }
+
+  void locate_master() {
+    if (!locator) {
+      locator = std::make_unique<detail::sentinel_locator>(
+          ex, *settings.sentinel, [w = weak_from_this()](std::string host, std::uint16_t port) {
+            if (auto self = w.lock()) self->master_switched(std::move(host), port);
+          });
+      locator->watch();
+    }
+    locating = true;
+    locator->locate([w = weak_from_this()](detail::sentinel_locator::located l) {
+      if (auto self = w.lock()) self->master_located(std::move(l));
+    });
+  }
+
+  // The lookup's outcome (the locator logs each change of it): connect to the master, or stay
+  // not connected and ask again after the backoff.
+  void master_located(detail::sentinel_locator::located l) {
+    using kind = detail::sentinel_locator::located::kind;
+    locating = false;
+    if (state == conn_state::stopped || l.what == kind::stopped) return;
+    if (l.what == kind::found) {
+      settings.host = std::move(l.host);
+      settings.port = l.port;
+      connect_host();
+      return;
+    }
+    ++(l.what == kind::unknown_master ? counters.sentinel_unknown_master
+                                      : counters.sentinel_unreachable);
+    schedule_reconnect();
+  }
+
+  // A Sentinel announced `+switch-master` for our master: leave the old one now (checks in
+  // flight on it fail, the routes' failure policy answers them) rather than at its first
+  // READONLY or when the Sentinels reconfigure it; the next attempt goes to the new one.
+  void master_switched(std::string host, std::uint16_t port) {
+    ++counters.master_switches;
+    if (state == conn_state::stopped) return;
+    if (ac != nullptr) {
+      if (host == settings.host && port == settings.port) return;  // there already
+      drop_connection();
+    } else if (locating || resolving) {
+      return;  // a ROLE check follows that attempt; the next lookup returns the new address
+    }
+    backoff = backoff_first;
+    backoff_timer.cancel();
+    connect();
+  }
+
   // hiredis resolves host names with a blocking getaddrinfo, which must not run on the worker:
   // an address literal is used as is, a name is resolved by Asio (off this thread), bounded by
   // the connect timeout, before every attempt (the name may move, e.g. after a failover).
-  void connect() {
-    if (state == conn_state::stopped || ac != nullptr || resolving) return;
+  void connect_host() {
     error_code ec;
     (void)asio::ip::make_address(settings.host, ec);
     if (!ec) {
@@ -344,6 +412,14 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       const char* argv[] = {"AUTH", settings.password.c_str()};
       const std::size_t lens[] = {4, settings.password.size()};
       redisAsyncCommandArgv(c, &impl::on_setup_reply, reinterpret_cast<void*>(tag_auth), 2, argv,
+                            lens);
+    }
+    if (settings.sentinel) {
+      // The Sentinels' answer may be out of date (a failover in progress): the node must say it
+      // is a master before it serves checks (Sentinel client guidelines, step 3).
+      const char* argv[] = {"ROLE"};
+      const std::size_t lens[] = {4};
+      redisAsyncCommandArgv(c, &impl::on_setup_reply, reinterpret_cast<void*>(tag_role), 1, argv,
                             lens);
     }
     if (settings.load_script) {
@@ -568,10 +644,23 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         } else {
           ++self->counters.error_replies[static_cast<std::size_t>(kind)];
           self->connect_failed(std::string(tag == tag_auth               ? "AUTH"
+                                           : tag == tag_role             ? "ROLE"
                                            : !self->settings.load_script ? "PING"
                                            : self->use_functions         ? "FUNCTION LOAD"
                                                                          : "SCRIPT LOAD") +
                                " failed: " + std::string(reply_text(reply)));
+          self->drop_connection();
+          self->schedule_reconnect();
+        }
+        return;
+      }
+      if (tag == tag_role) {
+        const auto role = reply->type == REDIS_REPLY_ARRAY && reply->elements > 0
+                              ? reply_text(reply->element[0])
+                              : std::string_view();
+        if (role != "master") {
+          self->connect_failed("the node the Sentinels named is not a master (ROLE: " +
+                               std::string(role.empty() ? "?" : role) + ")");
           self->drop_connection();
           self->schedule_reconnect();
         }
@@ -961,6 +1050,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     deadlines.clear();
     deadline_armed = false;
     resolver.cancel();
+    if (locator) locator->stop();
+    locating = false;
     drop_connection();  // NULL replies complete the checks in flight with store_error
     while (!inflight.empty()) {
       ++counters.errors;

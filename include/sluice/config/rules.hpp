@@ -196,10 +196,27 @@ struct upstream {
 
 /// `store:` section.
 struct store_settings {
-  enum class kind { memory, redis };
+  /// `type`: memory, redis (one address) or redis-sentinel (the master found through Redis
+  /// Sentinel, https://redis.io/docs/management/sentinel/).
+  enum class kind { memory, redis, redis_sentinel };
   enum kind type = kind::memory;
+  /// Whether the counters live in Redis (type redis or redis-sentinel).
+  bool redis() const { return type == kind::redis || type == kind::redis_sentinel; }
   std::string host = "127.0.0.1";
   std::uint16_t port = 6379;
+  /// A `host:port` of `sentinels:` (the host may be a name).
+  struct address {
+    std::string host;
+    std::uint16_t port = 0;
+    bool operator==(const address&) const = default;
+  };
+  std::vector<address> sentinels;  ///< `sentinels` (type redis-sentinel): at least one
+  std::string master_name;         ///< `master` (type redis-sentinel): the monitored name
+  /// `sentinel_password_env`: name of the env variable holding the Sentinels' own password
+  /// ("" = the Sentinels take no AUTH; the data nodes' password is `password_env`'s).
+  std::string sentinel_password_env;
+  /// `sentinel_timeout`: deadline of one Sentinel's answer (connect included).
+  std::chrono::milliseconds sentinel_timeout{200};
   std::chrono::milliseconds timeout{5};  ///< deadline of one check
   std::string password_env;              ///< name of the env variable holding the password
   double local_share = 1.0;              ///< `local` policy: share of each limit per instance

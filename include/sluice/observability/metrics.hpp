@@ -140,9 +140,11 @@ struct metrics_sample {
 ///   `sluice_store_buckets` (gauge), `sluice_store_evictions_total` (memory store),
 ///   `sluice_store_error_replies_total{kind}` (READONLY, LOADING, MASTERDOWN, OOM, BUSY,
 ///   NOPERM, WRONGTYPE, NOSCRIPT, STALE, other), `sluice_store_wrong_node_drops_total`,
-///   `sluice_store_clock_resends_total`, `sluice_store_cached_refusals_total`,
-///   `sluice_store_connected`, `sluice_store_breaker_state{state}` (closed, open, half_open:
-///   connections in that state), `sluice_store_check_duration_seconds` (histogram);
+///   `sluice_store_sentinel_lookup_failures_total{reason}` (unreachable, unknown_master),
+///   `sluice_store_master_switches_total`, `sluice_store_clock_resends_total`,
+///   `sluice_store_cached_refusals_total`, `sluice_store_connected`,
+///   `sluice_store_breaker_state{state}` (closed, open, half_open: connections in that state),
+///   `sluice_store_check_duration_seconds` (histogram);
 /// - `sluice_config_reloads_total{result}` (ok, failed), `sluice_config_generation`,
 ///   `sluice_config_last_reload_success_timestamp_seconds`;
 /// - `sluice_plan_cache_lookups_total{result}` (hit, negative_hit, miss),

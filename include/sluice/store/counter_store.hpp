@@ -67,6 +67,11 @@ struct store_stats {
   std::uint64_t clock_resends = 0;  ///< checks re-sent once after a STALE answer to a timely
                                     ///< check (the store's clock moved; offset relearned)
   std::uint64_t wrong_node_drops = 0;  ///< connections dropped after READONLY/LOADING/MASTERDOWN
+  /// Sentinel store: master lookups that found no master because no Sentinel answered (each
+  /// lookup asks every Sentinel in turn), or because those that answered do not know the
+  /// master name.
+  std::uint64_t sentinel_unreachable = 0, sentinel_unknown_master = 0;
+  std::uint64_t master_switches = 0;  ///< Sentinel store: `+switch-master` of our master followed
   std::array<std::uint64_t, error_kind_count> error_replies{};  ///< by error_kind
   bool connected = false;                                       ///< gauge
   breaker_state breaker = breaker_state::closed;                ///< gauge

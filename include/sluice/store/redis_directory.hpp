@@ -6,6 +6,7 @@
 /// checks).
 
 #include "sluice/store/counter_store.hpp"
+#include "sluice/store/redis_store.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -25,6 +26,8 @@ struct redis_directory_settings {
   std::uint16_t port = 6379;
   std::string password;                          ///< "" = no AUTH
   std::chrono::milliseconds command_timeout{5};  ///< deadline of one HGET
+  /// Set: the master is found through these Sentinels (as the store's; host, port ignored).
+  std::optional<sentinel_settings> sentinel;
 };
 
 /// One Redis connection on a worker's executor, for HGET: a redis_store that loads no script

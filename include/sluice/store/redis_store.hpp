@@ -10,8 +10,28 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace sluice::store {
+
+/// Where a Redis store finds its master when it is run by Redis Sentinel
+/// (`store.type: redis-sentinel`). Rules from the Redis Sentinel documentation
+/// (https://redis.io/docs/management/sentinel/) and its client guidelines
+/// (https://redis.io/docs/reference/sentinel-clients/): the Sentinels are asked in turn
+/// (`SENTINEL GET-MASTER-ADDR-BY-NAME`), each under `timeout`, the first one that answers moves
+/// to the front of the list; a nil answer means that Sentinel does not know the name (the next
+/// one is asked); the node named is checked with `ROLE` before it serves checks; `+switch-master`
+/// is followed on a subscription to every Sentinel.
+struct sentinel_settings {
+  struct address {
+    std::string host;  ///< an IP address or a name (resolved off the worker's thread)
+    std::uint16_t port = 26379;
+  };
+  std::vector<address> sentinels;          ///< at least one
+  std::string master_name;                 ///< the name the Sentinels monitor the master under
+  std::string password;                    ///< the Sentinels' own password ("" = no AUTH to them)
+  std::chrono::milliseconds timeout{200};  ///< deadline of one Sentinel's answer (connect included)
+};
 
 /// Settings of one Redis connection.
 struct redis_settings {
@@ -32,6 +52,10 @@ struct redis_settings {
   /// loaded). false for a connection that only reads (the plan directory): its set-up is a
   /// PING, and check() is never called on it.
   bool load_script = true;
+  /// Set: the master's address comes from these Sentinels before every connection attempt
+  /// (`host` and `port` are then ignored), and a `+switch-master` for the master drops the
+  /// connection so the next one goes to the new master.
+  std::optional<sentinel_settings> sentinel;
 };
 
 /// A Redis store bound to one executor (a worker's io_context).
@@ -54,6 +78,13 @@ struct redis_settings {
 /// connection made ready while the breaker is open makes it half-open at once. Each state change
 /// is logged once (warn on open, info on close, debug for the probes in between); connection
 /// failures are logged once per distinct reason until the next success.
+///
+/// With `settings.sentinel`, "where to connect" is asked of the Sentinels before every attempt
+/// (after a lost connection, a wrong-node reply, a `+switch-master`): no Sentinel answering, or
+/// none knowing the master name, leaves the store not connected (checks fail at once with
+/// store_unavailable, the routes' failure policy answers), logged once per change of state and
+/// counted in store_stats::sentinel_unreachable / sentinel_unknown_master; a node that is not a
+/// master (`ROLE`) is a failed attempt. See sentinel_settings.
 ///
 /// check() errors: store_unavailable at once while not connected (before start(), while
 /// (re)connecting, after stop()); store_timeout when `command_timeout` passes (the late reply

@@ -231,6 +231,34 @@ TEST(design_example, redis_cluster_is_parsed_and_reported_as_not_supported) {
 // ---------------------------------------------------------------------------------------------
 // Defaults and the less common spellings.
 
+TEST(defaults, a_sentinel_store_with_every_field) {
+  auto r = load_ok(
+      "upstreams: {api: {url: http://127.0.0.1:8081}}\n"
+      "store:\n"
+      "  type: redis-sentinel\n"
+      "  sentinels: [127.0.0.1:26379, \"sentinel-b.example:26380\"]\n"
+      "  master: mymaster\n"
+      "  sentinel_password_env: SENTINEL_PW\n"
+      "  sentinel_timeout: 300ms\n"
+      "  password_env: REDIS_PW\n"
+      "  timeout: 20ms\n"
+      "  layout: key\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->store.type, store_settings::kind::redis_sentinel);
+  EXPECT_TRUE(r->store.redis());
+  ASSERT_EQ(r->store.sentinels.size(), 2u);
+  EXPECT_EQ(r->store.sentinels[0].host, "127.0.0.1");
+  EXPECT_EQ(r->store.sentinels[0].port, 26379);
+  EXPECT_EQ(r->store.sentinels[1].host, "sentinel-b.example");
+  EXPECT_EQ(r->store.sentinels[1].port, 26380);
+  EXPECT_EQ(r->store.master_name, "mymaster");
+  EXPECT_EQ(r->store.sentinel_password_env, "SENTINEL_PW");
+  EXPECT_EQ(r->store.sentinel_timeout, 300ms);
+  EXPECT_EQ(r->store.password_env, "REDIS_PW");
+  EXPECT_EQ(r->store.timeout, 20ms);
+  EXPECT_EQ(r->store.layout, store_settings::layout_kind::key);
+}
+
 TEST(defaults, a_minimal_file_gets_every_default) {
   auto r = load_ok(R"(upstreams: {api: {url: "http://backend"}}
 routes:
@@ -1068,6 +1096,39 @@ const mistake mistake_table[] = {
      UP "store: {type: redis, password_env: \"REDIS PASSWORD\"}\n",
      {"rules.yaml:2: store.password_env: invalid environment variable name 'REDIS PASSWORD': "
       "expected [A-Za-z_][A-Za-z0-9_]*"}},
+    {"sentinel_store_without_sentinels_or_master",
+     UP "store: {type: redis-sentinel}\n",
+     {"rules.yaml:2: store.sentinels: type redis-sentinel needs sentinels: the Sentinels to ask "
+      "(host:port list)",
+      "rules.yaml:2: store.master: type redis-sentinel needs master: the name the Sentinels "
+      "monitor the master under"}},
+    {"sentinel_store_with_an_empty_list",
+     UP "store:\n"
+        "  type: redis-sentinel\n"
+        "  master: mymaster\n"
+        "  sentinels: []\n",
+     {"rules.yaml:5: store.sentinels: the list is empty: name at least one Sentinel (host:port)"}},
+    {"sentinel_store_with_a_bad_address_and_name",
+     UP "store:\n"
+        "  type: redis-sentinel\n"
+        "  master: \"my master\"\n"
+        "  sentinels: [127.0.0.1:26379, \"127.0.0.1:0\"]\n"
+        "  sentinel_password_env: \"A-B\"\n"
+        "  sentinel_timeout: 0ms\n"
+        "  address: 127.0.0.1:6379\n",
+     {"rules.yaml:4: store.master: invalid master name 'my master': expected the name the "
+      "Sentinels monitor (one word)",
+      "rules.yaml:5: store.sentinels[1]: invalid address '127.0.0.1:0': port 0 is out of range "
+      "1..65535 (expected host:port, such as 0.0.0.0:8080 or \"[::1]:8080\")",
+      "rules.yaml:6: store.sentinel_password_env: invalid environment variable name 'A-B': "
+      "expected [A-Za-z_][A-Za-z0-9_]*",
+      "rules.yaml:7: store.sentinel_timeout: sentinel_timeout 0ms is shorter than 1ms",
+      "rules.yaml:8: store.address: type redis-sentinel finds the master through "
+      "store.sentinels: remove address"}},
+    {"sentinel_fields_on_a_plain_redis_store",
+     UP "store: {type: redis, master: mymaster, sentinels: [127.0.0.1:26379]}\n",
+     {"rules.yaml:2: store.sentinels: applies only to type redis-sentinel",
+      "rules.yaml:2: store.master: applies only to type redis-sentinel"}},
     {"unquoted_ipv6_listen_is_a_yaml_error",
      UP "listen: [::1]:8080\n",
      {"rules.yaml:2: invalid YAML: end of map not found"}},
@@ -1100,7 +1161,7 @@ const mistake mistake_table[] = {
     {"directory_needs_a_redis_store",
      UP "identity: {directory: {type: redis}}\n",
      {"rules.yaml:2: identity.directory: a redis directory is read on the store's connection: it "
-      "needs store.type redis"}},
+      "needs store.type redis or redis-sentinel"}},
     {"directory_unknown_key",
      UP "store: {type: redis}\n"
         "identity: {directory: {type: redis, cache_tll: 60s}}\n",

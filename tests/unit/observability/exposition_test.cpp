@@ -74,6 +74,9 @@ metrics_sample example() {
   s.store.breaker_opens = 18;
   s.store.buckets = 640;
   s.store.evictions = 29;
+  s.store.sentinel_unreachable = 30;
+  s.store.sentinel_unknown_master = 31;
+  s.store.master_switches = 32;
   s.store_connections = 4;
   s.store_connected = 3;
   s.breaker = {2, 1, 1};
@@ -135,6 +138,10 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_store_buckets 640\n",
            "# TYPE sluice_store_evictions_total counter\n",
            "sluice_store_evictions_total 29\n",
+           "sluice_store_sentinel_lookup_failures_total{reason=\"unreachable\"} 30\n",
+           "sluice_store_sentinel_lookup_failures_total{reason=\"unknown_master\"} 31\n",
+           "# TYPE sluice_store_master_switches_total counter\n",
+           "sluice_store_master_switches_total 32\n",
            "# TYPE sluice_store_connected gauge\n",
            "sluice_store_connected 3\n",
            "sluice_store_breaker_state{state=\"closed\"} 2\n",
@@ -165,7 +172,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 35u);
+  EXPECT_EQ(help, 37u);
   EXPECT_EQ(text.back(), '\n');
 }
 

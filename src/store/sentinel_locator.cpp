@@ -1,0 +1,575 @@
+// Finding the master through Redis Sentinel (sentinel_locator.hpp; the Sentinel client
+// guidelines, https://redis.io/docs/reference/sentinel-clients/, steps 1 and 2 and "Subscribe to
+// Sentinel events"; step 3, ROLE, is the store's, on its own connection).
+//
+// A lookup is a chain of short exchanges, one Sentinel at a time: resolve (a name, off the
+// worker's thread), connect, AUTH (with a Sentinel password), SENTINEL GET-MASTER-ADDR-BY-NAME,
+// all under one timer per Sentinel. Each exchange has a generation number; whichever of the
+// reply, the timer or the connection's end comes first closes it and bumps the generation, so
+// the others find a stale number and do nothing. The next Sentinel is asked from a posted
+// step, never inside a hiredis callback of the previous one.
+//
+// The watch is one long-lived subscription to `+switch-master` on every Sentinel, each made
+// again (with a growing, jittered delay) whenever it is lost: the Sentinel that ran the
+// failover announces the switch first, the others only once they hear of it (their hello
+// messages come every 2 s), so listening to all of them follows the fastest. The same switch
+// announced again by another Sentinel is not reported twice. Sentinels publish
+// `+switch-master` once the new master is promoted; the old master (if alive) is reconfigured
+// as a replica right after, and until then still takes writes: the sooner connections leave
+// it, the fewer counts a failover forgets.
+#include "store/sentinel_locator.hpp"
+
+#include "store/hiredis_asio.hpp"
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include <spdlog/spdlog.h>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <optional>
+#include <random>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace sluice::store::detail {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+namespace {
+
+constexpr std::uintptr_t tag_auth = 1;
+constexpr std::uintptr_t tag_query = 2;
+
+constexpr std::chrono::milliseconds watch_backoff_first{100};
+constexpr std::chrono::milliseconds watch_backoff_max{2000};
+
+std::string_view text_of(const redisReply* r) {
+  return r && r->str ? std::string_view(r->str, r->len) : std::string_view();
+}
+
+std::optional<std::uint16_t> parse_port(std::string_view s) {
+  unsigned v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size() || v == 0 || v > 65535) return std::nullopt;
+  return static_cast<std::uint16_t>(v);
+}
+
+}  // namespace
+
+struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
+  using kind = located::kind;
+
+  impl(asio::any_io_executor e, sentinel_settings s, switch_handler sw)
+      : ex(std::move(e)),
+        settings(std::move(s)),
+        on_switch(std::move(sw)),
+        q_timer(ex),
+        q_resolver(ex),
+        rng(std::random_device{}()) {
+    for (std::size_t i = 0; i < settings.sentinels.size(); ++i) {
+      order.push_back(i);
+      subs.push_back(std::make_unique<subscription>(ex, i));
+    }
+  }
+
+  asio::any_io_executor ex;
+  sentinel_settings settings;
+  switch_handler on_switch;
+  std::vector<std::size_t> order;  // indices of settings.sentinels; the last to answer first
+  bool stopped = false;
+  // The address of the last `+switch-master` of our master, returned by the next lookup if it
+  // comes within hint_valid (a connection already there leaves it unused).
+  std::optional<std::pair<std::string, std::uint16_t>> hint;
+  std::chrono::steady_clock::time_point hint_at{};
+  static constexpr std::chrono::seconds hint_valid{5};
+  std::string last_switch;     // "host:port" of the last switch reported
+  std::optional<kind> logged;  // the outcome last logged
+  std::string logged_address;  // the address last logged as found
+
+  // The lookup in progress.
+  locate_handler handler;
+  bool locating = false;
+  std::size_t tried = 0;      // Sentinels asked so far in this lookup
+  unsigned answered_nil = 0;  // of those, the ones that do not know the name
+  std::string detail;
+  redisAsyncContext* q_ac = nullptr;
+  std::shared_ptr<hiredis_asio> q_io;
+  asio::steady_timer q_timer;
+  asio::ip::tcp::resolver q_resolver;
+  std::uint64_t q_gen = 0;
+
+  // The `+switch-master` subscriptions, one per Sentinel (index = its place in the settings).
+  struct subscription {
+    subscription(const asio::any_io_executor& e, std::size_t i) : index(i), timer(e), resolver(e) {}
+    std::size_t index;
+    redisAsyncContext* ac = nullptr;
+    std::shared_ptr<hiredis_asio> io;
+    asio::steady_timer timer;  // subscription deadline, then the delay before the next try
+    asio::ip::tcp::resolver resolver;
+    std::uint64_t gen = 0;
+    bool subscribed = false;
+    std::chrono::milliseconds backoff = watch_backoff_first;
+    std::string last_failure;
+  };
+  bool watch_on = false;
+  std::vector<std::unique_ptr<subscription>> subs;
+  std::mt19937_64 rng;
+
+  subscription* sub_of(const redisAsyncContext* c) {
+    for (auto& sub : subs)
+      if (sub->ac == c) return sub.get();
+    return nullptr;
+  }
+
+  std::string name_of(std::size_t index) const {
+    const auto& a = settings.sentinels[index];
+    return a.host + ":" + std::to_string(a.port);
+  }
+
+  static impl* owner(const redisAsyncContext* c) { return static_cast<impl*>(c->data); }
+
+  // Resolves `host` (an address literal at once, a name with Asio's resolver, off this thread)
+  // and calls `f(reason, ip)`: reason "" on success. The caller's timer bounds a slow name.
+  template <class F>
+  void resolve(asio::ip::tcp::resolver& r, const std::string& host, std::uint16_t port, F f) {
+    error_code ec;
+    (void)asio::ip::make_address(host, ec);
+    if (!ec) {
+      f(std::string(), host);
+      return;
+    }
+    r.async_resolve(
+        host, std::to_string(port),
+        [f = std::move(f)](error_code e, asio::ip::tcp::resolver::results_type res) {
+          if (e == asio::error::operation_aborted) return;  // closed by its timer
+          if (e || res.empty()) {
+            f("cannot resolve the host name: " + (e ? e.message() : std::string("no address")),
+              std::string());
+            return;
+          }
+          f(std::string(), res.begin()->endpoint().address().to_string());
+        });
+  }
+
+  // Opens an async context to ip:port on this executor, or nullptr with `why` set.
+  redisAsyncContext* open(const std::string& ip, std::uint16_t port, std::string& why,
+                          std::shared_ptr<hiredis_asio>& io) {
+    redisAsyncContext* c = redisAsyncConnect(ip.c_str(), port);
+    if (c == nullptr || c->err) {
+      why = c != nullptr ? std::string(c->errstr) : std::string("out of memory");
+      if (c != nullptr) redisAsyncFree(c);
+      return nullptr;
+    }
+    c->data = this;
+    io = hiredis_asio::attach(c, ex);
+    if (!io) {
+      redisAsyncFree(c);
+      why = "cannot register the socket";
+      return nullptr;
+    }
+    redisAsyncSetConnectCallback(c, &impl::on_connect);
+    redisAsyncSetDisconnectCallback(c, &impl::on_disconnect);
+    if (!settings.password.empty()) {
+      const char* argv[] = {"AUTH", settings.password.c_str()};
+      const std::size_t lens[] = {4, settings.password.size()};
+      redisAsyncCommandArgv(c, &impl::on_auth_reply, reinterpret_cast<void*>(tag_auth), 2, argv,
+                            lens);
+    }
+    return c;
+  }
+
+  // ---- lookup ---------------------------------------------------------------------------------
+
+  void locate(locate_handler h) {
+    if (stopped || locating) {
+      asio::post(ex, [h = std::move(h)] { h(located{kind::stopped, {}, 0, {}, {}}); });
+      return;
+    }
+    if (hint && std::chrono::steady_clock::now() - hint_at > hint_valid) hint.reset();
+    if (hint) {
+      // A Sentinel has just announced the new master: use it (the store checks its ROLE).
+      located l{kind::found, hint->first, hint->second, "+switch-master", {}};
+      hint.reset();
+      log_outcome(l);
+      asio::post(ex, [h = std::move(h), l = std::move(l)]() mutable { h(std::move(l)); });
+      return;
+    }
+    handler = std::move(h);
+    locating = true;
+    tried = 0;
+    answered_nil = 0;
+    detail.clear();
+    ask_next();
+  }
+
+  void ask_next() {
+    if (stopped || !locating) return;
+    if (tried >= order.size()) {
+      located l;
+      l.what = answered_nil > 0 ? kind::unknown_master : kind::unreachable;
+      l.detail = std::move(detail);
+      finish(std::move(l));
+      return;
+    }
+    const auto& s = settings.sentinels[order[tried]];
+    const std::uint64_t gen = ++q_gen;
+    q_timer.expires_after(settings.timeout);
+    q_timer.async_wait([w = weak_from_this(), gen](error_code ec) {
+      if (ec) return;
+      if (auto self = w.lock(); self && self->q_gen == gen) {
+        self->attempt_failed("no answer within " + std::to_string(self->settings.timeout.count()) +
+                             " ms");
+      }
+    });
+    resolve(q_resolver, s.host, s.port,
+            [w = weak_from_this(), gen, port = s.port](std::string why, std::string ip) {
+              auto self = w.lock();
+              if (!self || self->q_gen != gen) return;
+              if (!why.empty()) {
+                self->attempt_failed(std::move(why));
+                return;
+              }
+              self->q_ac = self->open(ip, port, why, self->q_io);
+              if (self->q_ac == nullptr) {
+                self->attempt_failed(std::move(why));
+                return;
+              }
+              const auto& name = self->settings.master_name;
+              const char* argv[] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", name.c_str()};
+              const std::size_t lens[] = {8, 23, name.size()};
+              redisAsyncCommandArgv(self->q_ac, &impl::on_query_reply,
+                                    reinterpret_cast<void*>(tag_query), 3, argv, lens);
+            });
+  }
+
+  // Closes the exchange with the Sentinel being asked (whatever state it is in).
+  void end_query() {
+    ++q_gen;
+    q_timer.cancel();
+    q_resolver.cancel();
+    redisAsyncContext* c = q_ac;
+    q_ac = nullptr;
+    q_io.reset();
+    if (c != nullptr) redisAsyncFree(c);  // deferred by hiredis inside its own callback
+  }
+
+  // The Sentinel being asked did not name the master: note why, ask the next (posted).
+  void attempt_failed(std::string why) {
+    if (!locating) return;
+    detail += (detail.empty() ? "" : "; ") + name_of(order[tried]) + ": " + why;
+    end_query();
+    ++tried;
+    asio::post(ex, [w = weak_from_this(), gen = q_gen] {
+      if (auto self = w.lock(); self && self->q_gen == gen) self->ask_next();
+    });
+  }
+
+  void found(std::string host, std::uint16_t port) {
+    const std::size_t who = order[tried];
+    // The Sentinel that answered goes first next time (client guidelines, step 1).
+    std::rotate(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(tried),
+                order.begin() + static_cast<std::ptrdiff_t>(tried) + 1);
+    end_query();
+    finish(located{kind::found, std::move(host), port, name_of(who), {}});
+  }
+
+  void finish(located l) {
+    locating = false;
+    log_outcome(l);
+    auto h = std::move(handler);
+    handler = nullptr;
+    if (h) asio::post(ex, [h = std::move(h), l = std::move(l)]() mutable { h(std::move(l)); });
+  }
+
+  // One line per change: failures as warnings (the routes' failure policy answers meanwhile),
+  // the master found again, or at a new address, as info.
+  void log_outcome(const located& l) {
+    const auto& name = settings.master_name;
+    if (l.what == kind::found) {
+      const std::string at = l.host + ":" + std::to_string(l.port);
+      if (logged == kind::found && at == logged_address) return;
+      spdlog::info("redis sentinel: master '{}' is at {} (from {})", name, at, l.sentinel);
+      logged = kind::found;
+      logged_address = at;
+      return;
+    }
+    if (l.what == kind::stopped || logged == l.what) return;
+    logged = l.what;
+    if (l.what == kind::unknown_master) {
+      spdlog::warn(
+          "redis sentinel: no Sentinel knows master '{}' ({}); the store is not connected, "
+          "the routes' on_store_failure applies (repeats not logged)",
+          name, l.detail);
+    } else {
+      spdlog::warn(
+          "redis sentinel: no Sentinel answered for master '{}' ({}); the store is not "
+          "connected, the routes' on_store_failure applies (repeats not logged)",
+          name, l.detail);
+    }
+  }
+
+  static void on_query_reply(redisAsyncContext* c, void* r, void* /*privdata*/) noexcept {
+    try {
+      impl* self = owner(c);
+      if (self == nullptr || self->q_ac != c || r == nullptr) return;  // NULL: disconnect path
+      const auto* reply = static_cast<const redisReply*>(r);
+      if (reply->type == REDIS_REPLY_NIL) {
+        // This Sentinel does not monitor a master of that name: ask the next one.
+        ++self->answered_nil;
+        self->attempt_failed("does not know master '" + self->settings.master_name + "'");
+        return;
+      }
+      if (reply->type == REDIS_REPLY_ERROR) {
+        self->attempt_failed(std::string(text_of(reply).substr(0, 200)));
+        return;
+      }
+      if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+          reply->element[0]->type == REDIS_REPLY_STRING &&
+          reply->element[1]->type == REDIS_REPLY_STRING) {
+        const auto port = parse_port(text_of(reply->element[1]));
+        const auto host = text_of(reply->element[0]);
+        if (port && !host.empty()) {
+          self->found(std::string(host), *port);
+          return;
+        }
+      }
+      self->attempt_failed("unexpected reply to SENTINEL GET-MASTER-ADDR-BY-NAME");
+    } catch (...) {
+      // No exception crosses a hiredis callback.
+    }
+  }
+
+  static void on_auth_reply(redisAsyncContext* c, void* r, void* /*privdata*/) noexcept {
+    try {
+      impl* self = owner(c);
+      const auto* reply = static_cast<const redisReply*>(r);
+      if (self == nullptr || reply == nullptr || reply->type != REDIS_REPLY_ERROR) return;
+      // (The password is never logged: only the server's error text is.)
+      const std::string why = "AUTH failed: " + std::string(text_of(reply).substr(0, 200));
+      if (c == self->q_ac) self->attempt_failed(why);
+      if (auto* sub = self->sub_of(c)) self->watch_lost(*sub, why);
+    } catch (...) {
+      // No exception crosses a hiredis callback.
+    }
+  }
+
+  // hiredis frees the context itself right after these two: forget it first.
+  static void on_connect(const redisAsyncContext* c, int status) noexcept {
+    try {
+      impl* self = owner(c);
+      if (self == nullptr || status == REDIS_OK) return;
+      const std::string why = c->errstr ? c->errstr : "connect failed";
+      self->gone(c, why);
+    } catch (...) {
+      // No exception crosses a hiredis callback.
+    }
+  }
+
+  static void on_disconnect(const redisAsyncContext* c, int /*status*/) noexcept {
+    try {
+      impl* self = owner(c);
+      if (self == nullptr) return;
+      self->gone(c, c->errstr ? std::string("connection lost: ") + c->errstr
+                              : std::string("connection closed"));
+    } catch (...) {
+      // No exception crosses a hiredis callback.
+    }
+  }
+
+  void gone(const redisAsyncContext* c, const std::string& why) {
+    if (c == q_ac) {
+      q_ac = nullptr;
+      q_io.reset();
+      attempt_failed(why);
+    } else if (auto* sub = c != nullptr ? sub_of(c) : nullptr) {
+      sub->ac = nullptr;
+      sub->io.reset();
+      watch_lost(*sub, why);
+    }
+  }
+
+  // ---- watch ----------------------------------------------------------------------------------
+
+  void watch() {
+    if (watch_on || stopped) return;
+    watch_on = true;
+    for (auto& sub : subs) subscribe(*sub);
+  }
+
+  void subscribe(subscription& sub) {
+    if (stopped) return;
+    const auto& s = settings.sentinels[sub.index];
+    const std::uint64_t gen = ++sub.gen;
+    sub.timer.expires_after(settings.timeout);
+    sub.timer.async_wait([w = weak_from_this(), &sub, gen](error_code ec) {
+      if (ec) return;
+      if (auto self = w.lock(); self && sub.gen == gen && !sub.subscribed) {
+        self->watch_lost(
+            sub, "no answer within " + std::to_string(self->settings.timeout.count()) + " ms");
+      }
+    });
+    resolve(sub.resolver, s.host, s.port,
+            [w = weak_from_this(), &sub, gen, port = s.port](std::string why, std::string ip) {
+              auto self = w.lock();
+              if (!self || sub.gen != gen) return;
+              if (!why.empty()) {
+                self->watch_lost(sub, std::move(why));
+                return;
+              }
+              sub.ac = self->open(ip, port, why, sub.io);
+              if (sub.ac == nullptr) {
+                self->watch_lost(sub, std::move(why));
+                return;
+              }
+              const char* argv[] = {"SUBSCRIBE", "+switch-master"};
+              const std::size_t lens[] = {9, 14};
+              redisAsyncCommandArgv(sub.ac, &impl::on_watch_message, nullptr, 2, argv, lens);
+            });
+  }
+
+  // Every reply on a subscription: the SUBSCRIBE confirmation, then one per message.
+  static void on_watch_message(redisAsyncContext* c, void* r, void* /*privdata*/) noexcept {
+    try {
+      impl* self = owner(c);
+      subscription* sub = self != nullptr ? self->sub_of(c) : nullptr;
+      if (sub == nullptr || r == nullptr) return;
+      const auto* reply = static_cast<const redisReply*>(r);
+      if (reply->type == REDIS_REPLY_ERROR) {
+        self->watch_lost(*sub, "SUBSCRIBE failed: " + std::string(text_of(reply).substr(0, 200)));
+        return;
+      }
+      if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 3) return;
+      const auto what = text_of(reply->element[0]);
+      if (what == "subscribe") {
+        self->subscribed_on(*sub);
+      } else if (what == "message") {
+        self->message(text_of(reply->element[2]));
+      }
+    } catch (...) {
+      // No exception crosses a hiredis callback.
+    }
+  }
+
+  void subscribed_on(subscription& sub) {
+    sub.subscribed = true;
+    sub.timer.cancel();
+    sub.backoff = watch_backoff_first;
+    if (!sub.last_failure.empty()) {
+      spdlog::info("redis sentinel: watching +switch-master on {} (after: {})", name_of(sub.index),
+                   sub.last_failure);
+      sub.last_failure.clear();
+    } else {
+      spdlog::debug("redis sentinel: watching +switch-master on {}", name_of(sub.index));
+    }
+  }
+
+  // `<master-name> <old-ip> <old-port> <new-ip> <new-port>` (Sentinel documentation,
+  // "Pub/Sub messages").
+  void message(std::string_view payload) {
+    std::vector<std::string_view> words;
+    while (!payload.empty() && words.size() < 6) {
+      const auto sp = payload.find(' ');
+      words.push_back(payload.substr(0, sp));
+      payload = sp == std::string_view::npos ? std::string_view() : payload.substr(sp + 1);
+    }
+    if (words.size() != 5 || words[0] != settings.master_name) return;
+    const auto port = parse_port(words[4]);
+    if (!port || words[3].empty()) return;
+    std::string host(words[3]);
+    const std::string to = host + ":" + std::to_string(*port);
+    if (to == last_switch) return;  // the same switch, from another Sentinel
+    last_switch = to;
+    spdlog::info("redis sentinel: +switch-master '{}': {}:{} -> {}", settings.master_name, words[1],
+                 words[2], to);
+    hint.emplace(host, *port);
+    hint_at = std::chrono::steady_clock::now();
+    if (on_switch) {
+      asio::post(ex, [w = weak_from_this(), host = std::move(host), p = *port] {
+        if (auto self = w.lock(); self && !self->stopped && self->on_switch)
+          self->on_switch(host, p);
+      });
+    }
+  }
+
+  // A subscription is gone (or never came up): make it again after a jittered delay.
+  void watch_lost(subscription& sub, std::string why) {
+    if (stopped) return;
+    const bool was_subscribed = sub.subscribed;
+    sub.subscribed = false;
+    ++sub.gen;
+    sub.resolver.cancel();
+    if (redisAsyncContext* c = sub.ac) {
+      sub.ac = nullptr;
+      sub.io.reset();
+      redisAsyncFree(c);
+    }
+    if (why != sub.last_failure || was_subscribed) {
+      spdlog::warn(
+          "redis sentinel: +switch-master subscription on {} {}: {} (made again with backoff; "
+          "repeats not logged)",
+          name_of(sub.index), was_subscribed ? "lost" : "failed", why);
+      sub.last_failure = std::move(why);
+    }
+    std::uniform_int_distribution<std::int64_t> d(sub.backoff.count() / 2, sub.backoff.count());
+    sub.timer.expires_after(std::chrono::milliseconds(d(rng)));
+    sub.backoff = std::min(sub.backoff * 2, watch_backoff_max);
+    sub.timer.async_wait([w = weak_from_this(), &sub, gen = sub.gen](error_code ec) {
+      if (ec) return;
+      if (auto self = w.lock(); self && sub.gen == gen) self->subscribe(sub);
+    });
+  }
+
+  void stop() {
+    if (stopped) return;
+    if (locating) finish(located{kind::stopped, {}, 0, {}, {}});
+    stopped = true;
+    end_query();
+    for (auto& sub : subs) {
+      ++sub->gen;
+      sub->timer.cancel();
+      sub->resolver.cancel();
+      sub->subscribed = false;
+      if (redisAsyncContext* c = sub->ac) {
+        sub->ac = nullptr;
+        sub->io.reset();
+        redisAsyncFree(c);
+      }
+    }
+  }
+};
+
+sentinel_locator::sentinel_locator(asio::any_io_executor ex, sentinel_settings settings,
+                                   switch_handler on_switch)
+    : impl_(std::make_shared<impl>(std::move(ex), std::move(settings), std::move(on_switch))) {}
+
+sentinel_locator::~sentinel_locator() {
+  impl_->stop();
+}
+
+void sentinel_locator::locate(locate_handler h) {
+  impl_->locate(std::move(h));
+}
+
+void sentinel_locator::watch() {
+  impl_->watch();
+}
+
+void sentinel_locator::stop() {
+  impl_->stop();
+}
+
+std::size_t sentinel_locator::watching() const {
+  std::size_t n = 0;
+  for (const auto& sub : impl_->subs) n += sub->subscribed ? 1 : 0;
+  return n;
+}
+
+}  // namespace sluice::store::detail
