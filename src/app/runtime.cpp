@@ -80,6 +80,7 @@ struct runtime::impl : observability::admin_backend {
   std::shared_ptr<observability::admin_server> admin;
   std::unique_ptr<config_watcher> watcher;
   std::mutex reload_mutex;
+  std::string last_reload_error;  // guarded by reload_mutex
   bool started = false;
   bool stopped = false;
 
@@ -100,6 +101,7 @@ struct runtime::impl : observability::admin_backend {
             trigger, file, names);
       }
       gw->reload(std::move(next));
+      last_reload_error.clear();
       out.ok = true;
       out.generation = gw->current().generation;
       const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
@@ -112,6 +114,7 @@ struct runtime::impl : observability::admin_backend {
     gw->note_reload_failure();
     out.generation = gw->current().generation;
     for (const auto& d : loaded.diagnostics) out.diagnostics.push_back(d.to_string());
+    last_reload_error = out.diagnostics.empty() ? std::string("refused") : out.diagnostics.front();
     std::string more;
     if (out.diagnostics.size() > 1)
       more = " (and " + std::to_string(out.diagnostics.size() - 1) + " more)";
@@ -126,7 +129,8 @@ struct runtime::impl : observability::admin_backend {
   }
   config_view current_config() override {
     auto cur = gw->current();
-    return {cur.rules, cur.generation, file};
+    std::lock_guard lock(reload_mutex);
+    return {cur.rules, cur.generation, file, last_reload_error};
   }
   observability::admin_reload_result reload() override {
     auto r = reload("admin");

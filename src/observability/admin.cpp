@@ -117,10 +117,15 @@ json::object limit_json(const config::limit& l) {
 }
 
 std::string config_json(const config::rules& rules, std::uint64_t generation,
-                        const std::string& source_file) {
+                        const std::string& source_file, const std::string& last_reload_error) {
   json::object o;
   o["generation"] = generation;
   o["source"] = source_file;
+  if (last_reload_error.empty()) {
+    o["last_reload_error"] = nullptr;
+  } else {
+    o["last_reload_error"] = last_reload_error;
+  }
   // Start-up settings as the rules file gives them (a --listen, --admin or --workers
   // override is in the start-up log line instead).
   o["listen"] = rules.listen_host + ":" + std::to_string(rules.listen_port);
@@ -295,6 +300,11 @@ class admin_handler final : public http::buffered_handler {
       return res;
     };
     try {
+      if (path == "/") {
+        if (!get) return not_allowed("GET, HEAD");
+        return reply(v, bhttp::status::ok, std::string(status_page_html()),
+                     "text/html; charset=utf-8");
+      }
       if (path == "/healthz") {
         if (!get) return not_allowed("GET, HEAD");
         return reply(v, bhttp::status::ok, "ok\n", "text/plain");
@@ -308,9 +318,11 @@ class admin_handler final : public http::buffered_handler {
       if (path == "/admin/config") {
         if (!get) return not_allowed("GET, HEAD");
         auto view = backend_->current_config();
-        return reply(v, bhttp::status::ok,
-                     config_json(*view.rules, view.generation, view.source_file) + "\n",
-                     "application/json");
+        return reply(
+            v, bhttp::status::ok,
+            config_json(*view.rules, view.generation, view.source_file, view.last_reload_error) +
+                "\n",
+            "application/json");
       }
       if (path == "/admin/reload") {
         if (method != bhttp::verb::post) return not_allowed("POST");

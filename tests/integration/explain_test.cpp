@@ -1,10 +1,12 @@
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client
-// GET /admin/explain ("why was I limited?") on a real gateway (runtime with its admin
-// listener, from a rules file on disk), a real upstream and, for the redis store, a real
-// redis-server: the explanation names the route, the caller's plan and each limit with its
+// GET /admin/explain ("why was I limited?") and the status page (GET /) on a real gateway (runtime
+// with its admin listener, from a rules file on disk), a real upstream and, for the redis store, a
+// real redis-server: the explanation names the route, the caller's plan and each limit with its
 // stated guarantee and the state a request would see; asking spends nothing (the next real
 // request gets what the explanation said, and on Redis no key is written by asking); once
-// the key is spent it names the refusing limit and its Retry-After.
+// the key is spent it names the refusing limit and its Retry-After. The status page is
+// self-contained, and in headless Chromium (Debian's `chromium`) its script renders the
+// routes, the live decision rates and an explanation.
 
 #include "harness.hpp"
 #include "support/temp_dir.hpp"
@@ -14,8 +16,14 @@
 
 #include <boost/json.hpp>
 
+#include "support/child_process.hpp"
+
+#include <signal.h>
+
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <thread>
 
 namespace sluice::test {
 namespace {
@@ -68,9 +76,9 @@ struct explain_world {
   client_response get(const std::string& target, const header_list& headers = {}) const {
     return test::get(rt->gateway().endpoint().port(), target, headers);
   }
-  client_response admin(const std::string& target) const {
+  client_response admin(const std::string& target, const std::string& method = "GET") const {
     http_connection c(rt->admin_endpoint()->port());
-    return c.request("GET", target);
+    return c.request(method, target);
   }
   /// GET /admin/explain?QUERY: 200 and its JSON.
   json::object explain(const std::string& query) const {
@@ -163,6 +171,76 @@ TEST_P(explain, bad_queries_get_400) {
   EXPECT_TRUE(bad_method.contains("error"));
   auto bad_ip = w.explain("path=/v1/items&ip=not-an-ip");
   EXPECT_TRUE(bad_ip.contains("error"));
+}
+
+// GET /: one HTML document with nothing fetched from elsewhere; /admin/config reports the
+// last refused reload (what the page shows) until a reload succeeds.
+TEST(status_page, is_self_contained_and_reports_the_last_reload_error) {
+  explain_world w(store_kind::memory);
+  auto page = w.admin("/");
+  EXPECT_EQ(page.status, 200u);
+  EXPECT_EQ(page.header("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_NE(page.body.find("<form id=\"explain\""), std::string::npos);
+  EXPECT_FALSE(std::regex_search(page.body, std::regex(R"((src|href)\s*=\s*["']?(https?:)?//)")))
+      << "an external asset";
+  EXPECT_EQ(page.body.find("<link"), std::string::npos);
+  EXPECT_EQ(w.admin("/", "POST").status, 405u);
+
+  auto config = json::parse(w.admin("/admin/config").body).as_object();
+  EXPECT_TRUE(config.at("last_reload_error").is_null());
+  const std::string good = [&] {
+    std::ifstream in(w.file);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  std::ofstream(w.file) << good << "\nroutes: oops\n";  // a duplicate key: refused
+  EXPECT_EQ(w.admin("/admin/reload", "POST").status, 422u);
+  config = json::parse(w.admin("/admin/config").body).as_object();
+  ASSERT_TRUE(config.at("last_reload_error").is_string());
+  EXPECT_NE(text(config.at("last_reload_error")).find("rules.yaml:"), std::string::npos)
+      << config.at("last_reload_error");
+  std::ofstream(w.file) << good;
+  EXPECT_EQ(w.admin("/admin/reload", "POST").status, 200u);
+  config = json::parse(w.admin("/admin/config").body).as_object();
+  EXPECT_TRUE(config.at("last_reload_error").is_null());
+}
+
+// The page in a real browser: after some traffic, headless Chromium loads it with an explain
+// link; the DOM it ends with holds the routes and guarantees from /admin/config, a rate row
+// per route and decision from two /metrics samples, and the explanation's verdict.
+TEST(status_page, renders_in_a_browser) {
+  const char* const chromium = "/usr/lib/chromium/chromium";
+  if (!std::filesystem::exists(chromium)) GTEST_SKIP() << "chromium is not installed";
+  explain_world w(store_kind::memory);
+  for (int i = 0; i < 4; ++i)
+    w.get("/v1/items", {{"X-API-Key", "key-a"}});  // 3 admitted, 1 refused
+  temp_dir dir("chromium");
+  const std::string url = "http://127.0.0.1:" + std::to_string(w.rt->admin_endpoint()->port()) +
+                          "/#explain?path=/v1/items&api_key=key-a";
+  auto browser = std::make_unique<child_process>(
+      std::vector<std::string>{"/usr/bin/setsid", chromium, "--headless", "--no-sandbox",
+                               "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                               "--disable-extensions", "--disable-background-networking",
+                               "--disable-component-update", "--disable-sync",
+                               "--user-data-dir=" + (dir.path / "profile").string(),
+                               "--virtual-time-budget=5000", "--dump-dom", url},
+      dir.path / "dom.html", dir.path / "err.txt");
+  const pid_t group = browser->pid();  // setsid execs in place: the group id is the pid
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (browser->running() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ::kill(-group, SIGKILL);
+  browser.reset();
+  std::ifstream in(dir.path / "dom.html");
+  const std::string dom(std::istreambuf_iterator<char>(in), {});
+  ASSERT_FALSE(dom.empty()) << "no DOM from chromium";
+  SCOPED_TRACE(dom.substr(0, 4000));
+  EXPECT_NE(dom.find("last reload: no error"), std::string::npos);
+  EXPECT_NE(dom.find("<td rowspan=\"1\">items</td>"), std::string::npos);       // the route table
+  EXPECT_NE(dom.find("exact: at most 3 + 3/1m x w units"), std::string::npos);  // its guarantee
+  EXPECT_NE(dom.find("<td>items</td><td>allowed</td>"), std::string::npos);     // a rate row
+  EXPECT_NE(dom.find("<td>items</td><td>limited</td>"), std::string::npos);
+  EXPECT_NE(dom.find("route items: limited (429) by items_key"), std::string::npos);
+  EXPECT_NE(dom.find("connected</td><td class=\"ok\">yes"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(stores, explain, ::testing::Values(store_kind::memory, store_kind::redis),

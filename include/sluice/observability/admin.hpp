@@ -47,6 +47,9 @@ class admin_backend {
     std::shared_ptr<const sluice::config::rules> rules;
     std::uint64_t generation = 0;
     std::string source_file;
+    /// The first diagnostic of the last refused reload, "" when the last reload (or none) was
+    /// refused since the rules in force were loaded.
+    std::string last_reload_error;
   };
   virtual config_view current_config() = 0;
   /// Reloads the rules file (same effect as a file event or SIGHUP).
@@ -77,10 +80,18 @@ boost::json::object limit_json(const config::limit& l);
 /// `N/DURATION`, `burst`, per-plan overrides, algorithm, `by`, mode) and each limit's stated
 /// guarantee. JSON, one object. Never throws for a validated snapshot.
 std::string config_json(const config::rules& rules, std::uint64_t generation,
-                        const std::string& source_file);
+                        const std::string& source_file, const std::string& last_reload_error = {});
+
+/// The status page (`GET /`): one self-contained HTML document (no external assets) whose
+/// script shows the rules' routes and limits with their stated guarantees, the store and
+/// breaker state, decisions per second by route and outcome (from /metrics, every 2 s), the
+/// generation and last reload error (from /admin/config), and a form for /admin/explain
+/// (`/#explain?path=...&api_key=...` fills and submits it).
+std::string_view status_page_html() noexcept;
 
 /// The admin HTTP listener. Endpoints (anything else: 404; a known path with another
 /// method: 405 with `Allow`):
+/// - `GET /`: 200, status_page_html().
 /// - `GET /healthz`: 200 `ok` while the process serves.
 /// - `GET /readyz`: 200 `ready` when the backend is ready, else 503 `not ready`.
 /// - `GET /admin/config`: 200, config_json().
