@@ -1,4 +1,4 @@
-// sluice-test-support: gateway_fixture redis_server upstream_server http_client
+// sluice-test-support: gateway_fixture redis_server upstream_server http_client runtime_fixture
 // GET /admin/explain ("why was I limited?") and the status page (GET /) on a real gateway (runtime
 // with its admin listener, from a rules file on disk), a real upstream and, for the redis store, a
 // real redis-server: the explanation names the route, the caller's plan and each limit with its
@@ -9,10 +9,8 @@
 // routes, the live decision rates and an explanation.
 
 #include "harness.hpp"
+#include "support/runtime_fixture.hpp"
 #include "support/temp_dir.hpp"
-
-#include "sluice/app/runtime.hpp"
-#include "sluice/config/loader.hpp"
 
 #include <boost/json.hpp>
 
@@ -28,7 +26,6 @@
 namespace sluice::test {
 namespace {
 
-namespace fs = std::filesystem;
 namespace json = boost::json;
 
 constexpr const char* rules_yaml = R"(
@@ -55,30 +52,16 @@ routes:
 
 struct explain_world {
   explain_world(store_kind kind)
-      : redis(kind == store_kind::redis ? std::make_unique<redis_server>() : nullptr) {
-    const std::string store =
-        redis ? "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) + "\"}"
-              : "{type: memory}";
-    file = dir.path / "rules.yaml";
-    std::ofstream(file) << substitute(rules_yaml,
-                                      {{"UPSTREAM_URL", upstream.url()}, {"STORE", store}});
-    auto loaded = config::load_file(file.string());
-    if (!loaded.ok()) throw std::runtime_error(loaded.diagnostics.front().to_string());
-    app::runtime_options options;
-    options.gateway.listen = "127.0.0.1:0";
-    options.gateway.admin = "127.0.0.1:0";
-    options.gateway.workers = 1;
-    options.watch = false;
-    rt = std::make_unique<app::runtime>(file.string(), loaded.value, options);
-    rt->start();
-    rt->gateway().wait_for_store(std::chrono::seconds(5));
-  }
+      : redis(kind == store_kind::redis ? std::make_unique<redis_server>() : nullptr),
+        rt(substitute(rules_yaml, {{"UPSTREAM_URL", upstream.url()},
+                                   {"STORE", redis ? "{type: redis, address: \"127.0.0.1:" +
+                                                         std::to_string(redis->port()) + "\"}"
+                                                   : "{type: memory}"}})) {}
   client_response get(const std::string& target, const header_list& headers = {}) const {
-    return test::get(rt->gateway().endpoint().port(), target, headers);
+    return test::get(rt.port(), target, headers);
   }
   client_response admin(const std::string& target, const std::string& method = "GET") const {
-    http_connection c(rt->admin_endpoint()->port());
-    return c.request(method, target);
+    return rt.admin(target, method);
   }
   /// GET /admin/explain?QUERY: 200 and its JSON.
   json::object explain(const std::string& query) const {
@@ -90,10 +73,8 @@ struct explain_world {
   }
 
   std::unique_ptr<redis_server> redis;
-  temp_dir dir;
-  fs::path file;
   upstream_server upstream;
-  std::unique_ptr<app::runtime> rt;
+  runtime_fixture rt;
 };
 
 std::string text(const json::value& v) {
@@ -189,16 +170,16 @@ TEST(status_page, is_self_contained_and_reports_the_last_reload_error) {
   auto config = json::parse(w.admin("/admin/config").body).as_object();
   EXPECT_TRUE(config.at("last_reload_error").is_null());
   const std::string good = [&] {
-    std::ifstream in(w.file);
+    std::ifstream in(w.rt.file());
     return std::string(std::istreambuf_iterator<char>(in), {});
   }();
-  std::ofstream(w.file) << good << "\nroutes: oops\n";  // a duplicate key: refused
+  std::ofstream(w.rt.file()) << good << "\nroutes: oops\n";  // a duplicate key: refused
   EXPECT_EQ(w.admin("/admin/reload", "POST").status, 422u);
   config = json::parse(w.admin("/admin/config").body).as_object();
   ASSERT_TRUE(config.at("last_reload_error").is_string());
   EXPECT_NE(text(config.at("last_reload_error")).find("rules.yaml:"), std::string::npos)
       << config.at("last_reload_error");
-  std::ofstream(w.file) << good;
+  std::ofstream(w.rt.file()) << good;
   EXPECT_EQ(w.admin("/admin/reload", "POST").status, 200u);
   config = json::parse(w.admin("/admin/config").body).as_object();
   EXPECT_TRUE(config.at("last_reload_error").is_null());
@@ -214,7 +195,7 @@ TEST(status_page, renders_in_a_browser) {
   for (int i = 0; i < 4; ++i)
     w.get("/v1/items", {{"X-API-Key", "key-a"}});  // 3 admitted, 1 refused
   temp_dir dir("chromium");
-  const std::string url = "http://127.0.0.1:" + std::to_string(w.rt->admin_endpoint()->port()) +
+  const std::string url = "http://127.0.0.1:" + std::to_string(w.rt.admin_port()) +
                           "/#explain?path=/v1/items&api_key=key-a";
   auto browser = std::make_unique<child_process>(
       std::vector<std::string>{"/usr/bin/setsid", chromium, "--headless", "--no-sandbox",
