@@ -327,6 +327,8 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
           if (rec) {
             // The upstream got part of a request: that connection is done for.
             ups.close();
+            if (rec == beast::error::timeout)
+              stats.body_timeouts.fetch_add(1, std::memory_order_relaxed);
             out.answer = body_error_answer(rec, version);
             co_return out;
           }
