@@ -113,10 +113,13 @@ std::optional<bhttp::status> status_for_read_error(const error_code& ec) {
   return std::nullopt;  // timeout, reset, aborted: the peer is gone or silent
 }
 
-/// Whether the request line at the start of `buffer` (an unparsed head that overflowed the
-/// header limit) is already longer than `uri_limit` plus the longest method and version
-/// around it: then the target is what is too long (414), not the fields (431).
-bool request_line_too_long(const beast::flat_buffer& buffer, std::uint32_t uri_limit) {
+/// Whether a head that overflowed the header limit did so in its request line, which is
+/// then longer than `uri_limit` plus the longest method and version around it: the target is
+/// what is too long (414), not the fields (431). Beast parses the request line as soon as it
+/// is whole (it then has a target), so an unparsed one is still at the start of `buffer`.
+bool request_line_too_long(const request_parser& parser, const beast::flat_buffer& buffer,
+                           std::uint32_t uri_limit) {
+  if (!parser.get().target().empty()) return false;
   const auto data = buffer.data();
   const std::string_view bytes(static_cast<const char*>(data.data()), data.size());
   const auto eol = bytes.find('\n');
@@ -129,13 +132,14 @@ bool request_line_too_long(const beast::flat_buffer& buffer, std::uint32_t uri_l
 /// nullopt when the connection just ends without an answer. `partial`: some of the head
 /// arrived.
 std::optional<bhttp::status> status_for_head_error(const error_code& ec, bool partial,
+                                                   const request_parser& parser,
                                                    const beast::flat_buffer& buffer,
                                                    const session_limits& limits) {
   if (ec == beast::error::timeout) {
     if (partial) return bhttp::status::request_timeout;  // RFC 9110 §15.5.9
     return std::nullopt;
   }
-  if (ec == bhttp::error::header_limit && request_line_too_long(buffer, limits.uri_limit))
+  if (ec == bhttp::error::header_limit && request_line_too_long(parser, buffer, limits.uri_limit))
     return bhttp::status::uri_too_long;  // RFC 9110 §15.5.15
   return status_for_read_error(ec);
 }
@@ -400,7 +404,7 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
     if (hec) {
       const auto ec = stream.timeout_error(hec);
       const bool partial = parser->got_some() || buffer.size() > 0;
-      const auto status = status_for_head_error(ec, partial, buffer, limits);
+      const auto status = status_for_head_error(ec, partial, *parser, buffer, limits);
       if (status == bhttp::status::request_timeout) bump(counts.header_timeouts);
       if (!status && ec == beast::error::timeout) bump(counts.idle_closed);
       if (status == bhttp::status::request_header_fields_too_large) bump(counts.too_large_heads);
