@@ -407,10 +407,9 @@ std::optional<http::verdict> gateway_handler::apply_failure_policy(
     case config::failure_policy::fail_closed: {
       counted.fail_closed.add();
       log_store_failure(ec, rt.name, "fail_closed");
-      auto res =
-          http::problem(head.version(), bhttp::status::service_unavailable,
-                        "Rate Limiter Unavailable",
-                        "the rate limiter cannot decide this request right now; retry later");
+      auto res = http::problem(
+          head.version(), bhttp::status::service_unavailable, "Rate Limiter Unavailable",
+          "the rate limiter cannot decide this request right now; retry later");
       res.set(bhttp::field::retry_after, "1");
       return answer(std::move(res));
     }
