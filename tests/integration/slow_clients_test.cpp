@@ -122,6 +122,29 @@ TEST(slow_clients, an_idle_keep_alive_connection_is_closed_after_the_idle_period
   EXPECT_TRUE(sw.wait_for([](const auto& c) { return c.idle_closed == 1 && c.open == 0; }));
 }
 
+// On a keep-alive connection the head deadline runs from the head's first byte, not from the
+// start of the idle wait: a partial head sent after 500 ms of idling still gets its 300 ms.
+TEST(slow_clients, a_keep_alive_head_gets_the_header_timeout_from_its_first_byte) {
+  slow_world sw("{header_timeout: 300ms, keepalive_timeout: 3s}");
+  auto s = raw_socket::connect(sw.port());
+  ASSERT_TRUE(s.write("GET /v1/one HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto first = s.read_until("\r\n\r\n", 2s);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(status_of(*first), 200u) << *first;
+  const auto cl = first->find("Content-Length: ");
+  ASSERT_NE(cl, std::string::npos) << *first;
+  ASSERT_TRUE(s.read_exact(std::stoul(first->substr(cl + 16)), 2s));
+  std::this_thread::sleep_for(500ms);
+  const auto t0 = steady::now();
+  ASSERT_TRUE(s.write("GET /v1/two HTTP/1.1\r\nHost: x\r\n"));  // never finished
+  const std::string answer = s.read_to_end(3s);
+  const auto took = ms_since(t0);
+  EXPECT_EQ(status_of(answer), 408u) << answer;
+  EXPECT_GE(took, 280);
+  EXPECT_LT(took, 2500);
+  EXPECT_EQ(sw.clients().header_timeouts, 1u);
+}
+
 // A request body that stops arriving ends the request after body_timeout: 408 (no response
 // byte was sent yet), the connection closes, and the gateway serves the next client.
 TEST(slow_clients, a_stalled_body_ends_the_request_with_408) {
