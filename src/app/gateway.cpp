@@ -269,6 +269,7 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
   limits.header_timeout = client.header_timeout;
   limits.idle_timeout = client.keepalive_timeout;
   limits.body_timeout = client.body_timeout;
+  limits.body_min_rate = client.body_min_rate;
   limits.send_timeout = client.send_timeout;
   limits.max_connections = max_connections;
   for (unsigned i = 0; i < n; ++i) {

@@ -947,8 +947,8 @@ class loader {
     if (legacy) c.header_timeout = c.keepalive_timeout = c.body_timeout = c.send_timeout = *legacy;
     if (!e) return;
     static const std::vector<std::string> keys{
-        "header_timeout",  "keepalive_timeout", "body_timeout",    "send_timeout",
-        "max_connections", "max_headers",       "max_header_size", "max_uri_length"};
+        "header_timeout", "keepalive_timeout", "body_timeout",   "send_timeout", "max_connections",
+        "max_headers",    "max_header_size",   "max_uri_length", "body_min_rate"};
     auto m = fields(e->value, "client", e->line, keys, true);
     if (!m) return;
     auto timeout = [&](const char* key, std::chrono::milliseconds& out) {
@@ -986,6 +986,24 @@ class loader {
       }
       out = *v;
     };
+    if (const entry* t = m->find("body_min_rate")) {
+      // A size per second: `1KiB/s`, or 0 for none.
+      auto text = string(t->value, "client.body_min_rate", t->line);
+      if (text) {
+        const bool per_second = text->size() > 2 && text->ends_with("/s");
+        const auto r = text::parse_size(per_second ? text->substr(0, text->size() - 2) : *text);
+        if (*text == "0")
+          c.body_min_rate = 0;
+        else if (!per_second || r.error != text::size_error::none || r.value == unlimited_size ||
+                 r.value == 0 || r.value > 1024ull * 1024 * 1024)
+          error(t->line, "client.body_min_rate",
+                "invalid rate '" + *text +
+                    "': expected bytes per second with an optional unit, such as 1KiB/s (at "
+                    "most 1GiB/s), or 0 for none");
+        else
+          c.body_min_rate = r.value;
+      }
+    }
     bytes("max_header_size", 1024, "1KiB", c.max_header_size);
     bytes("max_uri_length", 1, "1 byte", c.max_uri_length);
   }

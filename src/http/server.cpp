@@ -446,10 +446,11 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
     bool body_settled = false;
     switch (v.what) {
       case verdict::kind::forward: {
-        auto r = co_await relay(
-            client_side{stream, buffer, *parser, limits.body_timeout, limits.send_timeout,
-                        client_keep_alive, self->stopping, expect_continue, head_buffer},
-            v.forward, self->pool, self->buffers, self->relays);
+        auto r =
+            co_await relay(client_side{stream, buffer, *parser, limits.body_timeout,
+                                       limits.send_timeout, limits.body_min_rate, client_keep_alive,
+                                       self->stopping, expect_continue, head_buffer},
+                           v.forward, self->pool, self->buffers, self->relays);
         if (!r.answer) {
           if (r.keep_alive && !self->stopping) continue;
           if (stream.socket().is_open()) co_await lingering_close(stream);

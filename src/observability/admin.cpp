@@ -131,6 +131,7 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
     client["header_timeout_ms"] = c.header_timeout.count();
     client["keepalive_timeout_ms"] = c.keepalive_timeout.count();
     client["body_timeout_ms"] = c.body_timeout.count();
+    client["body_min_rate"] = c.body_min_rate;
     client["send_timeout_ms"] = c.send_timeout.count();
     if (c.max_connections)
       client["max_connections"] = c.max_connections;

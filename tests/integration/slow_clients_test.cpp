@@ -163,6 +163,26 @@ TEST(slow_clients, a_stalled_body_ends_the_request_with_408) {
   EXPECT_EQ(get(sw.port(), "/v1/after").status, 200u);
 }
 
+// With body_min_rate, a body trickled just inside each body_timeout is still cut: the time
+// spent waiting for it may reach body_timeout + received / rate (here 400 ms + 10 bytes per
+// 100 ms received, for 10 bytes every 150 ms: about 1.2 s).
+TEST(slow_clients, a_body_under_the_minimum_rate_ends_with_408) {
+  slow_world sw("{body_timeout: 400ms, body_min_rate: 100/s}");
+  auto s = raw_socket::connect(sw.port());
+  const auto t0 = steady::now();
+  ASSERT_TRUE(s.write("POST /v1/trickle HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"));
+  for (int i = 0; i < 30 && !s.readable(0ms); ++i) {  // 4.5 s at most; 15 s for the body
+    if (!s.write(std::string(10, 'b'), 500ms)) break;
+    std::this_thread::sleep_for(150ms);
+  }
+  const std::string answer = s.read_to_end(3s);
+  const auto took = ms_since(t0);
+  EXPECT_EQ(status_of(answer), 408u) << answer;
+  EXPECT_GE(took, 900);
+  EXPECT_LT(took, 3500);
+  EXPECT_EQ(sw.clients().body_timeouts, 1u);
+}
+
 struct head_case {
   const char* name;
   std::string raw;

@@ -209,6 +209,10 @@ struct client_settings {
   /// `body_timeout:` the longest wait between two reads of a request body (`408` while no
   /// response byte was sent; the connection then closes).
   std::chrono::milliseconds body_timeout{30000};
+  /// `body_min_rate:` a forwarded request body's minimum average rate in bytes per second
+  /// (written `1KiB/s`; 0, the default, is none): the time spent waiting for its bytes may
+  /// reach body_timeout + received / rate, then 408 as for body_timeout.
+  std::uint64_t body_min_rate = 0;
   /// `send_timeout:` the longest wait for one write to the client to drain; then the
   /// connection closes.
   std::chrono::milliseconds send_timeout{30000};

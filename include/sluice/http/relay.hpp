@@ -55,7 +55,10 @@ struct client_side {
   request_parser& parser;                   ///< has read the head; the body (if any) is unread
   std::chrono::milliseconds read_timeout;   ///< between two reads of the request body
   std::chrono::milliseconds write_timeout;  ///< per write to the client
-  bool keep_alive;                          ///< the client allows another request on the connection
+  /// Bytes per second a request body must keep up on average (0 = no minimum): the time
+  /// spent waiting for body bytes may reach read_timeout + received / body_min_rate seconds.
+  std::uint64_t body_min_rate;
+  bool keep_alive;  ///< the client allows another request on the connection
   /// The server's draining flag, read when the response head goes out: once set, the
   /// response carries `Connection: close`.
   const bool& closing;

@@ -32,6 +32,9 @@ struct session_limits {
   /// A keep-alive connection idle this long between requests is closed (no answer).
   std::chrono::milliseconds idle_timeout{75000};
   std::chrono::milliseconds body_timeout{30000};  ///< between two body reads; then 408
+  /// A forwarded body's minimum average rate, bytes per second (0 = none): the time spent
+  /// waiting for its bytes may reach body_timeout + received / body_min_rate; then 408.
+  std::uint64_t body_min_rate = 0;
   std::chrono::milliseconds send_timeout{30000};  ///< per write to the client; then close
   /// Open connections; one accepted over it is reset at once (counted in
   /// connection_stats::rejected, logged at most once a second). 0 = no cap.

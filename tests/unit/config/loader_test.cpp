@@ -366,11 +366,12 @@ TEST(defaults, client_section) {
   EXPECT_EQ(d.max_headers, 100u);
   EXPECT_EQ(d.max_header_size, 32u * 1024);
   EXPECT_EQ(d.max_uri_length, 8u * 1024);
+  EXPECT_EQ(d.body_min_rate, 0u);
 
   r = load_ok(
       "client: {header_timeout: 2s, keepalive_timeout: 5s, body_timeout: 250ms,\n"
       "         send_timeout: 1m, max_connections: 5000, max_headers: 50,\n"
-      "         max_header_size: 16KiB, max_uri_length: 2048}\n");
+      "         max_header_size: 16KiB, max_uri_length: 2048, body_min_rate: 2KiB/s}\n");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->client.header_timeout, 2s);
   EXPECT_EQ(r->client.keepalive_timeout, 5s);
@@ -380,6 +381,7 @@ TEST(defaults, client_section) {
   EXPECT_EQ(r->client.max_headers, 50u);
   EXPECT_EQ(r->client.max_header_size, 16u * 1024);
   EXPECT_EQ(r->client.max_uri_length, 2048u);
+  EXPECT_EQ(r->client.body_min_rate, 2048u);
 
   // The older client_timeout sets the timeouts `client:` leaves out.
   r = load_ok("client_timeout: 7s\nclient: {header_timeout: 3s, max_connections: auto}\n");
@@ -988,6 +990,10 @@ const mistake mistake_table[] = {
      UP "client: {max_uri_length: unlimited}\n",
      {"rules.yaml:2: client.max_uri_length: max_uri_length must be at least 1 byte and at most "
       "1MiB, got unlimited"}},
+    {"client_body_min_rate_without_per_second",
+     UP "client: {body_min_rate: 500}\n",
+     {"rules.yaml:2: client.body_min_rate: invalid rate '500': expected bytes per second with an "
+      "optional unit, such as 1KiB/s (at most 1GiB/s), or 0 for none"}},
     {"client_header_timeout_too_long",
      UP "client: {header_timeout: 2h}\n",
      {"rules.yaml:2: client.header_timeout: header_timeout 2h is longer than the maximum of 1h"}},
