@@ -25,11 +25,15 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <map>
 #include <mutex>
@@ -63,6 +67,44 @@ std::pair<std::string, std::uint16_t> split_host_port(const std::string& text) {
 }
 
 }  // namespace
+
+std::uint64_t raise_file_limit() {
+  // A gateway holds two descriptors per proxied client (the client's and an upstream's): the
+  // usual soft limit of 1024 is reached by a few hundred clients, so take what the hard
+  // limit allows (the service unit sets LimitNOFILE=) and say what it came to.
+  static const std::uint64_t limit = [] {
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+      spdlog::warn("open file limit (RLIMIT_NOFILE) unreadable: {}", std::strerror(errno));
+      return std::uint64_t{1024};
+    }
+    const rlim_t before = rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+      rlimit want = rl;
+      want.rlim_cur = rl.rlim_max;
+      if (::setrlimit(RLIMIT_NOFILE, &want) == 0) {
+        rl = want;
+      } else {
+        spdlog::warn("open file limit (RLIMIT_NOFILE) not raised from {} to the hard limit {}: {}",
+                     static_cast<std::uint64_t>(before), static_cast<std::uint64_t>(rl.rlim_max),
+                     std::strerror(errno));
+      }
+    }
+    const auto now = static_cast<std::uint64_t>(rl.rlim_cur);
+    spdlog::info("open file limit (RLIMIT_NOFILE): {} (was {}, hard limit {})", now,
+                 static_cast<std::uint64_t>(before), static_cast<std::uint64_t>(rl.rlim_max));
+    return now;
+  }();
+  return limit;
+}
+
+std::size_t auto_max_connections(std::uint64_t file_limit, unsigned workers) {
+  const std::uint64_t w = std::max(1u, workers);
+  const std::uint64_t reserve = 64 + 8 * w;
+  if (file_limit <= reserve + 2 * w) return 1;
+  return static_cast<std::size_t>(
+      std::min<std::uint64_t>((file_limit - reserve) / (2 * w), 1'000'000));
+}
 
 struct gateway::impl {
   struct worker {
@@ -221,6 +263,27 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
                                std::to_string(endpoint.port()) + ": " + ec.message());
     }
   }
+  const config::client_settings& client = rules->client;
+  const std::uint64_t file_limit = raise_file_limit();
+  const std::size_t fitting = auto_max_connections(file_limit, n);
+  std::size_t max_connections = client.max_connections ? client.max_connections : fitting;
+  if (client.max_connections > fitting) {
+    spdlog::warn(
+        "client.max_connections {} per worker ({} workers) may exhaust the open file limit {}: "
+        "accepts then fail until connections close (auto would be {})",
+        client.max_connections, n, file_limit, fitting);
+  }
+  spdlog::info("at most {} client connections per worker ({} workers)", max_connections, n);
+  http::session_limits limits;
+  limits.header_limit = static_cast<std::uint32_t>(client.max_header_size);
+  limits.header_count_limit = client.max_headers;
+  limits.uri_limit = static_cast<std::uint32_t>(client.max_uri_length);
+  limits.header_timeout = client.header_timeout;
+  limits.idle_timeout = client.keepalive_timeout;
+  limits.body_timeout = client.body_timeout;
+  limits.body_min_rate = client.body_min_rate;
+  limits.send_timeout = client.send_timeout;
+  limits.max_connections = max_connections;
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<impl::worker>();
     if (impl_->memory) {
@@ -240,9 +303,6 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
       w->directory = std::make_shared<store::redis_directory>(w->ioc.get_executor(), ds);
     }
     w->handler = std::make_shared<gateway_handler>(impl_->shared, w->store, w->directory);
-    http::session_limits limits;
-    limits.read_timeout = rules->client_timeout;
-    limits.write_timeout = rules->client_timeout;
     w->server = std::make_unique<http::server>(w->ioc, endpoint, w->handler, limits, i);
     endpoint = w->server->local_endpoint();  // later workers share the port actually bound
     impl_->workers.push_back(std::move(w));
@@ -396,6 +456,15 @@ observability::metrics_sample gateway::sample() const {
     const auto pool = w.server->pool().stats();
     s.tunnels_open += w.server->relays().tunnels_open.load(std::memory_order_relaxed);
     s.tunnels_total += w.server->relays().tunnels_total.load(std::memory_order_relaxed);
+    const auto& cx = w.server->connections();
+    s.clients.open += cx.open.load(std::memory_order_relaxed);
+    s.clients.rejected += cx.rejected.load(std::memory_order_relaxed);
+    s.clients.header_timeouts += cx.header_timeouts.load(std::memory_order_relaxed);
+    s.clients.idle_closed += cx.idle_closed.load(std::memory_order_relaxed);
+    s.clients.body_timeouts += w.server->relays().body_timeouts.load(std::memory_order_relaxed);
+    s.clients.too_large_heads += cx.too_large_heads.load(std::memory_order_relaxed);
+    s.clients.too_long_uris += cx.too_long_uris.load(std::memory_order_relaxed);
+    s.clients.max_connections += w.server->max_connections();
     s.upstream.connects += pool.connects;
     s.upstream.reuses += pool.reuses;
     s.upstream.failures += pool.failures;

@@ -51,7 +51,7 @@ std::vector<std::string> pin_startup_settings(const config::rules& running, conf
   pin("admin", next.admin_host, running.admin_host);
   pin("admin", next.admin_port, running.admin_port);
   pin("workers", next.workers, running.workers);
-  pin("client_timeout", next.client_timeout, running.client_timeout);
+  pin("client", next.client, running.client);
   pin("drain_timeout", next.drain_timeout, running.drain_timeout);
   pin("store.type", next.store.type, running.store.type);
   pin("store.address", next.store.host, running.store.host);

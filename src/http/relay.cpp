@@ -316,21 +316,43 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
         }
         if (!block) block = buffers.take();
         c.buffer.reserve(read_reserve);  // else Beast reads 512 bytes at a time
+        // With a minimum rate, the time spent waiting for body bytes (not writing them
+        // upstream) may reach read_timeout + received / rate, as Apache's mod_reqtimeout
+        // does: a client trickling a byte just inside each read_timeout is cut all the same.
+        steady::duration waited{};
+        std::uint64_t received = 0;
         for (;;) {
           req.body().data = block.get();
           req.body().size = buffer_pool::block_size;
-          c.stream.expires_after(c.read_timeout);
-          auto [rec, rn] = co_await bhttp::async_read_some(c.stream, c.buffer, c.parser, use_tuple);
-          (void)rn;
-          rec = c.stream.timeout_error(rec);
+          std::chrono::milliseconds wait = c.read_timeout;
+          steady::time_point began{};
+          if (c.body_min_rate > 0) {
+            const auto allowed =
+                c.read_timeout + std::chrono::milliseconds(received * 1000 / c.body_min_rate);
+            wait = std::min(
+                wait, std::chrono::duration_cast<std::chrono::milliseconds>(allowed - waited));
+            began = steady::now();
+          }
+          error_code rec = beast::error::timeout;
+          if (wait.count() > 0) {
+            c.stream.expires_after(wait);
+            auto [ec, rn] =
+                co_await bhttp::async_read_some(c.stream, c.buffer, c.parser, use_tuple);
+            (void)rn;
+            rec = c.stream.timeout_error(ec);
+            if (c.body_min_rate > 0) waited += steady::now() - began;
+          }
           if (rec == bhttp::error::need_buffer) rec = {};
           if (rec) {
             // The upstream got part of a request: that connection is done for.
             ups.close();
+            if (rec == beast::error::timeout)
+              stats.body_timeouts.fetch_add(1, std::memory_order_relaxed);
             out.answer = body_error_answer(rec, version);
             co_return out;
           }
           const std::size_t got = buffer_pool::block_size - req.body().size;
+          received += got;
           const bool done = c.parser.is_done();
           if (got == 0 && !done) continue;  // chunk framing only
           ups.expires_after(up.timeout);

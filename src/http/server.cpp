@@ -26,10 +26,27 @@
 //   Content-Length over the route's limit (413) before any body byte is read, and the relay
 //   stops a chunked body that grows past it.
 //
-// After a 400, 413, 431 or 501 the connection is closed: the request's framing can no longer be
-// trusted. Closing is "lingering" (as nginx's lingering_close): shut down our sending side, then
-// read and discard for a short while, so that the client receives the error response instead of
-// a reset caused by its own unread bytes.
+// Slow and greedy clients (DESIGN.md, "Parser limits... deadlines for slow clients"):
+// - a connection's first head must arrive within header_timeout of the accept; a later one
+//   may be awaited for idle_timeout (keep-alive), then must complete within header_timeout of
+//   its first byte. The idle wait is one read_some into the session's buffer (the read Beast
+//   would make first anyway), so splitting the two deadlines costs no system call. A partial
+//   head that runs out of time gets 408 (RFC 9110 §15.5.9); a connection that sent nothing is
+//   closed without an answer (an unsolicited 408 on an idle keep-alive connection would be
+//   read as the answer to the client's next request).
+// - the deadlines all go through the connection's one lazily re-armed timer (timed_socket):
+//   a shorter deadline after a longer one re-arms it at most once per firing, not per request.
+// - the head is capped in bytes (Beast's header_limit: 431), in fields (counted once parsed,
+//   which the byte cap keeps bounded: 431) and in target length (414, RFC 9110 §15.5.15; a
+//   request line that alone overflows the byte cap is 414 too).
+// - connections per worker are capped: one accepted over the cap is reset at once (so the
+//   backlog never fills and the clients already in keep being served), counted, and logged
+//   at most once a second.
+//
+// After a 400, 408, 413, 414, 431 or 501 the connection is closed: the request's framing can no
+// longer be trusted. Closing is "lingering" (as nginx's lingering_close): shut down our sending
+// side, then read and discard for a short while, so that the client receives the error response
+// instead of a reset caused by its own unread bytes.
 
 #include "sluice/http/server.hpp"
 
@@ -44,7 +61,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/empty_body.hpp>
@@ -78,11 +97,13 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr std::chrono::milliseconds linger_time{1000};
 constexpr std::size_t linger_bytes = 64 * 1024;
 
-/// The status answering a failed read, or nullopt when the connection just ends (closed by the
-/// client, timed out, reset) and nothing is sent.
+/// The status answering a failed read of a request body, or nullopt when the connection just
+/// ends (closed by the client, reset) and nothing is sent. `ec` has been through
+/// timed_socket::timeout_error().
 std::optional<bhttp::status> status_for_read_error(const error_code& ec) {
   if (ec == bhttp::error::header_limit) return bhttp::status::request_header_fields_too_large;
   if (ec == bhttp::error::body_limit) return bhttp::status::payload_too_large;
+  if (ec == beast::error::timeout) return bhttp::status::request_timeout;
   if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message) {
     return std::nullopt;
   }
@@ -90,6 +111,47 @@ std::optional<bhttp::status> status_for_read_error(const error_code& ec) {
     return bhttp::status::bad_request;  // every other parse error of Beast's http category
   }
   return std::nullopt;  // timeout, reset, aborted: the peer is gone or silent
+}
+
+/// Whether a head that overflowed the header limit did so in its request line, which is
+/// then longer than `uri_limit` plus the longest method and version around it: the target is
+/// what is too long (414), not the fields (431). Beast parses the request line as soon as it
+/// is whole (it then has a target), so an unparsed one is still at the start of `buffer`.
+bool request_line_too_long(const request_parser& parser, const beast::flat_buffer& buffer,
+                           std::uint32_t uri_limit) {
+  if (!parser.get().target().empty()) return false;
+  const auto data = buffer.data();
+  const std::string_view bytes(static_cast<const char*>(data.data()), data.size());
+  const auto eol = bytes.find('\n');
+  const std::size_t line = eol == std::string_view::npos ? bytes.size() : eol;
+  // "METHOD SP target SP HTTP/1.1 CR": methods are short; 32 bytes covers any real one.
+  return line > std::size_t{uri_limit} + 32;
+}
+
+/// The status answering a failed read of a request head (`ec` through timeout_error()), or
+/// nullopt when the connection just ends without an answer. `partial`: some of the head
+/// arrived.
+std::optional<bhttp::status> status_for_head_error(const error_code& ec, bool partial,
+                                                   const request_parser& parser,
+                                                   const beast::flat_buffer& buffer,
+                                                   const session_limits& limits) {
+  if (ec == beast::error::timeout) {
+    if (partial) return bhttp::status::request_timeout;  // RFC 9110 §15.5.9
+    return std::nullopt;
+  }
+  if (ec == bhttp::error::header_limit && request_line_too_long(parser, buffer, limits.uri_limit))
+    return bhttp::status::uri_too_long;  // RFC 9110 §15.5.15
+  return status_for_read_error(ec);
+}
+
+/// Checks a parsed head against the caps on its target (414) and field count (431).
+std::optional<bhttp::status> check_caps(const request_head& head, const session_limits& limits) {
+  if (head.target().size() > limits.uri_limit) return bhttp::status::uri_too_long;
+  std::uint32_t fields = 0;
+  for (auto it = head.begin(); it != head.end(); ++it) {
+    if (++fields > limits.header_count_limit) return bhttp::status::request_header_fields_too_large;
+  }
+  return std::nullopt;
 }
 
 /// Checks a parsed request head for what Beast accepts but sluice must not: the status to
@@ -172,6 +234,11 @@ struct session {
   bool idle = true;  ///< waiting for a request head (drain() closes idle sessions)
 };
 
+/// Adds 1 to a counter written by the worker alone (no locked instruction).
+void bump(std::atomic<std::uint64_t>& counter) {
+  counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
 /// The state of a listener and its sessions, shared by the accept loop and every session
 /// coroutine (they hold it by shared_ptr, so it outlives the server object if it must).
 struct listener_state {
@@ -193,10 +260,15 @@ struct listener_state {
   upstream_pool pool;
   buffer_pool buffers;
   relay_stats relays;
+  connection_stats connections;
   bool started = false;
   bool stopping = false;  // touched on the io_context's thread only
   std::uint64_t next_session = 0;
   std::unordered_map<std::uint64_t, std::shared_ptr<session>> sessions;
+
+  void count_open() {
+    connections.open.store(static_cast<std::int64_t>(sessions.size()), std::memory_order_relaxed);
+  }
 
   void close_all() {
     stopping = true;
@@ -301,7 +373,8 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
   std::optional<request_parser> parser;
   std::string head_buffer;  // the relay's rendered heads
   head_buffer.reserve(1024);
-  for (;;) {
+  connection_stats& counts = self->connections;
+  for (bool first = true;; first = false) {
     if (self->stopping) {
       stream.close();
       co_return;
@@ -311,18 +384,41 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
     parser->body_limit(boost::none);  // per route: decided on the head
 
     s->idle = buffer.size() == 0;
-    stream.expires_after(limits.read_timeout);
+    if (s->idle && !first) {
+      // Keep-alive: wait up to idle_timeout for the next request's first bytes (the read
+      // async_read_header would start with), then give its head header_timeout.
+      stream.expires_after(limits.idle_timeout);
+      auto [iec, in] = co_await stream.async_read_some(
+          buffer.prepare(beast::read_size(buffer, 64 * 1024)), use_tuple);
+      buffer.commit(in);
+      if (iec) {
+        if (stream.timeout_error(iec) == beast::error::timeout) bump(counts.idle_closed);
+        stream.close();
+        co_return;
+      }
+    }
+    stream.expires_after(limits.header_timeout);
     auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, *parser, use_tuple);
     (void)hn;
     s->idle = false;
     if (hec) {
-      if (auto status = status_for_read_error(hec)) {
-        co_await write_error(stream, limits.write_timeout, *status);
-      }
+      const auto ec = stream.timeout_error(hec);
+      const bool partial = parser->got_some() || buffer.size() > 0;
+      const auto status = status_for_head_error(ec, partial, *parser, buffer, limits);
+      if (status == bhttp::status::request_timeout) bump(counts.header_timeouts);
+      if (!status && ec == beast::error::timeout) bump(counts.idle_closed);
+      if (status == bhttp::status::request_header_fields_too_large) bump(counts.too_large_heads);
+      if (status == bhttp::status::uri_too_long) bump(counts.too_long_uris);
+      if (status) co_await write_error(stream, limits.send_timeout, *status);
+      co_return;
+    }
+    if (auto status = check_caps(parser->get(), limits)) {
+      bump(*status == bhttp::status::uri_too_long ? counts.too_long_uris : counts.too_large_heads);
+      co_await write_error(stream, limits.send_timeout, *status);
       co_return;
     }
     if (auto status = check_head(*parser)) {
-      co_await write_error(stream, limits.write_timeout, *status);
+      co_await write_error(stream, limits.send_timeout, *status);
       co_return;
     }
 
@@ -342,7 +438,7 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
       handler_failed = true;
     }
     if (handler_failed) {
-      co_await write_error(stream, limits.write_timeout, bhttp::status::internal_server_error);
+      co_await write_error(stream, limits.send_timeout, bhttp::status::internal_server_error);
       co_return;
     }
 
@@ -350,10 +446,11 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
     bool body_settled = false;
     switch (v.what) {
       case verdict::kind::forward: {
-        auto r = co_await relay(
-            client_side{stream, buffer, *parser, limits.read_timeout, limits.write_timeout,
-                        client_keep_alive, self->stopping, expect_continue, head_buffer},
-            v.forward, self->pool, self->buffers, self->relays);
+        auto r =
+            co_await relay(client_side{stream, buffer, *parser, limits.body_timeout,
+                                       limits.send_timeout, limits.body_min_rate, client_keep_alive,
+                                       self->stopping, expect_continue, head_buffer},
+                           v.forward, self->pool, self->buffers, self->relays);
         if (!r.answer) {
           if (r.keep_alive && !self->stopping) continue;
           if (stream.socket().is_open()) co_await lingering_close(stream);
@@ -367,16 +464,18 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
         std::string body;
         if (const auto declared = parser->content_length();
             declared && *declared > limits.body_limit) {
-          co_await write_error(stream, limits.write_timeout, bhttp::status::payload_too_large);
+          co_await write_error(stream, limits.send_timeout, bhttp::status::payload_too_large);
           co_return;
         }
         if (expect_continue && !parser->is_done()) {
-          if (co_await send_continue(stream, limits.write_timeout)) co_return;
+          if (co_await send_continue(stream, limits.send_timeout)) co_return;
         }
-        if (auto ec = co_await read_body(stream, buffer, *parser, limits.read_timeout,
+        if (auto ec = co_await read_body(stream, buffer, *parser, limits.body_timeout,
                                          limits.body_limit, &body)) {
+          if (ec == beast::error::timeout)
+            self->relays.body_timeouts.fetch_add(1, std::memory_order_relaxed);
           if (auto status = status_for_read_error(ec)) {
-            co_await write_error(stream, limits.write_timeout, *status);
+            co_await write_error(stream, limits.send_timeout, *status);
           }
           co_return;
         }
@@ -391,7 +490,7 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
           failed = true;
         }
         if (failed) {
-          co_await write_error(stream, limits.write_timeout, bhttp::status::internal_server_error);
+          co_await write_error(stream, limits.send_timeout, bhttp::status::internal_server_error);
           co_return;
         }
         body_settled = true;
@@ -400,15 +499,14 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
       case verdict::kind::answer:
         answer = std::move(v.answer);
         body_settled = co_await settle_unread_body(stream, buffer, *parser, expect_continue,
-                                                   limits.read_timeout);
+                                                   limits.body_timeout);
         break;
     }
 
     // A handler asks to close the client connection with `Connection: close`.
     const bool keep = client_keep_alive && body_settled && !self->stopping &&
                       !has_token(answer->base(), bhttp::field::connection, "close");
-    if (!co_await write_answer(stream, *answer, version, head_request, keep,
-                               limits.write_timeout)) {
+    if (!co_await write_answer(stream, *answer, version, head_request, keep, limits.send_timeout)) {
       co_return;
     }
     if (!keep) {
@@ -418,15 +516,16 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
   }
 }
 
-/// Owns one connection: registers it with the server (so stop() and drain() can close it),
-/// serves it, unregisters it.
-asio::awaitable<void> run_session(impl_ptr self, tcp::socket socket, std::uint64_t id) {
-  auto s = std::make_shared<session>(std::move(socket));
-  self->sessions.emplace(id, s);
+/// Owns one connection, registered with the server by the accept loop (so stop() and drain()
+/// can close it, and the connection cap counts it): serves it, unregisters it.
+asio::awaitable<void> run_session(impl_ptr self, std::shared_ptr<session> s, std::uint64_t id) {
   struct unregister {
     impl_ptr& self;
     std::uint64_t id;
-    ~unregister() { self->sessions.erase(id); }
+    ~unregister() {
+      self->sessions.erase(id);
+      self->count_open();
+    }
   } guard{self, id};
 
   request_context ctx;
@@ -472,9 +571,28 @@ asio::awaitable<void> accept_loop(impl_ptr self) {
       continue;
     }
     error_code ignored;
+    if (self->limits.max_connections > 0 && self->sessions.size() >= self->limits.max_connections) {
+      // Over the cap: reset at once (SO_LINGER 0: no FIN handshake, no TIME_WAIT), so the
+      // backlog keeps draining and the connections already open keep their worker.
+      socket.set_option(asio::socket_base::linger(true, 0), ignored);
+      socket.close(ignored);
+      bump(self->connections.rejected);
+      static sluice::log_throttle throttle;
+      std::uint64_t suppressed = 0;
+      if (throttle.admit(suppressed)) {
+        spdlog::warn(
+            "worker {}: {} client connections open, the cap (client.max_connections): new "
+            "connections are reset ({} similar lines suppressed)",
+            self->worker, self->sessions.size(), suppressed);
+      }
+      continue;
+    }
     socket.set_option(tcp::no_delay(true), ignored);
     const auto id = ++self->next_session;
-    asio::co_spawn(self->ioc, run_session(self, std::move(socket), id), log_exception);
+    auto s = std::make_shared<session>(std::move(socket));
+    self->sessions.emplace(id, s);
+    self->count_open();
+    asio::co_spawn(self->ioc, run_session(self, std::move(s), id), log_exception);
   }
 }
 
@@ -553,6 +671,14 @@ upstream_pool& server::pool() {
 
 const relay_stats& server::relays() const {
   return impl_->relays;
+}
+
+const connection_stats& server::connections() const {
+  return impl_->connections;
+}
+
+std::size_t server::max_connections() const {
+  return impl_->limits.max_connections;
 }
 
 }  // namespace sluice::http

@@ -132,7 +132,23 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
   if (!rules.admin_host.empty())
     o["admin"] = rules.admin_host + ":" + std::to_string(rules.admin_port);
   o["workers"] = rules.workers;
-  o["client_timeout_ms"] = rules.client_timeout.count();
+  {
+    const auto& c = rules.client;
+    json::object client;
+    client["header_timeout_ms"] = c.header_timeout.count();
+    client["keepalive_timeout_ms"] = c.keepalive_timeout.count();
+    client["body_timeout_ms"] = c.body_timeout.count();
+    client["body_min_rate"] = c.body_min_rate;
+    client["send_timeout_ms"] = c.send_timeout.count();
+    if (c.max_connections)
+      client["max_connections"] = c.max_connections;
+    else
+      client["max_connections"] = "auto";
+    client["max_headers"] = c.max_headers;
+    client["max_header_size"] = c.max_header_size;
+    client["max_uri_length"] = c.max_uri_length;
+    o["client"] = std::move(client);
+  }
   o["drain_timeout_ms"] = rules.drain_timeout.count();
   {
     json::object store;
@@ -369,6 +385,15 @@ class admin_handler final : public http::buffered_handler {
 
 }  // namespace
 
+/// The admin listener's client limits: the defaults, and a small connection cap (a scraper
+/// and an operator need a few connections; a flood of them must not take the process's
+/// descriptors).
+http::session_limits admin_limits() {
+  http::session_limits l;
+  l.max_connections = 256;
+  return l;
+}
+
 struct admin_server::impl {
   asio::io_context ioc{1};
   std::unique_ptr<http::server> server;
@@ -379,8 +404,8 @@ struct admin_server::impl {
 admin_server::admin_server(asio::ip::tcp::endpoint endpoint, std::shared_ptr<admin_backend> backend)
     : impl_(std::make_unique<impl>()) {
   impl_->server = std::make_unique<http::server>(
-      impl_->ioc, endpoint, std::make_shared<admin_handler>(std::move(backend)),
-      http::session_limits{}, 0, /*share_port=*/false);  // a port in use is an error
+      impl_->ioc, endpoint, std::make_shared<admin_handler>(std::move(backend)), admin_limits(), 0,
+      /*share_port=*/false);  // a port in use is an error
 }
 
 admin_server::~admin_server() {

@@ -173,6 +173,39 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
   out.push_back(counter("sluice_tunnels_total", "Upgrades relayed to an upstream since start.",
                         d(s.tunnels_total)));
 
+  // Client connections (slow and greedy clients).
+  const auto& c = s.clients;
+  out.push_back(gauge("sluice_client_connections_open", "Client connections open now.",
+                      static_cast<double>(c.open)));
+  out.push_back(gauge("sluice_client_connections_max",
+                      "Client connections the workers accept at most (client.max_connections "
+                      "per worker, summed).",
+                      d(c.max_connections)));
+  out.push_back(counter("sluice_client_connections_rejected_total",
+                        "Client connections accepted over client.max_connections and reset at "
+                        "once.",
+                        d(c.rejected)));
+  {
+    auto f = family("sluice_client_timeouts_total",
+                    "Client connections that ran out of time, by phase (header: a partial head "
+                    "answered 408; idle: a keep-alive or silent connection closed; body: a "
+                    "stalled request body).",
+                    MetricType::Counter);
+    add_counter(f, d(c.header_timeouts), {{"phase", "header"}});
+    add_counter(f, d(c.idle_closed), {{"phase", "idle"}});
+    add_counter(f, d(c.body_timeouts), {{"phase", "body"}});
+    out.push_back(std::move(f));
+  }
+  {
+    auto f = family("sluice_client_heads_refused_total",
+                    "Request heads refused over the caps: 414 (max_uri_length), 431 "
+                    "(max_header_size, max_headers).",
+                    MetricType::Counter);
+    add_counter(f, d(c.too_long_uris), {{"status", "414"}});
+    add_counter(f, d(c.too_large_heads), {{"status", "431"}});
+    out.push_back(std::move(f));
+  }
+
   // The counter store.
   const auto& st = s.store;
   out.push_back(

@@ -563,7 +563,8 @@ TEST_P(reload_cases, start_up_settings_keep_their_running_values) {
   w.start(file, false);
   auto before = boost::json::parse(w.admin("GET", "/admin/config").body).as_object();
   // A new burst (in force after the reload), and a new timeout, workers and layout (not).
-  std::string next = "workers: 7\n" + w.render(counting_rules(20));
+  std::string next = "workers: 7\nclient: {header_timeout: 3s, max_connections: 9}\n" +
+                     w.render(counting_rules(20));
   const auto store_at = next.find("timeout: 250ms");
   if (store_at != std::string::npos) next.replace(store_at, 14, "timeout: 900ms, layout: key");
   next =
@@ -576,6 +577,9 @@ TEST_P(reload_cases, start_up_settings_keep_their_running_values) {
   EXPECT_EQ(after.at("workers"), before.at("workers"));  // 7 is not in force
   EXPECT_NE(after.at("workers").to_number<long long>(), 7);
   EXPECT_EQ(after.at("drain_timeout_ms").to_number<long long>(), 30000);
+  EXPECT_EQ(after.at("client"), before.at("client"));  // read at start-up only
+  EXPECT_EQ(after.at("client").at("header_timeout_ms").to_number<long long>(), 10000);
+  EXPECT_EQ(after.at("client").at("max_connections"), "auto");
   EXPECT_EQ(after.at("store").at("timeout_ms").to_number<long long>(),
             GetParam() == store_kind::redis ? 250 : 5);
   expect_row(w.get("/v1/items", key_a), 200, 20, 19, -1, -1, "the new burst is in force");

@@ -47,6 +47,17 @@ struct gateway_options {
   unsigned workers = 0;  ///< overrides `workers:` when > 0
 };
 
+/// Raises the process's soft RLIMIT_NOFILE (open files) to its hard limit and returns the
+/// soft limit then in force. Runs once per process (later calls return the first result) and
+/// logs the value; a refused raise keeps the old limit, with a warning. Thread-safe.
+std::uint64_t raise_file_limit();
+
+/// What `client.max_connections: auto` means: client connections per worker such that
+/// every worker's connections, each with one upstream connection, fit in `file_limit` open
+/// files less a reserve of 64 + 8 per worker (listeners, store connections, the event
+/// loop's own descriptors). At least 1.
+std::size_t auto_max_connections(std::uint64_t file_limit, unsigned workers);
+
 /// The running gateway.
 class gateway {
  public:

@@ -194,6 +194,45 @@ struct upstream {
   std::chrono::milliseconds timeout{30000};
 };
 
+/// `client:` section: deadlines and caps for client connections, against slow and greedy
+/// clients (slowloris, idle connection floods). Read at start-up. Each default and its nginx
+/// and Envoy counterparts are in the README ("Slow and greedy clients").
+struct client_settings {
+  /// `header_timeout:` the whole request head must arrive within this long of its first byte
+  /// (of the accept, for a connection's first request). A partial head then gets
+  /// `408 Request Timeout` (RFC 9110 §15.5.9) and the connection closes; a connection that
+  /// sent nothing is closed without an answer.
+  std::chrono::milliseconds header_timeout{10000};
+  /// `keepalive_timeout:` a keep-alive connection waiting for its next request is closed
+  /// after this long (without an answer: RFC 9112 §9.6 lets a server close an idle one).
+  std::chrono::milliseconds keepalive_timeout{75000};
+  /// `body_timeout:` the longest wait between two reads of a request body (`408` while no
+  /// response byte was sent; the connection then closes).
+  std::chrono::milliseconds body_timeout{30000};
+  /// `body_min_rate:` a forwarded request body's minimum average rate in bytes per second
+  /// (written `1KiB/s`; 0, the default, is none): the time spent waiting for its bytes may
+  /// reach body_timeout + received / rate, then 408 as for body_timeout.
+  std::uint64_t body_min_rate = 0;
+  /// `send_timeout:` the longest wait for one write to the client to drain; then the
+  /// connection closes.
+  std::chrono::milliseconds send_timeout{30000};
+  /// `max_connections:` open client connections per worker, 1 .. 1,000,000; a connection
+  /// accepted over it is closed at once (reset). 0 (`auto`, the default): the process's file
+  /// limit, less a reserve, shared by the workers with room for one upstream connection per
+  /// client connection.
+  std::uint64_t max_connections = 0;
+  /// `max_headers:` header fields in a request head, 1 .. 10,000; over: 431 (RFC 6585 §5).
+  std::uint32_t max_headers = 100;
+  /// `max_header_size:` bytes of a whole request head (request line and every field),
+  /// 1 KiB .. 1 MiB; over: 431 (RFC 6585 §5), or 414 when the request line alone is over
+  /// `max_uri_length`.
+  std::uint64_t max_header_size = 32 * 1024;
+  /// `max_uri_length:` bytes of a request target, 1 .. 1 MiB; over: 414 (RFC 9110 §15.5.15).
+  std::uint64_t max_uri_length = 8 * 1024;
+
+  bool operator==(const client_settings&) const = default;
+};
+
 /// `store:` section.
 struct store_settings {
   /// `type`: memory, redis (one address) or redis-sentinel (the master found through Redis
@@ -292,10 +331,9 @@ struct rules {
   /// `drain_timeout:` on SIGTERM/SIGINT, requests in flight (and tunnels) get this long to
   /// finish before the process exits. Read at start-up.
   std::chrono::milliseconds drain_timeout{30000};
-  /// `client_timeout:` how long a client connection may be silent: waiting for a request
-  /// head (keep-alive idle included), between reads of a request body, and for a write to
-  /// drain. Read at start-up.
-  std::chrono::milliseconds client_timeout{30000};
+  /// `client:` deadlines and caps of client connections. The older top-level
+  /// `client_timeout:` sets each of its four timeouts that `client:` does not set.
+  client_settings client;
   /// `shadow_header:` when set, a forwarded request that a shadow limit would have refused
   /// carries this field, listing those limits' names (comma-separated, declaration order);
   /// "" = not marked. The client never sees it.

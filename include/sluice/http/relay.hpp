@@ -30,6 +30,8 @@ using request_parser = beast_http::request_parser<beast_http::buffer_body>;
 struct relay_stats {
   std::atomic<std::int64_t> tunnels_open{0};    ///< upgraded connections being tunnelled
   std::atomic<std::uint64_t> tunnels_total{0};  ///< upgrades relayed since start
+  /// Request bodies that stalled past the body timeout (answered 408 or cut).
+  std::atomic<std::uint64_t> body_timeouts{0};
 };
 
 /// Fixed-size buffers that bodies are copied through, reused across requests of one worker
@@ -49,10 +51,13 @@ class buffer_pool {
 /// The client side of one exchange, owned by the session for the duration of relay().
 struct client_side {
   timed_socket& stream;
-  boost::beast::flat_buffer& buffer;  ///< bytes read from the client and not yet parsed
-  request_parser& parser;             ///< has read the head; the body (if any) is unread
-  std::chrono::milliseconds read_timeout;
-  std::chrono::milliseconds write_timeout;
+  boost::beast::flat_buffer& buffer;        ///< bytes read from the client and not yet parsed
+  request_parser& parser;                   ///< has read the head; the body (if any) is unread
+  std::chrono::milliseconds read_timeout;   ///< between two reads of the request body
+  std::chrono::milliseconds write_timeout;  ///< per write to the client
+  /// Bytes per second a request body must keep up on average (0 = no minimum): the time
+  /// spent waiting for body bytes may reach read_timeout + received / body_min_rate seconds.
+  std::uint64_t body_min_rate;
   bool keep_alive;  ///< the client allows another request on the connection
   /// The server's draining flag, read when the response head goes out: once set, the
   /// response carries `Connection: close`.

@@ -8,20 +8,47 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 
 namespace sluice::http {
 
-/// Limits applied to every client connection (RFC 9112; RFC 6585 §5 for 431).
+/// Deadlines and caps applied to every client connection (config::client_settings gives
+/// the gateway's; the defaults here are the same).
 struct session_limits {
-  std::uint32_t header_limit = 8 * 1024;  ///< request head bytes; over: 431
+  /// Request head bytes, request line included (Beast's header_limit); over: 431 (RFC 6585
+  /// §5), or 414 when the request line alone is over `uri_limit`.
+  std::uint32_t header_limit = 32 * 1024;
+  std::uint32_t header_count_limit = 100;  ///< header fields per head; over: 431
+  std::uint32_t uri_limit = 8 * 1024;      ///< request-target bytes; over: 414 (RFC 9110 §15.5.15)
   /// Body bytes a `verdict::kind::buffer` request may carry (over: 413); forwarded bodies
   /// are streamed under their route's `max_request_body` instead.
   std::uint64_t body_limit = 1024 * 1024;
-  std::chrono::milliseconds read_timeout{30000};  ///< per request head+body; idle keep-alive too
-  std::chrono::milliseconds write_timeout{30000};
+  /// The whole head, from its first byte (from the accept for a connection's first request);
+  /// a partial head then gets 408 (RFC 9110 §15.5.9), an empty connection is just closed.
+  std::chrono::milliseconds header_timeout{10000};
+  /// A keep-alive connection idle this long between requests is closed (no answer).
+  std::chrono::milliseconds idle_timeout{75000};
+  std::chrono::milliseconds body_timeout{30000};  ///< between two body reads; then 408
+  /// A forwarded body's minimum average rate, bytes per second (0 = none): the time spent
+  /// waiting for its bytes may reach body_timeout + received / body_min_rate; then 408.
+  std::uint64_t body_min_rate = 0;
+  std::chrono::milliseconds send_timeout{30000};  ///< per write to the client; then close
+  /// Open connections; one accepted over it is reset at once (counted in
+  /// connection_stats::rejected, logged at most once a second). 0 = no cap.
+  std::size_t max_connections = 0;
+};
+
+/// Per-listener counters of the client side (one writer, the worker; any thread may read).
+struct connection_stats {
+  std::atomic<std::int64_t> open{0};              ///< client connections open now
+  std::atomic<std::uint64_t> rejected{0};         ///< accepted over max_connections and reset
+  std::atomic<std::uint64_t> header_timeouts{0};  ///< 408: a head did not complete in time
+  std::atomic<std::uint64_t> idle_closed{0};      ///< closed silent: idle keep-alive or no byte
+  std::atomic<std::uint64_t> too_large_heads{0};  ///< 431: head over the size or field cap
+  std::atomic<std::uint64_t> too_long_uris{0};    ///< 414
 };
 
 /// Accepts connections on one endpoint for one worker and runs one coroutine session per
@@ -31,7 +58,9 @@ struct session_limits {
 /// Sessions: HTTP/1.1 keep-alive; pipelined requests are read, decided and answered one at a
 /// time in arrival order; a request that cannot be parsed, or that carries both
 /// Content-Length and Transfer-Encoding (RFC 9112 §6.3), gets 400 and the connection is
-/// closed; an oversized head gets 431. Each request is decided by the handler on its head
+/// closed; a head over `header_limit` or `header_count_limit` gets 431, a target over
+/// `uri_limit` 414, a head that does not complete within `header_timeout` 408 (each then
+/// closes the connection). Each request is decided by the handler on its head
 /// alone (request_handler::decide); a forwarded one is relayed by http::relay(), its body
 /// streamed both ways. A request answered without forwarding whose body is unread: the
 /// body is read and discarded when its declared length is at most 64 KiB, otherwise (and
@@ -86,8 +115,12 @@ class server {
   /// This worker's upstream connections (the relay's pool). Its stats() may be read from any
   /// thread; everything else runs on the worker's thread.
   upstream_pool& pool();
-  /// This worker's relay counters (tunnels); any thread may read them.
+  /// This worker's relay counters (tunnels, body timeouts); any thread may read them.
   const relay_stats& relays() const;
+  /// This listener's client connection counters; any thread may read them.
+  const connection_stats& connections() const;
+  /// The connection cap in force (session_limits::max_connections; 0 = none). Any thread.
+  std::size_t max_connections() const;
 
  private:
   struct impl;

@@ -93,6 +93,18 @@ struct route_counts {
   std::uint64_t gateway_timeout = 0;  ///< upstream did not answer in time: 504
 };
 
+/// The client side of the gateway's listener, summed over workers (http::connection_stats).
+struct client_counts {
+  std::int64_t open = 0;              ///< client connections open now
+  std::uint64_t max_connections = 0;  ///< the caps, summed (0: no cap)
+  std::uint64_t rejected = 0;         ///< accepted over the cap and reset at once
+  std::uint64_t header_timeouts = 0;  ///< 408: a partial head ran out of header_timeout
+  std::uint64_t idle_closed = 0;      ///< closed silent: idle keep-alive or nothing sent
+  std::uint64_t body_timeouts = 0;    ///< a request body stalled past body_timeout
+  std::uint64_t too_large_heads = 0;  ///< 431: head over max_header_size or max_headers
+  std::uint64_t too_long_uris = 0;    ///< 414: target over max_uri_length
+};
+
 /// Everything `GET /metrics` reports, sampled at scrape time (app::gateway::sample()).
 struct metrics_sample {
   std::vector<route_counts> routes;  ///< every route name seen since start, sorted by name
@@ -110,6 +122,7 @@ struct metrics_sample {
   http::pool_stats upstream;          ///< upstream pools, summed over workers
   std::int64_t tunnels_open = 0;      ///< upgraded connections being tunnelled now
   std::uint64_t tunnels_total = 0;    ///< upgrades relayed since start
+  client_counts clients;              ///< client connections: open, capped, timed out
   std::uint64_t reloads = 0;          ///< rules snapshots swapped in after start
   std::uint64_t reload_failures = 0;  ///< reloads refused (the running rules stayed)
   std::uint64_t generation = 0;       ///< generation of the rules in force (1 at start)
@@ -130,6 +143,10 @@ struct metrics_sample {
 ///   local (store checks that failed and the route's policy answered);
 /// - `sluice_shadow_limited_total{route}`, `sluice_bad_requests_total`,
 ///   `sluice_client_address_fallbacks_total{reason}`;
+/// - `sluice_client_connections_open` (gauge), `sluice_client_connections_max` (gauge, the
+///   caps summed), `sluice_client_connections_rejected_total` (over the cap),
+///   `sluice_client_timeouts_total{phase}` (header: 408; idle: closed without an answer;
+///   body: a stalled request body), `sluice_client_heads_refused_total{status}` (414, 431);
 /// - `sluice_upstream_errors_total{route,status}` (status 502, 504),
 ///   `sluice_upstream_connections_opened_total`, `sluice_upstream_connection_reuses_total`,
 ///   `sluice_upstream_retries_total`;

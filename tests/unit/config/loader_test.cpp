@@ -376,7 +376,49 @@ TEST(defaults, data_path_settings) {
   EXPECT_EQ(r->routes[2].max_request_body, unlimited_size);
   EXPECT_EQ(r->routes[2].max_response_body, 512u);
   EXPECT_EQ(r->drain_timeout, 5s);
-  EXPECT_EQ(r->client_timeout, 10s);
+  EXPECT_EQ(r->client.header_timeout, 10s);
+  EXPECT_EQ(r->client.keepalive_timeout, 10s);
+  EXPECT_EQ(r->client.body_timeout, 10s);
+  EXPECT_EQ(r->client.send_timeout, 10s);
+}
+
+TEST(defaults, client_section) {
+  auto r = load_ok("upstreams: {api: {url: http://127.0.0.1:8081}}\n");
+  ASSERT_TRUE(r);
+  const client_settings& d = r->client;
+  EXPECT_EQ(d.header_timeout, 10s);
+  EXPECT_EQ(d.keepalive_timeout, 75s);
+  EXPECT_EQ(d.body_timeout, 30s);
+  EXPECT_EQ(d.send_timeout, 30s);
+  EXPECT_EQ(d.max_connections, 0u);  // auto
+  EXPECT_EQ(d.max_headers, 100u);
+  EXPECT_EQ(d.max_header_size, 32u * 1024);
+  EXPECT_EQ(d.max_uri_length, 8u * 1024);
+  EXPECT_EQ(d.body_min_rate, 0u);
+
+  r = load_ok(
+      "client: {header_timeout: 2s, keepalive_timeout: 5s, body_timeout: 250ms,\n"
+      "         send_timeout: 1m, max_connections: 5000, max_headers: 50,\n"
+      "         max_header_size: 16KiB, max_uri_length: 2048, body_min_rate: 2KiB/s}\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->client.header_timeout, 2s);
+  EXPECT_EQ(r->client.keepalive_timeout, 5s);
+  EXPECT_EQ(r->client.body_timeout, 250ms);
+  EXPECT_EQ(r->client.send_timeout, 60s);
+  EXPECT_EQ(r->client.max_connections, 5000u);
+  EXPECT_EQ(r->client.max_headers, 50u);
+  EXPECT_EQ(r->client.max_header_size, 16u * 1024);
+  EXPECT_EQ(r->client.max_uri_length, 2048u);
+  EXPECT_EQ(r->client.body_min_rate, 2048u);
+
+  // The older client_timeout sets the timeouts `client:` leaves out.
+  r = load_ok("client_timeout: 7s\nclient: {header_timeout: 3s, max_connections: auto}\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->client.header_timeout, 3s);
+  EXPECT_EQ(r->client.keepalive_timeout, 7s);
+  EXPECT_EQ(r->client.body_timeout, 7s);
+  EXPECT_EQ(r->client.send_timeout, 7s);
+  EXPECT_EQ(r->client.max_connections, 0u);
 }
 
 TEST(defaults, max_buckets) {
@@ -961,6 +1003,28 @@ const mistake mistake_table[] = {
     {"over_limit_cache_not_a_boolean",
      UP "store: {type: redis, over_limit_cache: 1}\n",
      {"rules.yaml:2: store.over_limit_cache: expected true or false, got '1'"}},
+    {"client_unknown_key",
+     UP "client: {header_timeout: 5s, keepalive_timout: 60s}\n",
+     {"rules.yaml:2: client.keepalive_timout: unknown key 'keepalive_timout'; did you mean "
+      "'keepalive_timeout'?"}},
+    {"client_max_connections_zero",
+     UP "client: {max_connections: 0}\n",
+     {"rules.yaml:2: client.max_connections: max_connections must be at least 1, got 0"}},
+    {"client_header_size_too_small",
+     UP "client: {max_header_size: 512}\n",
+     {"rules.yaml:2: client.max_header_size: max_header_size must be at least 1KiB and at most "
+      "1MiB, got 512"}},
+    {"client_uri_length_unlimited",
+     UP "client: {max_uri_length: unlimited}\n",
+     {"rules.yaml:2: client.max_uri_length: max_uri_length must be at least 1 byte and at most "
+      "1MiB, got unlimited"}},
+    {"client_body_min_rate_without_per_second",
+     UP "client: {body_min_rate: 500}\n",
+     {"rules.yaml:2: client.body_min_rate: invalid rate '500': expected bytes per second with an "
+      "optional unit, such as 1KiB/s (at most 1GiB/s), or 0 for none"}},
+    {"client_header_timeout_too_long",
+     UP "client: {header_timeout: 2h}\n",
+     {"rules.yaml:2: client.header_timeout: header_timeout 2h is longer than the maximum of 1h"}},
     {"zero_drain_timeout",
      UP "drain_timeout: 0s\n",
      {"rules.yaml:2: drain_timeout: drain_timeout 0s is shorter than 1ms"}},

@@ -89,6 +89,14 @@ metrics_sample example() {
   s.upstream.retries = 21;
   s.tunnels_open = 3;
   s.tunnels_total = 9;
+  s.clients.open = 31;
+  s.clients.max_connections = 2000;
+  s.clients.rejected = 32;
+  s.clients.header_timeouts = 33;
+  s.clients.idle_closed = 34;
+  s.clients.body_timeouts = 35;
+  s.clients.too_long_uris = 36;
+  s.clients.too_large_heads = 37;
   s.reloads = 22;
   s.reload_failures = 23;
   s.generation = 24;
@@ -125,6 +133,19 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_upstream_retries_total 21\n",
            "sluice_tunnels_open 3\n",
            "sluice_tunnels_total 9\n",
+           "# TYPE sluice_client_connections_open gauge\n",
+           "sluice_client_connections_open 31\n",
+           "# TYPE sluice_client_connections_max gauge\n",
+           "sluice_client_connections_max 2000\n",
+           "# TYPE sluice_client_connections_rejected_total counter\n",
+           "sluice_client_connections_rejected_total 32\n",
+           "# TYPE sluice_client_timeouts_total counter\n",
+           "sluice_client_timeouts_total{phase=\"header\"} 33\n",
+           "sluice_client_timeouts_total{phase=\"idle\"} 34\n",
+           "sluice_client_timeouts_total{phase=\"body\"} 35\n",
+           "# TYPE sluice_client_heads_refused_total counter\n",
+           "sluice_client_heads_refused_total{status=\"414\"} 36\n",
+           "sluice_client_heads_refused_total{status=\"431\"} 37\n",
            "sluice_store_checks_total 10\n",
            "sluice_store_timeouts_total 11\n",
            "sluice_store_errors_total 12\n",
@@ -172,7 +193,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 37u);
+  EXPECT_EQ(help, 42u);
   EXPECT_EQ(text.back(), '\n');
 }
 
