@@ -159,6 +159,7 @@ int main(int argc, char** argv) {
     boost::asio::io_context main_ioc;
     boost::asio::signal_set stop_signals(main_ioc, SIGINT, SIGTERM);
     boost::asio::signal_set hup(main_ioc, SIGHUP);
+    boost::asio::signal_set usr1(main_ioc, SIGUSR1);
     sluice::app::runtime rt(file, loaded.value, options);
     rt.start();
     auto& gw = rt.gateway();
@@ -185,6 +186,7 @@ int main(int argc, char** argv) {
       spdlog::info("signal {}: draining (up to {} ms; a second signal stops at once)", sig,
                    gw.current().rules->drain_timeout.count());
       hup.cancel();
+      usr1.cancel();
       stop_signals.async_wait(on_second);
       drainer = std::thread([&] {
         cut = rt.drain_and_stop(&abort_drain);
@@ -203,6 +205,14 @@ int main(int argc, char** argv) {
           hup.async_wait(on_hup);
         };
     hup.async_wait(on_hup);
+    // SIGUSR1 reopens the access log's file (logrotate's postrotate).
+    std::function<void(const boost::system::error_code&, int)> on_usr1 =
+        [&](const boost::system::error_code& ec, int) {
+          if (ec) return;
+          gw.reopen_logs();
+          usr1.async_wait(on_usr1);
+        };
+    usr1.async_wait(on_usr1);
     main_ioc.run();
     if (drainer.joinable()) drainer.join();
     if (cut > 0) {

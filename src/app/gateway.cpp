@@ -213,6 +213,19 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
     : impl_(std::make_unique<impl>()) {
   impl_->shared.current.store(std::make_shared<const snapshot>(rules, 1));
   impl_->shared.count.loaded_unix_ms = unix_ms_now();
+  if (!rules->access_log_path.empty()) {
+    // API keys appear in it as HMAC-SHA256 under this secret: SLUICE_ACCESS_LOG_KEY (the same
+    // hashes across restarts and instances), else random for this process.
+    if (const char* k = std::getenv("SLUICE_ACCESS_LOG_KEY"); k != nullptr && *k != '\0') {
+      impl_->shared.access_key = k;
+    } else {
+      std::random_device rd;
+      for (int i = 0; i < 4; ++i) impl_->shared.access_key += std::to_string(rd());
+    }
+    impl_->shared.access = std::make_unique<observability::access_log>(
+        rules->access_log_path, rules->access_log_json ? observability::access_format::json
+                                                       : observability::access_format::plain);
+  }
 
   unsigned n = options.workers ? options.workers : rules->workers;
   if (n == 0) n = std::max(1u, std::thread::hardware_concurrency());
@@ -438,6 +451,14 @@ std::optional<std::string> gateway::explain(const observability::explain_query& 
   return answer.get();
 }
 
+void gateway::reopen_logs() {
+  if (impl_->shared.access) impl_->shared.access->reopen();
+}
+
+std::uint64_t gateway::access_log_drops() const {
+  return impl_->shared.access ? impl_->shared.access->dropped() : 0;
+}
+
 observability::metrics_sample gateway::sample() const {
   observability::metrics_sample s;
   const auto snap = impl_->shared.current.load();
@@ -515,6 +536,7 @@ observability::metrics_sample gateway::sample() const {
   }
   s.reloads = impl_->shared.count.reloads.load();
   s.reload_failures = impl_->shared.count.reload_failures.load();
+  s.access_log_dropped = access_log_drops();
   s.generation = snap->generation;
   s.config_loaded_unix_ms = impl_->shared.count.loaded_unix_ms.load();
   return s;

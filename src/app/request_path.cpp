@@ -118,7 +118,16 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   // carries the fields a browser needs to read it — the route's policy, else the top-level
   // one (a request no route matches gets the top-level one).
   const config::cors_policy* cors = rules.cors.get();
+  // The access log's note (only with an access log): what is known when the verdict is made.
+  const routed* routed_at = nullptr;
+  const presented* presented_at = nullptr;
+  const identified* identified_at = nullptr;
+  const boost::system::result<limiter::check_outcome>* decided_at = nullptr;
+  bool store_failed = false;
   auto with_cors = [&](http::verdict v) {
+    if (shared_.access) {
+      note(v, ctx, routed_at, presented_at, identified_at, decided_at, store_failed);
+    }
     if (cors == nullptr) return v;
     if (v.what == http::verdict::kind::forward) {
       http::append_cors_fields(*cors, head, v.forward.response_fields);
@@ -132,6 +141,7 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   auto routed_or = route(*snap, head, cors);
   if (auto* v = std::get_if<http::verdict>(&routed_or)) co_return with_cors(std::move(*v));
   const routed& r = std::get<routed>(routed_or);
+  routed_at = &r;
   cors = r.route->cors;
   // A preflight the upstream answers is relayed as it is: the upstream owns that answer.
   if (r.preflight && cors->preflight == config::preflight_mode::forward) cors = nullptr;
@@ -139,6 +149,8 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   // identify: the directory round trip only for a key the snapshot does not know.
   identified id;
   presented p;
+  presented_at = &p;
+  identified_at = &id;
   if (auto refused = present(*snap, head, ctx, r, p)) co_return with_cors(std::move(*refused));
   if (r.preflight) {
     // A preflight carries no credentials (Fetch §3.2.2): never authenticated, never a 401;
@@ -188,7 +200,90 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
       }
     }
   }
+  decided_at = &decided;
+  store_failed = !decided;
   co_return with_cors(respond(*snap, head, ctx, r, id, check, decided));
+}
+
+void gateway_handler::note(http::verdict& v, const http::request_context& ctx, const routed* r,
+                           const presented* p, const identified* id,
+                           const boost::system::result<limiter::check_outcome>* decided,
+                           bool store_failed) const {
+  http::access_note& n = v.access;
+  if (r != nullptr) {
+    n.route = r->route->route->name;
+    if (v.what == http::verdict::kind::forward) n.upstream = r->route->route->upstream;
+  }
+  n.client = p != nullptr && !p->client.is_unspecified() ? p->client.to_string() : ctx.peer_text;
+  // The key: as presented, or as identify() took it (it moves the key into the caller).
+  const std::string& key = p != nullptr && !p->key.empty() ? p->key
+                           : id != nullptr                 ? id->who.api_key
+                                                           : n.key_hash;
+  if (!key.empty()) n.key_hash = observability::key_hash(key, shared_.access_key);
+  if (decided == nullptr) {
+    // Answered before any limit (404, 401, 400...), or a route without limits.
+    n.decision = v.what == http::verdict::kind::forward && r != nullptr ? "unlimited" : "";
+    return;
+  }
+  if (store_failed) {
+    switch (r->route->route->on_store_failure) {
+      case config::failure_policy::fail_open:
+        n.decision = "fail_open";
+        return;
+      case config::failure_policy::fail_closed:
+        n.decision = "fail_closed";
+        return;
+      case config::failure_policy::local:
+        n.decision = "local";
+        break;  // decided by the local store: its outcome is in `decided`
+    }
+  }
+  if (!*decided || id == nullptr || id->limits == nullptr) return;
+  const auto& out = **decided;
+  const auto& applied = id->limits->applied;
+  bool shadow_refused = false;
+  std::int64_t retry = -1;
+  for (std::size_t i = 0; i < out.limits.size() && i < applied.size(); ++i) {
+    const auto& lo = out.limits[i];
+    if (applied[i].shadow) {
+      if (!lo.admits) shadow_refused = true;
+      continue;
+    }
+    if (n.remaining < 0 || lo.remaining < n.remaining) n.remaining = lo.remaining;
+    if (!lo.admits && lo.retry_after_ms > retry) {
+      retry = lo.retry_after_ms;
+      n.limit = id->limits->limits[i]->name;
+    }
+  }
+  if (!store_failed)
+    n.decision = !out.allowed ? "limited" : shadow_refused ? "shadow-limited" : "allowed";
+}
+
+bool gateway_handler::records() const {
+  return shared_.access != nullptr;
+}
+
+void gateway_handler::record(const http::request_head& head, const http::request_context& ctx,
+                             const http::verdict& v, const http::exchange_result& ex) noexcept {
+  if (!shared_.access) return;
+  observability::access_record a;
+  a.unix_ms = ex.unix_ms;
+  a.client = v.access.client.empty() ? std::string_view(ctx.peer_text) : v.access.client;
+  a.method = std::string_view(head.method_string().data(), head.method_string().size());
+  a.target = std::string_view(head.target().data(), head.target().size());
+  a.status = ex.status;
+  a.route = v.access.route;
+  a.decision = v.access.decision;
+  a.limit = v.access.limit;
+  a.remaining = v.access.remaining;
+  a.upstream = v.access.upstream;
+  a.upstream_status = ex.upstream_status;
+  a.upstream_ms = ex.upstream_ms;
+  a.total_ms = ex.total_ms;
+  a.bytes_in = ex.bytes_in;
+  a.bytes_out = ex.bytes_out;
+  a.key_hash = v.access.key_hash;
+  shared_.access->write(a);
 }
 
 std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(

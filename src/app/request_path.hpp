@@ -12,6 +12,7 @@
 #include "sluice/limiter/check.hpp"
 #include "sluice/limiter/decision.hpp"
 #include "sluice/limiter/refusal_cache.hpp"
+#include "sluice/observability/access_log.hpp"
 #include "sluice/observability/log.hpp"
 #include "sluice/store/counter_store.hpp"
 #include "sluice/store/memory_store.hpp"
@@ -82,6 +83,9 @@ struct shared_state {
   counters count;
   store::memory_store local_store;  // `on_store_failure: local`: per-instance buckets
   observability::log_throttle store_failure_log;
+  /// `access_log:` (null: none), made at start-up; and the secret of its key hashes.
+  std::unique_ptr<observability::access_log> access;
+  std::string access_key;
 };
 
 /// The gateway's request handler, one per worker.
@@ -101,6 +105,11 @@ class gateway_handler final : public http::request_handler {
   /// nor filled. A request refused before any limit (404, 401, 400) says so. Worker thread.
   /// (`q` by value: the coroutine owns its copy, whoever started it.)
   boost::asio::awaitable<std::string> explain(observability::explain_query q);
+
+  /// The access log: whether sessions call record(), and the line of one exchange.
+  bool records() const override;
+  void record(const http::request_head& head, const http::request_context& ctx,
+              const http::verdict& v, const http::exchange_result& ex) noexcept override;
 
   /// This worker's request counters (any thread may read them).
   const request_counters& counters() const { return counters_; }
@@ -183,6 +192,12 @@ class gateway_handler final : public http::request_handler {
   boost::asio::awaitable<directory_answer> directory_plan(config::directory_settings d,
                                                           std::string key);
   http::verdict bad_request(unsigned version, std::string_view detail);
+  /// Fills `v.access` (the access log's note) from what decide() knew when it made `v`:
+  /// route, client, key hash, and from the outcome the decision, the deciding limit and the
+  /// Remaining sent. Null pointers: not reached.
+  void note(http::verdict& v, const http::request_context& ctx, const routed* r, const presented* p,
+            const identified* id, const boost::system::result<limiter::check_outcome>* decided,
+            bool store_failed) const;
   void log_store_failure(const boost::system::error_code& ec, const std::string& route,
                          const char* policy);
 

@@ -1798,7 +1798,8 @@ load_result loader::run(const YAML::Node& root) {
                                              "upstreams",     "identity",
                                              "plans",         "api_keys",
                                              "routes",        "api_keys_file",
-                                             "cors",          "client"};
+                                             "cors",          "client",
+                                             "access_log"};
   auto top = fields(root, "", 1, keys);
   auto r = std::make_shared<rules>();
   r->source = file_;
@@ -1834,6 +1835,31 @@ load_result loader::run(const YAML::Node& root) {
   if (const entry* e = top->find("drain_timeout")) {
     if (auto d = duration(*e, "drain_timeout", "drain_timeout", std::chrono::hours{1}))
       r->drain_timeout = *d;
+  }
+  if (const entry* e = top->find("access_log")) {
+    static const std::vector<std::string> log_keys{"path", "format"};
+    if (auto m = fields(e->value, "access_log", e->line, log_keys, true)) {
+      if (const entry* p = m->find("path")) {
+        if (auto text = string(p->value, "access_log.path", p->line)) {
+          if (text->empty()) {
+            error(p->line, "access_log.path", "path must not be empty (\"-\" is stdout)");
+          } else {
+            r->access_log_path = *text;
+          }
+        }
+      } else {
+        error(e->line, "access_log.path", "access_log needs a path (a file, or \"-\" for stdout)");
+      }
+      if (const entry* f = m->find("format")) {
+        if (auto text = string(f->value, "access_log.format", f->line)) {
+          if (*text == "json") {
+            r->access_log_json = true;
+          } else if (*text != "plain") {
+            error(f->line, "access_log.format", "format must be plain or json, got " + *text);
+          }
+        }
+      }
+    }
   }
   if (const entry* e = top->find("shadow_header")) {
     if (auto h = gateway_header(*e, "shadow_header")) r->shadow_header = *h;

@@ -353,6 +353,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
           }
           const std::size_t got = buffer_pool::block_size - req.body().size;
           received += got;
+          out.bytes_in += got;
           const bool done = c.parser.is_done();
           if (got == 0 && !done) continue;  // chunk framing only
           ups.expires_after(up.timeout);
@@ -372,6 +373,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     if (!has_body) out.body_read = true;
 
     // --- the response head (interim responses relayed or skipped) ----------------------------
+    const auto sent_at = steady::now();
     std::optional<bhttp::response_parser<bhttp::buffer_body>> rp;
     error_code head_error;
     bool got_bytes = false;
@@ -413,6 +415,8 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
 
     auto& res = rp->get();
     const unsigned status = res.result_int();
+    out.upstream_status = status;
+    out.upstream_ms = std::chrono::duration<double, std::milli>(steady::now() - sent_at).count();
 
     // --- an upgrade: relay the 101, then tunnel ----------------------------------------------
     if (status == 101) {
@@ -429,8 +433,9 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       render_client_response(head_text, res, hop);
       c.stream.expires_after(c.write_timeout);
       auto [wec, wn] = co_await asio::async_write(c.stream, asio::buffer(head_text), use_tuple);
-      (void)wn;
+      out.bytes_out += wn;
       if (!wec) {
+        out.status = status;
         stats.tunnels_open.fetch_add(1, std::memory_order_relaxed);
         stats.tunnels_total.fetch_add(1, std::memory_order_relaxed);
         co_await tunnel(c.stream, c.buffer, ups, lease.buffer, plan.tunnel_idle_timeout);
@@ -472,7 +477,8 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       c.stream.expires_after(c.write_timeout);
       auto [wec, wn] =
           co_await asio::async_write(c.stream, to_client.next(nullptr, 0, true), use_tuple);
-      (void)wn;
+      out.bytes_out += wn;
+      if (!wec) out.status = status;
       if (!wec && upstream_keep && lease.buffer.size() == 0 && !upload_error) {
         pool.release(std::move(lease), idle_for);
       } else {
@@ -488,11 +494,12 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       c.stream.expires_after(c.write_timeout);
       auto [wec, wn] =
           co_await asio::async_write(c.stream, to_client.next(nullptr, 0, false), use_tuple);
-      (void)wn;
+      out.bytes_out += wn;
       if (wec) {
         ups.close();
         co_return out;
       }
+      out.status = status;
     }
     if (!block) block = buffers.take();
     lease.buffer.reserve(read_reserve);  // else Beast reads 512 bytes at a time
@@ -525,7 +532,8 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       c.stream.expires_after(c.write_timeout);
       auto [wec, wn] =
           co_await asio::async_write(c.stream, to_client.next(block.get(), got, done), use_tuple);
-      (void)wn;
+      out.bytes_out += wn;
+      if (wn > 0) out.status = status;
       if (wec) {
         ups.close();  // the client is gone or too slow; the body is not read to its end
         co_return out;

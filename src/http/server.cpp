@@ -354,14 +354,14 @@ asio::awaitable<bool> settle_unread_body(timed_socket& stream, beast::flat_buffe
 
 /// Frames and writes a response the session answers with; false when the write failed.
 asio::awaitable<bool> write_answer(timed_socket& stream, response& res, unsigned version,
-                                   bool head_request, bool keep,
-                                   std::chrono::milliseconds timeout) {
+                                   bool head_request, bool keep, std::chrono::milliseconds timeout,
+                                   std::uint64_t& written) {
   res.version(version);
   frame_response(res, head_request);
   res.keep_alive(keep);
   stream.expires_after(timeout);
   auto [ec, n] = co_await bhttp::async_write(stream, res, use_tuple);
-  (void)n;
+  written = n;
   co_return !ec;
 }
 
@@ -374,6 +374,7 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
   std::string head_buffer;  // the relay's rendered heads
   head_buffer.reserve(1024);
   connection_stats& counts = self->connections;
+  const bool records = self->handler->records();  // the access log
   for (bool first = true;; first = false) {
     if (self->stopping) {
       stream.close();
@@ -429,6 +430,23 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
     const bool expect_continue =
         version >= 11 && beast::iequals(head[bhttp::field::expect], "100-continue");
 
+    exchange_result ex;
+    std::chrono::steady_clock::time_point began{};
+    if (records) {
+      ex.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+      began = std::chrono::steady_clock::now();
+    }
+    // Tells the handler how the exchange ended (after the last byte, or the connection's end).
+    auto record = [&](const verdict& decided) {
+      if (!records) return;
+      ex.total_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began)
+              .count();
+      self->handler->record(head, ctx, decided, ex);
+    };
+
     verdict v;
     bool handler_failed = false;
     try {
@@ -451,7 +469,13 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
                                        limits.send_timeout, limits.body_min_rate, client_keep_alive,
                                        self->stopping, expect_continue, head_buffer},
                            v.forward, self->pool, self->buffers, self->relays);
+        ex.status = r.status;
+        ex.upstream_status = r.upstream_status;
+        ex.upstream_ms = r.upstream_ms;
+        ex.bytes_in = r.bytes_in;
+        ex.bytes_out = r.bytes_out;
         if (!r.answer) {
+          record(v);
           if (r.keep_alive && !self->stopping) continue;
           if (stream.socket().is_open()) co_await lingering_close(stream);
           co_return;
@@ -506,9 +530,13 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
     // A handler asks to close the client connection with `Connection: close`.
     const bool keep = client_keep_alive && body_settled && !self->stopping &&
                       !has_token(answer->base(), bhttp::field::connection, "close");
-    if (!co_await write_answer(stream, *answer, version, head_request, keep, limits.send_timeout)) {
-      co_return;
-    }
+    std::uint64_t written = 0;
+    const bool sent = co_await write_answer(stream, *answer, version, head_request, keep,
+                                            limits.send_timeout, written);
+    ex.bytes_out += written;
+    if (sent) ex.status = answer->result_int();
+    record(v);
+    if (!sent) co_return;
     if (!keep) {
       co_await lingering_close(stream);
       co_return;

@@ -322,6 +322,10 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
     add_counter(f, d(s.reload_failures), {{"result", "failed"}});
     out.push_back(std::move(f));
   }
+  out.push_back(counter("sluice_access_log_dropped_total",
+                        "Access log lines dropped because its queue was full (the disk or stdout "
+                        "was slower than the requests).",
+                        d(s.access_log_dropped)));
   out.push_back(gauge("sluice_config_generation",
                       "Generation of the rules in force (1 at start, +1 per reload).",
                       d(s.generation)));

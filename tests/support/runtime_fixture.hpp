@@ -28,6 +28,7 @@ class runtime_fixture {
   std::uint16_t admin_port() const;
   /// A request to the admin listener.
   client_response admin(const std::string& target, const std::string& method = "GET") const;
+  app::gateway& gateway() { return rt_->gateway(); }
   /// The rules file (rewrite it, then `POST /admin/reload`).
   const std::filesystem::path& file() const { return file_; }
 

@@ -119,6 +119,11 @@ class gateway {
   /// worker's thread.
   std::optional<std::string> explain(const observability::explain_query& q) const;
 
+  /// Reopens the access log's file before its next line (SIGUSR1; no effect without one).
+  void reopen_logs();
+  /// Lines the access log dropped because its queue was full (0 without one).
+  std::uint64_t access_log_drops() const;
+
   /// The rules in force and their generation, read together from one snapshot (the admin
   /// endpoint's view). Thread-safe.
   struct current_rules {

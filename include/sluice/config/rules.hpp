@@ -331,6 +331,10 @@ struct rules {
   /// `drain_timeout:` on SIGTERM/SIGINT, requests in flight (and tunnels) get this long to
   /// finish before the process exits. Read at start-up.
   std::chrono::milliseconds drain_timeout{30000};
+  /// `access_log: {path: FILE | "-", format: plain | json}`: one line per request (path ""
+  /// = none, the default; "-" = stdout). Read at start-up only.
+  std::string access_log_path;
+  bool access_log_json = false;
   /// `client:` deadlines and caps of client connections. The older top-level
   /// `client_timeout:` sets each of its four timeouts that `client:` does not set.
   client_settings client;

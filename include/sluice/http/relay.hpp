@@ -77,6 +77,12 @@ struct relay_result {
   std::optional<response> answer;
   /// Whether the request body was read entirely (a keep-alive answer is possible).
   bool body_read = false;
+  // For the access log:
+  unsigned status = 0;           ///< the status relayed to the client (0: none relayed)
+  unsigned upstream_status = 0;  ///< the upstream's final status (0: no response head)
+  double upstream_ms = -1;       ///< request head sent to response head read (-1: none)
+  std::uint64_t bytes_in = 0;    ///< request body bytes read from the client
+  std::uint64_t bytes_out = 0;   ///< bytes written to the client (heads and body)
 };
 
 /// Writes `100 Continue` (RFC 9110 §15.2.1) to a client waiting for it before its body.

@@ -68,6 +68,30 @@ struct forward_plan {
   std::function<void(upstream_failure)> on_failure;
 };
 
+/// What the application tells the access log about its decision; filled only when the
+/// handler records exchanges (request_handler::records()).
+struct access_note {
+  std::string route;            ///< "" when no route matched
+  const char* decision = "";    ///< allowed, limited, shadow-limited, fail_open, fail_closed,
+                                ///< local, unlimited, or "" (answered before any limit)
+  std::string limit;            ///< the deciding (refusing) limit, "" when none
+  std::int64_t remaining = -1;  ///< the Remaining the response carries (-1: none)
+  std::string upstream;         ///< the upstream's name when forwarded
+  std::string client;           ///< the client address the request was keyed on
+  std::string key_hash;         ///< a keyed hash of the API key ("" when none)
+};
+
+/// How one exchange ended, for request_handler::record().
+struct exchange_result {
+  std::int64_t unix_ms = 0;      ///< when the head was read, ms since the Unix epoch
+  double total_ms = 0;           ///< head read to the last response byte written
+  unsigned status = 0;           ///< status sent to the client (0: none)
+  unsigned upstream_status = 0;  ///< the upstream's final status (0: not forwarded / none)
+  double upstream_ms = -1;       ///< request sent to response head read (-1: none)
+  std::uint64_t bytes_in = 0;    ///< request body bytes read
+  std::uint64_t bytes_out = 0;   ///< bytes written to the client
+};
+
 /// What the application decided about a request, from its head.
 struct verdict {
   enum class kind {
@@ -78,6 +102,7 @@ struct verdict {
   kind what = kind::answer;
   response answer;
   forward_plan forward;
+  access_note access;  ///< for the access log (empty unless the handler records())
 };
 
 /// The application's request handler, called by sessions once per request, in arrival
@@ -93,6 +118,19 @@ class request_handler {
                                                  const request_context& ctx) = 0;
   /// For `verdict::kind::buffer`: answers the whole request. The default answers 500.
   virtual boost::asio::awaitable<response> respond(request req, const request_context& ctx);
+  /// Whether the session should call record() after each decided exchange (asked once per
+  /// connection). Default: no.
+  virtual bool records() const { return false; }
+  /// Called by the session once an exchange decided by decide() has ended (its response
+  /// written, or the connection gone): the access log. Runs on the worker's thread; must not
+  /// block or throw.
+  virtual void record(const request_head& head, const request_context& ctx, const verdict& v,
+                      const exchange_result& r) noexcept {
+    (void)head;
+    (void)ctx;
+    (void)v;
+    (void)r;
+  }
 };
 
 /// A handler that always reads the whole request first and answers it (the admin listener,

@@ -118,14 +118,15 @@ struct metrics_sample {
   unsigned store_connected = 0;    ///< of those, connected now
   /// Store connections per breaker state, indexed by store::breaker_state.
   std::array<unsigned, 3> breaker{};
-  histogram_counts store_check;       ///< duration of every store check, any outcome
-  http::pool_stats upstream;          ///< upstream pools, summed over workers
-  std::int64_t tunnels_open = 0;      ///< upgraded connections being tunnelled now
-  std::uint64_t tunnels_total = 0;    ///< upgrades relayed since start
-  client_counts clients;              ///< client connections: open, capped, timed out
-  std::uint64_t reloads = 0;          ///< rules snapshots swapped in after start
-  std::uint64_t reload_failures = 0;  ///< reloads refused (the running rules stayed)
-  std::uint64_t generation = 0;       ///< generation of the rules in force (1 at start)
+  histogram_counts store_check;          ///< duration of every store check, any outcome
+  http::pool_stats upstream;             ///< upstream pools, summed over workers
+  std::int64_t tunnels_open = 0;         ///< upgraded connections being tunnelled now
+  std::uint64_t tunnels_total = 0;       ///< upgrades relayed since start
+  client_counts clients;                 ///< client connections: open, capped, timed out
+  std::uint64_t reloads = 0;             ///< rules snapshots swapped in after start
+  std::uint64_t reload_failures = 0;     ///< reloads refused (the running rules stayed)
+  std::uint64_t access_log_dropped = 0;  ///< access log lines dropped (its queue was full)
+  std::uint64_t generation = 0;          ///< generation of the rules in force (1 at start)
   /// When the rules in force were swapped in (or loaded at start): Unix time, milliseconds.
   std::int64_t config_loaded_unix_ms = 0;
   /// Plan directory caches (`identity.directory`), summed over workers.

@@ -99,6 +99,7 @@ metrics_sample example() {
   s.clients.too_large_heads = 37;
   s.reloads = 22;
   s.reload_failures = 23;
+  s.access_log_dropped = 41;
   s.generation = 24;
   s.config_loaded_unix_ms = 1700000000250;
   s.plan_cache_hits = 25;
@@ -179,6 +180,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_config_reloads_total{result=\"ok\"} 22\n",
            "sluice_config_reloads_total{result=\"failed\"} 23\n",
            "sluice_config_generation 24\n",
+           "sluice_access_log_dropped_total 41\n",
            "sluice_config_last_reload_success_timestamp_seconds 1700000000.25\n",
            "sluice_plan_cache_lookups_total{result=\"hit\"} 25\n",
            "sluice_plan_cache_lookups_total{result=\"negative_hit\"} 26\n",
@@ -193,7 +195,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 42u);
+  EXPECT_EQ(help, 43u);
   EXPECT_EQ(text.back(), '\n');
 }
 
