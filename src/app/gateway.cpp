@@ -18,6 +18,7 @@
 #include "sluice/observability/log.hpp"
 #include "sluice/store/memory_store.hpp"
 #include "sluice/store/redis_directory.hpp"
+#include "sluice/store/redis_cluster_store.hpp"
 #include "sluice/store/redis_store.hpp"
 
 #include <spdlog/spdlog.h>
@@ -225,6 +226,11 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
     auto w = std::make_unique<impl::worker>();
     if (impl_->memory) {
       w->store = impl_->memory;
+    } else if (rules->store.type == config::store_settings::kind::redis_cluster) {
+      store::redis_cluster_settings cs;
+      for (const auto& a : rules->store.nodes) cs.seeds.push_back({a.host, a.port});
+      cs.node = redis;
+      w->store = std::make_shared<store::redis_cluster_store>(w->ioc.get_executor(), cs);
     } else {
       w->store = std::make_shared<store::redis_store>(w->ioc.get_executor(), redis);
     }

@@ -36,9 +36,16 @@ enum class error_kind : std::uint8_t {
   wrongtype,   ///< WRONGTYPE: a key of ours holds another type (a colliding key)
   noscript,    ///< NOSCRIPT: the script cache was flushed (loaded again, check re-sent)
   stale,       ///< STALE: a check the script refused as past its stale bound
-  other,       ///< any other error reply
+  // Redis Cluster (the specification, "Redirection and resharding", "Multi-key operations",
+  // and the cluster state section):
+  moved,        ///< MOVED: the slot is served by another master (followed, map updated)
+  ask,          ///< ASK: the slot is being migrated; this key is asked of the target
+  crossslot,    ///< CROSSSLOT: keys of several slots in one command (never sent by sluice)
+  tryagain,     ///< TRYAGAIN: a multi-key command during a slot's migration
+  clusterdown,  ///< CLUSTERDOWN: the cluster cannot serve (cluster_state:fail, slot unbound)
+  other,        ///< any other error reply
 };
-inline constexpr std::size_t error_kind_count = 10;
+inline constexpr std::size_t error_kind_count = 15;
 
 /// The label of an error kind ("READONLY", ..., "other").
 std::string_view error_kind_name(error_kind k);
