@@ -17,8 +17,8 @@
 #include "sluice/limiter/keys.hpp"
 #include "sluice/observability/log.hpp"
 #include "sluice/store/memory_store.hpp"
-#include "sluice/store/redis_directory.hpp"
 #include "sluice/store/redis_cluster_store.hpp"
+#include "sluice/store/redis_directory.hpp"
 #include "sluice/store/redis_store.hpp"
 
 #include <spdlog/spdlog.h>
@@ -430,6 +430,11 @@ observability::metrics_sample gateway::sample() const {
     s.store.sentinel_unreachable += st.sentinel_unreachable;
     s.store.sentinel_unknown_master += st.sentinel_unknown_master;
     s.store.master_switches += st.master_switches;
+    s.store.topology_refreshes += st.topology_refreshes;
+    s.store.topology_failures += st.topology_failures;
+    s.store.split_checks += st.split_checks;
+    s.store.split_commit_refusals += st.split_commit_refusals;
+    s.store.split_partial_commits += st.split_partial_commits;
     for (std::size_t k = 0; k < store::error_kind_count; ++k) {
       s.store.error_replies[k] += st.error_replies[k];
     }

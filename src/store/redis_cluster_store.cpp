@@ -68,6 +68,12 @@ class topology_query : public std::enable_shared_from_this<topology_query> {
         timer_(ex_),
         resolver_(ex_) {}
 
+  /// Ends the query now (the store stops): the handler is called with an error.
+  void cancel() {
+    resolver_.cancel();
+    finish(fail("stopped"));
+  }
+
   void start() {
     keep_ = shared_from_this();
     timer_.expires_after(timeout_);
@@ -194,6 +200,7 @@ class topology_query : public std::enable_shared_from_this<topology_query> {
       redisAsyncFree(c);  // deferred by hiredis when inside its callback
     }
     // Posted: we may be inside a hiredis callback; `keep_` holds us until then.
+    if (!keep_) return;  // (never started)
     asio::post(ex_, [self = std::move(keep_), r = std::move(r)]() mutable {
       auto h = std::move(self->done_);
       h(std::move(r));
@@ -248,6 +255,7 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
   bool refresh_scheduled = false;  // want_refresh() armed the timer for the earliest moment
   std::chrono::steady_clock::time_point last_refresh{};
   std::optional<std::string> logged_topology_failure;  // the failure last logged
+  std::weak_ptr<topology_query> current_query;         // cancelled by stop()
 
   struct atomic_counters {
     std::atomic<std::uint64_t> topology_refreshes{0}, topology_failures{0}, moved{0}, asks{0},
@@ -440,6 +448,7 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
           *why += to.to_string() + ": " + (r ? std::string("no slot covered") : r.error().message);
           self->ask(list, i + 1, why);
         });
+    current_query = q;
     q->start();
   }
 
@@ -476,12 +485,11 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
       auto r = co_await target->check_routed(req, {asking, deadline});
       if (stopped) co_return errc::store_unavailable;
       if (!r.ec) co_return std::move(r.outcome);
-      const auto redirect = r.error_reply.empty()
-                                ? std::nullopt
-                                : parse_redirect(r.error_reply, target_host);
+      const auto redirect =
+          r.error_reply.empty() ? std::nullopt : parse_redirect(r.error_reply, target_host);
       if (!redirect) {
-        const auto kind = r.error_reply.empty() ? error_kind::other
-                                                : classify_error_reply(r.error_reply);
+        const auto kind =
+            r.error_reply.empty() ? error_kind::other : classify_error_reply(r.error_reply);
         // A lost or refused connection, a timeout, CLUSTERDOWN: the map may be out of date.
         if (r.error_reply.empty() || kind == error_kind::clusterdown ||
             kind == error_kind::tryagain || is_wrong_node(kind)) {
@@ -529,7 +537,8 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
                        if (--fan->remaining == 0) fan->wake.cancel();
                      });
     }
-    if (fan->remaining > 0) (void)co_await fan->wake.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (fan->remaining > 0)
+      (void)co_await fan->wake.async_wait(asio::as_tuple(asio::use_awaitable));
     co_return std::move(fan->results);
   }
 
@@ -629,6 +638,15 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
     }
     auto second = co_await parallel(std::move(calls), deadline);
     if (!admit) {
+      // A peek that admits describes the state after its debit; a refused request debits
+      // nothing, so its enforced limits read as one refused call reports them: `cost` more
+      // remaining (exact for every algorithm; Reset stays the peek's, a little later than
+      // the true one).
+      for (std::size_t i = 0; i < req.limits.size(); ++i) {
+        auto& lo = out.limits[i];
+        if (req.limits[i].shadow || !lo.admits) continue;
+        lo.remaining = std::min(lo.remaining + req.limits[i].cost, lo.limit);
+      }
       // Refused as step 1 decided. A shadow limit's own outcome is taken from its commit
       // when it arrived (a failed one changes nothing: the request is refused either way).
       for (std::size_t s = 0; s < sent.size(); ++s) {
@@ -658,6 +676,7 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
   void stop() {
     stopped = true;
     refresh_timer.cancel();
+    if (auto q = current_query.lock()) q->cancel();
     std::lock_guard lock(nodes_mutex);
     for (auto& [key, store] : nodes) {
       (void)key;
@@ -702,7 +721,13 @@ store_stats redis_cluster_store::stats() const {
       worst = n.breaker;
     }
   }
-  s.unavailable += impl_->counters.unavailable.load(std::memory_order_relaxed);
+  const auto& c = impl_->counters;
+  s.unavailable += c.unavailable.load(std::memory_order_relaxed);
+  s.topology_refreshes = c.topology_refreshes.load(std::memory_order_relaxed);
+  s.topology_failures = c.topology_failures.load(std::memory_order_relaxed);
+  s.split_checks = c.split_checks.load(std::memory_order_relaxed);
+  s.split_commit_refusals = c.commit_refusals.load(std::memory_order_relaxed);
+  s.split_partial_commits = c.partial_commits.load(std::memory_order_relaxed);
   s.connected = connected;
   s.breaker = worst;
   return s;

@@ -798,8 +798,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     p.asking = how.asking;
     p.error_text = std::move(error_text);
     auto it = inflight.emplace(id, std::move(p)).first;
-    add_deadline(std::min(std::chrono::steady_clock::now() + settings.command_timeout, how.deadline),
-                 id);
+    add_deadline(
+        std::min(std::chrono::steady_clock::now() + settings.command_timeout, how.deadline), id);
     if (!send(id, it->second)) {
       ++counters.unavailable;
       complete(it, errc::store_unavailable, {}, verdict::not_sent);
@@ -834,9 +834,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       if (!deadline_armed) arm_deadline();
       return;
     }
-    const auto pos = std::upper_bound(
-        deadlines.begin(), deadlines.end(), at,
-        [](const auto& t, const auto& e) { return t < e.first; });
+    const auto pos = std::upper_bound(deadlines.begin(), deadlines.end(), at,
+                                      [](const auto& t, const auto& e) { return t < e.first; });
     const bool first = pos == deadlines.begin();
     deadlines.insert(pos, {at, id});
     if (first || !deadline_armed) arm_deadline();  // (expires_at cancels the earlier wait)
@@ -1168,7 +1167,7 @@ redis_store::~redis_store() {
 }
 
 asio::awaitable<redis_store::routed_result> redis_store::check_routed(limiter::check_request req,
-                                                                       routed_options how) {
+                                                                      routed_options how) {
   auto text = std::make_shared<std::string>();
   auto token = asio::as_tuple(asio::use_awaitable);
   auto [ec, out] = co_await asio::async_initiate<decltype(token), void(error_code, check_outcome)>(

@@ -19,8 +19,8 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <set>
 #include <string>
 #include <thread>
@@ -112,14 +112,14 @@ class cluster_gateway : public ::testing::Test {
       }
     }
     ASSERT_EQ(used.size(), 3u) << "no three limit names on three masters";
-    gateway_ = std::make_unique<gateway_fixture>(
-        substitute(c09_rules, {{"NODES", nodes},
-                               {"KEYS", keys},
-                               {"UPSTREAM_URL", upstream_.url()},
-                               {"LIMIT_A", three_[0]},
-                               {"LIMIT_B", three_[1]},
-                               {"LIMIT_C", three_[2]}}),
-        2);
+    gateway_ =
+        std::make_unique<gateway_fixture>(substitute(c09_rules, {{"NODES", nodes},
+                                                                 {"KEYS", keys},
+                                                                 {"UPSTREAM_URL", upstream_.url()},
+                                                                 {"LIMIT_A", three_[0]},
+                                                                 {"LIMIT_B", three_[1]},
+                                                                 {"LIMIT_C", three_[2]}}),
+                                          2);
     const auto deadline = clock_type::now() + 5s;
     while (!gateway_->gateway().stats().store.connected && clock_type::now() < deadline)
       std::this_thread::sleep_for(10ms);
@@ -219,6 +219,9 @@ TEST_F(cluster_gateway, three_limits_on_three_masters_through_http_are_all_or_no
   const auto st = gateway_->gateway().stats();
   EXPECT_EQ(st.fail_open, 0u);
   EXPECT_EQ(st.store.errors, 0u);
+  EXPECT_EQ(st.store.split_checks, 4u);  // three slots: two steps each
+  EXPECT_EQ(st.store.split_commit_refusals + st.store.split_partial_commits, 0u);
+  EXPECT_GE(st.store.topology_refreshes, 2u);  // (one per worker at least)
   // The buckets' own state, read from the cluster: LIMIT_A and LIMIT_B were charged once.
   for (int w = 0; w < 2; ++w) {
     const auto ns = w == 0 ? limiter::key_namespace::api_key : limiter::key_namespace::ip;

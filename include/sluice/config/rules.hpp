@@ -221,7 +221,7 @@ struct store_settings {
   std::vector<address> sentinels;  ///< `sentinels` (type redis-sentinel): at least one
   /// `nodes` (type redis-cluster): seed nodes, at least one; the slot map is asked of them.
   std::vector<address> nodes;
-  std::string master_name;         ///< `master` (type redis-sentinel): the monitored name
+  std::string master_name;  ///< `master` (type redis-sentinel): the monitored name
   /// `sentinel_password_env`: name of the env variable holding the Sentinels' own password
   /// ("" = the Sentinels take no AUTH; the data nodes' password is `password_env`'s).
   std::string sentinel_password_env;

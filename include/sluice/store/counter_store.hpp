@@ -79,6 +79,13 @@ struct store_stats {
   /// master name.
   std::uint64_t sentinel_unreachable = 0, sentinel_unknown_master = 0;
   std::uint64_t master_switches = 0;  ///< Sentinel store: `+switch-master` of our master followed
+  /// Cluster store: slot maps read and applied, and refreshes where no node gave one.
+  std::uint64_t topology_refreshes = 0, topology_failures = 0;
+  /// Cluster store: checks whose limits live in several slots (decided in two steps); of
+  /// those, the ones that left a slot charged for a request not admitted: a commit refused
+  /// after every peek admitted (a race), or a commit failed on a node after another slot's
+  /// went through.
+  std::uint64_t split_checks = 0, split_commit_refusals = 0, split_partial_commits = 0;
   std::array<std::uint64_t, error_kind_count> error_replies{};  ///< by error_kind
   bool connected = false;                                       ///< gauge
   breaker_state breaker = breaker_state::closed;                ///< gauge

@@ -225,7 +225,7 @@ TEST(design_example, redis_cluster_needs_nodes_not_an_address) {
   s.replace(s.find("type: redis "), 12, "type: redis-cluster");
   EXPECT_EQ(diags(s),
             (std::vector<std::string>{
-                "rules.yaml:5: store.nodes: type redis-cluster needs nodes: seed nodes of the "
+                "rules.yaml:6: store.nodes: type redis-cluster needs nodes: seed nodes of the "
                 "cluster (host:port list)",
                 "rules.yaml:7: store.address: type redis-cluster finds its masters through "
                 "store.nodes: remove address"}));
@@ -1166,8 +1166,8 @@ const mistake mistake_table[] = {
         "  nodes: [127.0.0.1:7000, \"127.0.0.1:0\", nonsense]\n",
      {"rules.yaml:4: store.nodes[1]: invalid address '127.0.0.1:0': port 0 is out of range "
       "1..65535 (expected host:port, such as 0.0.0.0:8080 or \"[::1]:8080\")",
-      "rules.yaml:4: store.nodes[2]: invalid address 'nonsense': expected host:port, such as "
-      "0.0.0.0:8080 or \"[::1]:8080\""}},
+      "rules.yaml:4: store.nodes[2]: invalid address 'nonsense': the port is missing (expected "
+      "host:port, such as 0.0.0.0:8080 or \"[::1]:8080\")"}},
     {"nodes_on_a_plain_redis_store",
      UP "store: {type: redis, nodes: [127.0.0.1:7000]}\n",
      {"rules.yaml:2: store.nodes: applies only to type redis-cluster"}},
