@@ -191,6 +191,28 @@ TEST_F(cluster_store, a_shadow_limit_on_another_slot_is_charged_alone_as_in_one_
   EXPECT_EQ((*r2)->limits.at(2).remaining, 4);  // the enforced one: not charged
 }
 
+// c10 on the cluster: FUNCTION FLUSH on every master; the next check over three masters is
+// decided from the stored state (each connection loads the function again and re-sends).
+TEST_F(cluster_store, a_function_flush_on_every_master_is_reloaded_and_decided) {
+  std::set<std::size_t> used;
+  const auto a = key_on_new_master(*cluster_, "flush_a", used);
+  const auto b = key_on_new_master(*cluster_, "flush_b", used);
+  const auto c = key_on_new_master(*cluster_, "flush_c", used);
+  auto all = [&] { return request({limit(a, 5), limit(b, 5), limit(c, 5)}); };
+  auto first = check_once(ioc_, *store_, all());
+  ASSERT_TRUE(first && *first);
+  const auto loads = store_->stats().script_loads;
+  for (auto m : cluster_->masters()) {
+    const auto r = cluster_->command(m, {"FUNCTION", "FLUSH"});
+    ASSERT_FALSE(r.is_error()) << r.str;
+  }
+  auto second = check_once(ioc_, *store_, all());
+  ASSERT_TRUE(second && *second) << (second ? second->error().message() : "no answer");
+  EXPECT_TRUE((*second)->allowed);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ((*second)->limits.at(i).remaining, 3);
+  EXPECT_GE(store_->stats().script_loads, loads + 3);
+}
+
 // A hot bucket's slot moves to another master while checks run on another thread: every check
 // is decided, on the state that moved with the slot (the remaining count never jumps back).
 TEST_F(cluster_store, resharding_the_slot_of_a_hot_bucket_keeps_its_state) {
