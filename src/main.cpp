@@ -43,6 +43,8 @@ std::string summary(const sluice::config::rules& r) {
       store = "redis-sentinel, master '" + r.store.master_name + "' from " +
               std::to_string(r.store.sentinels.size()) + " Sentinels";
     }
+    if (r.store.type == sluice::config::store_settings::kind::redis_cluster)
+      store = "redis-cluster from " + std::to_string(r.store.nodes.size()) + " seed nodes";
     store += r.store.layout == sluice::config::store_settings::layout_kind::hash
                  ? ", buckets in " + std::to_string(r.store.hash_groups) + " hashes per limit"
                  : ", one key per bucket";

@@ -17,6 +17,7 @@
 #include "sluice/limiter/keys.hpp"
 #include "sluice/observability/log.hpp"
 #include "sluice/store/memory_store.hpp"
+#include "sluice/store/redis_cluster_store.hpp"
 #include "sluice/store/redis_directory.hpp"
 #include "sluice/store/redis_store.hpp"
 
@@ -301,6 +302,11 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
     auto w = std::make_unique<impl::worker>();
     if (impl_->memory) {
       w->store = impl_->memory;
+    } else if (rules->store.type == config::store_settings::kind::redis_cluster) {
+      store::redis_cluster_settings cs;
+      for (const auto& a : rules->store.nodes) cs.seeds.push_back({a.host, a.port});
+      cs.node = redis;
+      w->store = std::make_shared<store::redis_cluster_store>(w->ioc.get_executor(), cs);
     } else {
       w->store = std::make_shared<store::redis_store>(w->ioc.get_executor(), redis);
     }
@@ -514,6 +520,11 @@ observability::metrics_sample gateway::sample() const {
     s.store.sentinel_unreachable += st.sentinel_unreachable;
     s.store.sentinel_unknown_master += st.sentinel_unknown_master;
     s.store.master_switches += st.master_switches;
+    s.store.topology_refreshes += st.topology_refreshes;
+    s.store.topology_failures += st.topology_failures;
+    s.store.split_checks += st.split_checks;
+    s.store.split_commit_refusals += st.split_commit_refusals;
+    s.store.split_partial_commits += st.split_partial_commits;
     for (std::size_t k = 0; k < store::error_kind_count; ++k) {
       s.store.error_replies[k] += st.error_replies[k];
     }

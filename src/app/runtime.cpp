@@ -59,6 +59,7 @@ std::vector<std::string> pin_startup_settings(const config::rules& running, conf
   pin("store.timeout", next.store.timeout, running.store.timeout);
   pin("store.password_env", next.store.password_env, running.store.password_env);
   pin("store.sentinels", next.store.sentinels, running.store.sentinels);
+  pin("store.nodes", next.store.nodes, running.store.nodes);
   pin("store.master", next.store.master_name, running.store.master_name);
   pin("store.sentinel_password_env", next.store.sentinel_password_env,
       running.store.sentinel_password_env);

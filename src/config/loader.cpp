@@ -868,8 +868,7 @@ class loader {
       if (k == kind::memory) r.store.type = store_settings::kind::memory;
       if (k == kind::redis) r.store.type = store_settings::kind::redis;
       if (k == kind::redis_sentinel) r.store.type = store_settings::kind::redis_sentinel;
-      if (k == kind::redis_cluster)
-        error(t->line, "store.type", "store type redis-cluster is not supported yet");
+      if (k == kind::redis_cluster) r.store.type = store_settings::kind::redis_cluster;
     }
     parse_sentinel_fields(e, *m, r);
     if (const entry* a = m->find("address")) {
@@ -878,15 +877,7 @@ class loader {
         r.store.port = addr->port;
       }
     }
-    if (const entry* n = m->find("nodes")) {
-      if (sequence(n->value, "store.nodes", n->line, true)) {
-        std::size_t i = 0;
-        for (const auto& item : n->value) {
-          entry ie{"", n->line, item, line_of(item, n->line)};
-          address(ie, at("store.nodes", i++), false);
-        }
-      }
-    }
+    parse_cluster_fields(e, *m, r);
     if (const entry* t = m->find("timeout")) {
       if (auto d = duration(*t, "store.timeout", "timeout", std::chrono::seconds{60}))
         r.store.timeout = *d;
@@ -943,6 +934,33 @@ class loader {
     error(e.line, path,
           "invalid environment variable name '" + *s + "': expected [A-Za-z_][A-Za-z0-9_]*");
     return std::nullopt;
+  }
+
+  /// `store.nodes` (type redis-cluster only, which needs a non-empty list of `host:port`
+  /// seeds) and `address` (not with redis-cluster: the nodes come from the cluster).
+  void parse_cluster_fields(const entry& e, const map_view& m, rules& r) {
+    const bool cluster = r.store.type == store_settings::kind::redis_cluster;
+    const entry* n = m.find("nodes");
+    if (n && !cluster) error(n->key_line, "store.nodes", "applies only to type redis-cluster");
+    if (!cluster) return;
+    if (const entry* a = m.find("address"))
+      error(a->key_line, "store.address",
+            "type redis-cluster finds its masters through store.nodes: remove address");
+    const std::string empty = "the list is empty: name at least one cluster node (host:port)";
+    if (!n) {
+      error(e.line, "store.nodes",
+            "type redis-cluster needs nodes: seed nodes of the cluster (host:port list)");
+    } else if (sequence(n->value, "store.nodes", n->line, true)) {
+      std::size_t i = 0;
+      for (const auto& item : n->value) {
+        entry ie{"", n->line, item, line_of(item, n->line)};
+        if (auto a = address(ie, at("store.nodes", i++), false))
+          r.store.nodes.push_back({a->host, a->port});
+      }
+      if (i == 0) error(n->line, "store.nodes", empty);
+    } else if (n->value.IsNull()) {
+      error(n->line, "store.nodes", empty);
+    }
   }
 
   /// `store.sentinels`, `master`, `sentinel_password_env`, `sentinel_timeout` (type
@@ -1699,7 +1717,8 @@ class loader {
         error(line, path, "unknown plan '" + name + "'; plans are " + list_of(plan_names));
     };
     for (const auto& k : api_keys_) unknown_plan(k.plan, k.line, k.path);
-    if (r.identity.directory.enabled && !r.store.redis())
+    if (r.identity.directory.enabled &&
+        (!r.store.redis() || r.store.type == store_settings::kind::redis_cluster))
       error(directory_line_, "identity.directory",
             "a redis directory is read on the store's connection: it needs store.type redis "
             "or redis-sentinel");
@@ -1780,6 +1799,26 @@ class loader {
   std::vector<api_key_src> api_keys_;
   int directory_line_ = 0;
 };
+
+// On redis-cluster: the enforced limits a request can carry with another enforced limit
+// (a plan's and a route's together, or two of one list); see limit::split_on_cluster.
+void mark_split_limits(rules& r) {
+  auto enforced = [](const std::vector<limit>& ls) {
+    return static_cast<std::size_t>(std::count_if(
+        ls.begin(), ls.end(), [](const limit& l) { return l.mode == limit_mode::enforce; }));
+  };
+  std::size_t most_in_plan = 0, most_in_route = 0;
+  for (const auto& [_, p] : r.plans) most_in_plan = std::max(most_in_plan, enforced(p.limits));
+  for (const auto& rt : r.routes) most_in_route = std::max(most_in_route, enforced(rt.limits));
+  for (auto& [_, p] : r.plans) {
+    const bool split = enforced(p.limits) + most_in_route >= 2;
+    for (auto& l : p.limits) l.split_on_cluster = split && l.mode == limit_mode::enforce;
+  }
+  for (auto& rt : r.routes) {
+    const bool split = enforced(rt.limits) + most_in_plan >= 2;
+    for (auto& l : rt.limits) l.split_on_cluster = split && l.mode == limit_mode::enforce;
+  }
+}
 
 load_result loader::run(const YAML::Node& root) {
   if (root.IsNull()) {
@@ -1910,6 +1949,7 @@ load_result loader::run(const YAML::Node& root) {
     for (auto& l : rs.limits) rs.value.limits.push_back(std::move(l.value));
     r->routes.push_back(std::move(rs.value));
   }
+  if (r->store.type == store_settings::kind::redis_cluster) mark_split_limits(*r);
   return {std::move(r), {}};
 }
 

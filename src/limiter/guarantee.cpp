@@ -87,7 +87,17 @@ std::string guarantee(const config::limit& l) {
     if (!out.empty() && out.back() != ' ') out += "; ";
     out += "plan " + plan + ": " + guarantee(l.algorithm, p);
   }
-  return out;
+  return out + cluster_caveat(l);
+}
+
+std::string cluster_caveat(const config::limit& l) {
+  if (!l.split_on_cluster) return {};
+  return "; on redis-cluster, a request whose limits live in several hash slots is checked "
+         "on every slot first (nothing written), then charged on each: a refused request "
+         "charges nothing, but a request that another takes the tokens from between the two "
+         "steps, or whose charge fails on one node (node down, deadline missed: the failure "
+         "policy answers), may leave this limit charged for a request that was not admitted "
+         "(no refund)";
 }
 
 }  // namespace sluice::limiter

@@ -154,8 +154,17 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
     json::object store;
     const bool redis = rules.store.redis();
     const bool sentinel = rules.store.type == config::store_settings::kind::redis_sentinel;
-    store["type"] = sentinel ? "redis-sentinel" : redis ? "redis" : "memory";
-    if (sentinel) {
+    const bool cluster = rules.store.type == config::store_settings::kind::redis_cluster;
+    store["type"] = sentinel  ? "redis-sentinel"
+                    : cluster ? "redis-cluster"
+                    : redis   ? "redis"
+                              : "memory";
+    if (cluster) {
+      json::array nodes;
+      for (const auto& a : rules.store.nodes)
+        nodes.emplace_back(a.host + ":" + std::to_string(a.port));
+      store["nodes"] = std::move(nodes);
+    } else if (sentinel) {
       json::array sentinels;
       for (const auto& a : rules.store.sentinels)
         sentinels.emplace_back(a.host + ":" + std::to_string(a.port));

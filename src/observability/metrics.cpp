@@ -269,6 +269,29 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                         "+switch-master announcements of the store's master received from Redis "
                         "Sentinel (the connection then moves to the new master).",
                         d(st.master_switches)));
+  {
+    auto f = family("sluice_store_cluster_topology_refreshes_total",
+                    "redis-cluster: slot map refreshes, by result (ok: a node gave the map; "
+                    "failed: no node did).",
+                    MetricType::Counter);
+    add_counter(f, d(st.topology_refreshes), {{"result", "ok"}});
+    add_counter(f, d(st.topology_failures), {{"result", "failed"}});
+    out.push_back(std::move(f));
+  }
+  out.push_back(counter("sluice_store_split_checks_total",
+                        "redis-cluster: checks whose limits live in several hash slots, decided "
+                        "in two steps (peek on every slot, then commit).",
+                        d(st.split_checks)));
+  {
+    auto f = family("sluice_store_split_charged_unadmitted_total",
+                    "redis-cluster: split checks that left a slot charged for a request not "
+                    "admitted, by reason (commit_refused: another request took the tokens "
+                    "between the steps; commit_failed: a node failed in the second step).",
+                    MetricType::Counter);
+    add_counter(f, d(st.split_commit_refusals), {{"reason", "commit_refused"}});
+    add_counter(f, d(st.split_partial_commits), {{"reason", "commit_failed"}});
+    out.push_back(std::move(f));
+  }
   out.push_back(counter("sluice_store_cached_refusals_total",
                         "Refusals answered from the over-limit cache while the store's refusal "
                         "of that key still stood (no store round trip).",

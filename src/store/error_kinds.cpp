@@ -10,8 +10,9 @@ namespace sluice::store {
 namespace {
 
 constexpr std::array<std::string_view, error_kind_count> names{
-    "READONLY", "LOADING",   "MASTERDOWN", "OOM",   "BUSY",
-    "NOPERM",   "WRONGTYPE", "NOSCRIPT",   "STALE", "other"};
+    "READONLY", "LOADING",   "MASTERDOWN", "OOM",         "BUSY",
+    "NOPERM",   "WRONGTYPE", "NOSCRIPT",   "STALE",       "MOVED",
+    "ASK",      "CROSSSLOT", "TRYAGAIN",   "CLUSTERDOWN", "other"};
 
 }  // namespace
 

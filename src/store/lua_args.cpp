@@ -41,6 +41,12 @@ std::string pack_limit(int id, std::int64_t a, std::int64_t b, std::int64_t c, s
   return out;
 }
 
+std::string redis_key(const limiter::limit_check& l, const key_layout& layout) {
+  if (layout.packed && l.algorithm != config::algorithm::sliding_log)
+    return limiter::packed_address(l.key, layout.hash_groups).key;
+  return l.key;
+}
+
 std::size_t append_check_command(const limiter::check_request& req, const key_layout& layout,
                                  std::vector<std::string>& out) {
   const std::size_t n = req.limits.size();

@@ -172,6 +172,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     bool learns_clock = false;   // decided on Redis's own clock (no test override)
     bool stale_retried = false;  // re-sent once after a STALE answer (the clocks moved)
     std::size_t stale_arg = 0;   // index in argv of the stale bound (ARGV[2])
+    bool asking = false;         // cluster: sent behind ASKING (an ASK redirection)
+    std::shared_ptr<std::string> error_text;  // cluster: receives the text of an error reply
   };
 
   struct pending_read {
@@ -762,7 +764,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     }
   }
 
-  void start_check(limiter::check_request req, check_handler handler) {
+  void start_check(limiter::check_request req, check_handler handler,
+                   const routed_options& how = {}, std::shared_ptr<std::string> error_text = {}) {
     bool probe = false;
     if (state != conn_state::ready || ac == nullptr) {
       ++counters.unavailable;
@@ -792,9 +795,11 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     for (const auto& l : req.limits) p.bursts.push_back(l.bucket.quota(l.algorithm));
     p.handler = std::move(handler);
     p.probe = probe;
+    p.asking = how.asking;
+    p.error_text = std::move(error_text);
     auto it = inflight.emplace(id, std::move(p)).first;
-    deadlines.emplace_back(std::chrono::steady_clock::now() + settings.command_timeout, id);
-    if (!deadline_armed) arm_deadline();
+    add_deadline(
+        std::min(std::chrono::steady_clock::now() + settings.command_timeout, how.deadline), id);
     if (!send(id, it->second)) {
       ++counters.unavailable;
       complete(it, errc::store_unavailable, {}, verdict::not_sent);
@@ -811,10 +816,29 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       lens.push_back(a.size());
     }
     p.loads_at_send = loads_sent;
+    // ASK: this one command goes to the importing node behind ASKING (the Redis Cluster
+    // specification, "ASK redirection"); sent again before a re-sent check.
+    if (p.asking && redisAsyncCommand(ac, nullptr, nullptr, "ASKING") != REDIS_OK) return false;
     // hiredis copies the arguments into its output buffer here.
     return redisAsyncCommandArgv(ac, &impl::on_check_reply, reinterpret_cast<void*>(id),
                                  static_cast<int>(argv.size()), argv.data(),
                                  lens.data()) == REDIS_OK;
+  }
+
+  // Queues a deadline. Checks share one timeout, so the queue is in send order; only a cluster
+  // retry (routed_options::deadline, the rest of its check's deadline) may come earlier than
+  // the last one queued: it is inserted in order, and the timer re-armed when it is first.
+  void add_deadline(std::chrono::steady_clock::time_point at, std::uint64_t id) {
+    if (deadlines.empty() || deadlines.back().first <= at) {
+      deadlines.emplace_back(at, id);
+      if (!deadline_armed) arm_deadline();
+      return;
+    }
+    const auto pos = std::upper_bound(deadlines.begin(), deadlines.end(), at,
+                                      [](const auto& t, const auto& e) { return t < e.first; });
+    const bool first = pos == deadlines.begin();
+    deadlines.insert(pos, {at, id});
+    if (first || !deadline_armed) arm_deadline();  // (expires_at cancels the earlier wait)
   }
 
   // Arms the timer for the first check still in flight (answered ones are dropped from the
@@ -894,6 +918,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       const auto text = reply_text(r);
       const error_kind kind = classify_error_reply(text);
       ++counters.error_replies[static_cast<std::size_t>(kind)];
+      if (it->second.error_text) it->second.error_text->assign(text.substr(0, 200));
       if (is_wrong_node(kind)) {
         wrong_node(it, text, kind);
         return;
@@ -990,6 +1015,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   // An error reply that fails a command (a check or a read): counted and logged; how it
   // counts for the breaker — failed when it says the server cannot serve (unhealthy_error).
   verdict error_reply(error_kind kind, std::string_view text) {
+    // A cluster redirection is an answer, not a failure: the cluster store follows it.
+    if (kind == error_kind::moved || kind == error_kind::ask) return verdict::answered;
     ++counters.errors;
     log_error_state(kind, text);
     if (!unhealthy_error(text)) return verdict::answered;
@@ -1137,6 +1164,19 @@ redis_store::redis_store(asio::any_io_executor ex, redis_settings settings)
 
 redis_store::~redis_store() {
   impl_->stop();
+}
+
+asio::awaitable<redis_store::routed_result> redis_store::check_routed(limiter::check_request req,
+                                                                      routed_options how) {
+  auto text = std::make_shared<std::string>();
+  auto token = asio::as_tuple(asio::use_awaitable);
+  auto [ec, out] = co_await asio::async_initiate<decltype(token), void(error_code, check_outcome)>(
+      [](auto handler, std::shared_ptr<impl> self, limiter::check_request r, routed_options h,
+         std::shared_ptr<std::string> t) {
+        self->start_check(std::move(r), check_handler(std::move(handler)), h, std::move(t));
+      },
+      token, impl_, std::move(req), how, text);
+  co_return routed_result{ec, std::move(out), std::move(*text)};
 }
 
 asio::awaitable<boost::system::result<check_outcome>> redis_store::check(

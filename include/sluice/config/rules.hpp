@@ -71,6 +71,11 @@ struct limit {
   /// charged to this limit, at the route's cost. Default: true for `by: ip` and `by: global`,
   /// false otherwise (a preflight carries no credentials, so it has no key or user).
   bool preflight = false;
+  /// Set by the loader on `store.type: redis-cluster` for an enforced limit that a request
+  /// can carry with another enforced limit: their buckets may live in different hash slots,
+  /// so such a request is decided in two steps (store/redis_cluster_store.hpp), and the
+  /// limit's stated guarantee says what that costs.
+  bool split_on_cluster = false;
 
   /// The parameters that apply to a caller on plan `plan` (the override, or the defaults).
   /// Check `applies_to(plan)` first when `has_default_params` may be false.
@@ -235,12 +240,15 @@ struct client_settings {
 
 /// `store:` section.
 struct store_settings {
-  /// `type`: memory, redis (one address) or redis-sentinel (the master found through Redis
-  /// Sentinel, https://redis.io/docs/management/sentinel/).
-  enum class kind { memory, redis, redis_sentinel };
+  /// `type`: memory, redis (one address), redis-sentinel (the master found through Redis
+  /// Sentinel, https://redis.io/docs/management/sentinel/) or redis-cluster (the counters
+  /// sharded over a Redis Cluster's masters, https://redis.io/docs/reference/cluster-spec/).
+  enum class kind { memory, redis, redis_sentinel, redis_cluster };
   enum kind type = kind::memory;
-  /// Whether the counters live in Redis (type redis or redis-sentinel).
-  bool redis() const { return type == kind::redis || type == kind::redis_sentinel; }
+  /// Whether the counters live in Redis (type redis, redis-sentinel or redis-cluster).
+  bool redis() const {
+    return type == kind::redis || type == kind::redis_sentinel || type == kind::redis_cluster;
+  }
   std::string host = "127.0.0.1";
   std::uint16_t port = 6379;
   /// A `host:port` of `sentinels:` (the host may be a name).
@@ -250,7 +258,9 @@ struct store_settings {
     bool operator==(const address&) const = default;
   };
   std::vector<address> sentinels;  ///< `sentinels` (type redis-sentinel): at least one
-  std::string master_name;         ///< `master` (type redis-sentinel): the monitored name
+  /// `nodes` (type redis-cluster): seed nodes, at least one; the slot map is asked of them.
+  std::vector<address> nodes;
+  std::string master_name;  ///< `master` (type redis-sentinel): the monitored name
   /// `sentinel_password_env`: name of the env variable holding the Sentinels' own password
   /// ("" = the Sentinels take no AUTH; the data nodes' password is `password_env`'s).
   std::string sentinel_password_env;

@@ -21,7 +21,13 @@ namespace sluice::limiter {
 std::string guarantee(config::algorithm a, const config::limit_params& p);
 
 /// The guarantee of a limit: its default parameters, then each plan override
-/// ("; plan pro: ..."), prefixed "shadow (never refuses): " for `mode: shadow`.
+/// ("; plan pro: ..."), prefixed "shadow (never refuses): " for `mode: shadow`, followed by
+/// cluster_caveat(l).
 std::string guarantee(const config::limit& l);
+
+/// "" unless `l.split_on_cluster`: then what a request decided over several hash slots of a
+/// Redis Cluster can cost this limit (store/redis_cluster_store.hpp, two steps), starting
+/// with "; ".
+std::string cluster_caveat(const config::limit& l);
 
 }  // namespace sluice::limiter

@@ -36,9 +36,16 @@ enum class error_kind : std::uint8_t {
   wrongtype,   ///< WRONGTYPE: a key of ours holds another type (a colliding key)
   noscript,    ///< NOSCRIPT: the script cache was flushed (loaded again, check re-sent)
   stale,       ///< STALE: a check the script refused as past its stale bound
-  other,       ///< any other error reply
+  // Redis Cluster (the specification, "Redirection and resharding", "Multi-key operations",
+  // and the cluster state section):
+  moved,        ///< MOVED: the slot is served by another master (followed, map updated)
+  ask,          ///< ASK: the slot is being migrated; this key is asked of the target
+  crossslot,    ///< CROSSSLOT: keys of several slots in one command (never sent by sluice)
+  tryagain,     ///< TRYAGAIN: a multi-key command during a slot's migration
+  clusterdown,  ///< CLUSTERDOWN: the cluster cannot serve (cluster_state:fail, slot unbound)
+  other,        ///< any other error reply
 };
-inline constexpr std::size_t error_kind_count = 10;
+inline constexpr std::size_t error_kind_count = 15;
 
 /// The label of an error kind ("READONLY", ..., "other").
 std::string_view error_kind_name(error_kind k);
@@ -72,6 +79,13 @@ struct store_stats {
   /// master name.
   std::uint64_t sentinel_unreachable = 0, sentinel_unknown_master = 0;
   std::uint64_t master_switches = 0;  ///< Sentinel store: `+switch-master` of our master followed
+  /// Cluster store: slot maps read and applied, and refreshes where no node gave one.
+  std::uint64_t topology_refreshes = 0, topology_failures = 0;
+  /// Cluster store: checks whose limits live in several slots (decided in two steps); of
+  /// those, the ones that left a slot charged for a request not admitted: a commit refused
+  /// after every peek admitted (a race), or a commit failed on a node after another slot's
+  /// went through.
+  std::uint64_t split_checks = 0, split_commit_refusals = 0, split_partial_commits = 0;
   std::array<std::uint64_t, error_kind_count> error_replies{};  ///< by error_kind
   bool connected = false;                                       ///< gauge
   breaker_state breaker = breaker_state::closed;                ///< gauge

@@ -76,6 +76,11 @@ struct key_layout {
   std::uint32_t hash_groups = 65536;
 };
 
+/// The Redis key that holds limit `l`'s bucket under `layout`: its group hash in the hash
+/// layout (sliding logs excepted), else the bucket key itself; KEYS[i] of
+/// append_check_command(). Its hash tag decides the bucket's cluster slot.
+std::string redis_key(const limiter::limit_check& l, const key_layout& layout);
+
 /// Appends everything after the script's SHA or the function's name for `req` under
 /// `layout`: numkeys, the KEYS (one per limit) and the ARGV documented at check(). Sliding-log
 /// buckets are never packed (a log is a list of its own). Returns the index in `out` of the

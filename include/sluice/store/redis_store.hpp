@@ -107,6 +107,29 @@ class redis_store final : public counter_store {
   boost::asio::awaitable<boost::system::result<limiter::check_outcome>> check(
       limiter::check_request req) override;
 
+  /// How the cluster store (redis_cluster_store) sends one check to this node.
+  struct routed_options {
+    /// Send `ASKING` right before the check (an `ASK` redirection: the Redis Cluster
+    /// specification, "ASK redirection"; the flag lasts one command, so a re-sent check gets
+    /// it again).
+    bool asking = false;
+    /// The check fails with store_timeout at this time if it is earlier than
+    /// `command_timeout` from now: what is left of the cluster check's own deadline.
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  };
+  /// A check's result with the server's error text: `ec` and `outcome` as check() gives them;
+  /// `error_reply` holds the error reply (at most 200 bytes) when the server answered one
+  /// (`MOVED 3999 127.0.0.1:7002`, `TRYAGAIN ...`), else is empty. `MOVED` and `ASK` replies fail
+  /// the check with store_error but count as answered for the breaker and are not logged here.
+  struct routed_result {
+    boost::system::error_code ec;
+    limiter::check_outcome outcome;
+    std::string error_reply;
+  };
+  /// check() with routed_options, for a node of a Redis Cluster. Never throws.
+  boost::asio::awaitable<routed_result> check_routed(limiter::check_request req,
+                                                     routed_options how);
+
   /// `HGET hash field` on this connection, under the same deadline (`command_timeout`),
   /// breaker and reconnection as the checks: the value, or nullopt when the hash has no
   /// such field. Errors as check()'s (store_unavailable, store_timeout, store_error,

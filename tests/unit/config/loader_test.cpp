@@ -220,16 +220,48 @@ TEST(design_example, as_written_loads_with_its_fixed_window) {
   EXPECT_EQ(r->plans.at("pro").limits.at(1).params.rate.count, 100000);
 }
 
-TEST(design_example, redis_cluster_is_parsed_and_reported_as_not_supported) {
+TEST(design_example, redis_cluster_needs_nodes_not_an_address) {
   std::string s = design_example_supported();
   s.replace(s.find("type: redis "), 12, "type: redis-cluster");
   EXPECT_EQ(diags(s),
-            std::vector<std::string>{
-                "rules.yaml:6: store.type: store type redis-cluster is not supported yet"});
+            (std::vector<std::string>{
+                "rules.yaml:6: store.nodes: type redis-cluster needs nodes: seed nodes of the "
+                "cluster (host:port list)",
+                "rules.yaml:7: store.address: type redis-cluster finds its masters through "
+                "store.nodes: remove address"}));
 }
 
 // ---------------------------------------------------------------------------------------------
 // Defaults and the less common spellings.
+
+TEST(defaults, a_cluster_store_with_its_nodes_and_split_limits) {
+  auto r = load_ok(
+      "upstreams: {api: {url: http://127.0.0.1:8081}}\n"
+      "store:\n"
+      "  type: redis-cluster\n"
+      "  nodes: [127.0.0.1:7000, \"node-b.example:7001\"]\n"
+      "  password_env: REDIS_PW\n"
+      "  timeout: 20ms\n"
+      "plans: {free: {limits: [{name: per_min, rate: 10/1m}]}}\n"
+      "routes:\n"
+      "  - name: a\n"
+      "    match: {path_prefix: /a}\n"
+      "    upstream: api\n"
+      "    limits: [{name: a_key, by: api_key, rate: 5/1s},\n"
+      "             {name: a_shadow, by: ip, rate: 5/1s, mode: shadow}]\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->store.type, store_settings::kind::redis_cluster);
+  EXPECT_TRUE(r->store.redis());
+  ASSERT_EQ(r->store.nodes.size(), 2u);
+  EXPECT_EQ(r->store.nodes[1].host, "node-b.example");
+  EXPECT_EQ(r->store.nodes[1].port, 7001);
+  EXPECT_EQ(r->store.timeout, 20ms);
+  // A plan limit and a route limit can be in one request: both may be split over slots
+  // (their stated guarantees say what that costs); a shadow limit never is.
+  EXPECT_TRUE(r->plans.at("free").limits.at(0).split_on_cluster);
+  EXPECT_TRUE(r->routes.at(0).limits.at(0).split_on_cluster);
+  EXPECT_FALSE(r->routes.at(0).limits.at(1).split_on_cluster);
+}
 
 TEST(defaults, a_sentinel_store_with_every_field) {
   auto r = load_ok(
@@ -1189,6 +1221,20 @@ const mistake mistake_table[] = {
       "rules.yaml:7: store.sentinel_timeout: sentinel_timeout 0ms is shorter than 1ms",
       "rules.yaml:8: store.address: type redis-sentinel finds the master through "
       "store.sentinels: remove address"}},
+    {"cluster_store_with_an_empty_list",
+     UP "store: {type: redis-cluster, nodes: []}\n",
+     {"rules.yaml:2: store.nodes: the list is empty: name at least one cluster node (host:port)"}},
+    {"cluster_store_with_bad_addresses",
+     UP "store:\n"
+        "  type: redis-cluster\n"
+        "  nodes: [127.0.0.1:7000, \"127.0.0.1:0\", nonsense]\n",
+     {"rules.yaml:4: store.nodes[1]: invalid address '127.0.0.1:0': port 0 is out of range "
+      "1..65535 (expected host:port, such as 0.0.0.0:8080 or \"[::1]:8080\")",
+      "rules.yaml:4: store.nodes[2]: invalid address 'nonsense': the port is missing (expected "
+      "host:port, such as 0.0.0.0:8080 or \"[::1]:8080\")"}},
+    {"nodes_on_a_plain_redis_store",
+     UP "store: {type: redis, nodes: [127.0.0.1:7000]}\n",
+     {"rules.yaml:2: store.nodes: applies only to type redis-cluster"}},
     {"sentinel_fields_on_a_plain_redis_store",
      UP "store: {type: redis, master: mymaster, sentinels: [127.0.0.1:26379]}\n",
      {"rules.yaml:2: store.sentinels: applies only to type redis-sentinel",

@@ -63,5 +63,17 @@ TEST(guarantee, a_limit_lists_plan_overrides_and_marks_shadow) {
   EXPECT_EQ(guarantee(l), "plan pro: exact: at most 100 units in any rolling 1m (sliding log)");
 }
 
+// On redis-cluster, a limit decided with others in other slots says what the two steps cost.
+TEST(guarantee, a_limit_split_over_cluster_slots_names_what_can_be_charged) {
+  config::limit l;
+  l.params = params(5, 60'000, 5);
+  const std::string alone = guarantee(l);
+  EXPECT_EQ(cluster_caveat(l), "");
+  l.split_on_cluster = true;
+  EXPECT_EQ(guarantee(l), alone + cluster_caveat(l));
+  EXPECT_NE(cluster_caveat(l).find("a refused request charges nothing"), std::string::npos);
+  EXPECT_NE(cluster_caveat(l).find("no refund"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace sluice::limiter

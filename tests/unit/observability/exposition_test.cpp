@@ -77,6 +77,11 @@ metrics_sample example() {
   s.store.sentinel_unreachable = 30;
   s.store.sentinel_unknown_master = 31;
   s.store.master_switches = 32;
+  s.store.topology_refreshes = 33;
+  s.store.topology_failures = 34;
+  s.store.split_checks = 35;
+  s.store.split_commit_refusals = 36;
+  s.store.split_partial_commits = 37;
   s.store_connections = 4;
   s.store_connected = 3;
   s.breaker = {2, 1, 1};
@@ -164,6 +169,12 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_store_sentinel_lookup_failures_total{reason=\"unknown_master\"} 31\n",
            "# TYPE sluice_store_master_switches_total counter\n",
            "sluice_store_master_switches_total 32\n",
+           "sluice_store_cluster_topology_refreshes_total{result=\"ok\"} 33\n",
+           "sluice_store_cluster_topology_refreshes_total{result=\"failed\"} 34\n",
+           "# TYPE sluice_store_split_checks_total counter\n",
+           "sluice_store_split_checks_total 35\n",
+           "sluice_store_split_charged_unadmitted_total{reason=\"commit_refused\"} 36\n",
+           "sluice_store_split_charged_unadmitted_total{reason=\"commit_failed\"} 37\n",
            "# TYPE sluice_store_connected gauge\n",
            "sluice_store_connected 3\n",
            "sluice_store_breaker_state{state=\"closed\"} 2\n",
@@ -195,7 +206,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 43u);
+  EXPECT_EQ(help, 46u);
   EXPECT_EQ(text.back(), '\n');
 }
 
