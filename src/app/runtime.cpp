@@ -158,6 +158,14 @@ runtime::runtime(std::string config_file, std::shared_ptr<const config::rules> r
     impl_->admin_at =
         asio::ip::tcp::endpoint{asio::ip::make_address(rules->admin_host), rules->admin_port};
   }
+  if (impl_->admin_at && !impl_->admin_at->address().is_loopback()) {
+    // The admin listener reloads rules and explains any key's state: no authentication of
+    // its own, so it belongs on loopback (or behind something that authenticates).
+    spdlog::warn(
+        "admin listener on {} is not a loopback address: anyone who can reach it can reload "
+        "the rules and read every route's limits and any caller's state",
+        impl_->admin_at->address().to_string());
+  }
   impl_->gw = std::make_unique<app::gateway>(std::move(rules), options.gateway);
   if (impl_->admin_at) {
     // The backend is the impl itself; the shared_ptr does not own it (the runtime does, and
