@@ -113,24 +113,9 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
   // identify (the directory is read, never written)
   identified id;
   presented p;
-  if (auto refused = present(*snap, head, ctx, r, p)) {
+  if (auto refused = co_await caller(*snap, head, ctx, r, p, id)) {
     out["outcome"] = verdict_json(*refused);
     co_return json::serialize(out);
-  }
-  if (r.preflight) {
-    id.who = identity::anonymous_caller(rules, p.client, p.client_text);
-    id.limits = &r.route->preflight;
-  } else {
-    if (!p.plan && !p.key.empty() && rules.identity.directory.enabled) {
-      auto looked = co_await directory_plan(rules.identity.directory, p.key);
-      p.directory_down = looked.unavailable;
-      p.plan = std::move(looked.plan);
-    }
-    if (auto refused = identify(*snap, head, p, id)) {
-      out["outcome"] = verdict_json(*refused);
-      co_return json::serialize(out);
-    }
-    id.limits = &r.route->for_plan(id.who.plan);
   }
   json::object caller;
   caller["identity"] = namespace_text(id.who);

@@ -151,21 +151,8 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   presented p;
   presented_at = &p;
   identified_at = &id;
-  if (auto refused = present(*snap, head, ctx, r, p)) co_return with_cors(std::move(*refused));
-  if (r.preflight) {
-    // A preflight carries no credentials (Fetch §3.2.2): never authenticated, never a 401;
-    // charged only to the limits that say so, keyed as the anonymous caller.
-    id.who = identity::anonymous_caller(rules, p.client, p.client_text);
-    id.limits = &r.route->preflight;
-  } else {
-    if (!p.plan && !p.key.empty() && rules.identity.directory.enabled) {
-      auto looked = co_await directory_plan(rules.identity.directory, p.key);
-      p.directory_down = looked.unavailable;
-      p.plan = std::move(looked.plan);
-    }
-    if (auto refused = identify(*snap, head, p, id)) co_return with_cors(std::move(*refused));
-    id.limits = &r.route->for_plan(id.who.plan);
-  }
+  if (auto refused = co_await caller(*snap, head, ctx, r, p, id))
+    co_return with_cors(std::move(*refused));
 
   // decide: one store check (no wait on the memory store).
   limiter::check_request check;
@@ -203,6 +190,28 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   decided_at = &decided;
   store_failed = !decided;
   co_return with_cors(respond(*snap, head, ctx, r, id, check, decided));
+}
+
+asio::awaitable<std::optional<http::verdict>> gateway_handler::caller(
+    const snapshot& snap, const http::request_head& head, const http::request_context& ctx,
+    const routed& r, presented& p, identified& id) {
+  const config::rules& rules = *snap.rules;
+  if (auto refused = present(snap, head, ctx, r, p)) co_return refused;
+  if (r.preflight) {
+    // A preflight carries no credentials (Fetch §3.2.2): never authenticated, never a 401;
+    // charged only to the limits that say so, keyed as the anonymous caller.
+    id.who = identity::anonymous_caller(rules, p.client, p.client_text);
+    id.limits = &r.route->preflight;
+    co_return std::nullopt;
+  }
+  if (!p.plan && !p.key.empty() && rules.identity.directory.enabled) {
+    auto looked = co_await directory_plan(rules.identity.directory, p.key);
+    p.directory_down = looked.unavailable;
+    p.plan = std::move(looked.plan);
+  }
+  if (auto refused = identify(snap, head, p, id)) co_return refused;
+  id.limits = &r.route->for_plan(id.who.plan);
+  co_return std::nullopt;
 }
 
 void gateway_handler::note(http::verdict& v, const http::request_context& ctx, const routed* r,

@@ -161,6 +161,14 @@ class gateway_handler final : public http::request_handler {
   std::optional<http::verdict> present(const snapshot& snap, const http::request_head& head,
                                        const http::request_context& ctx, const routed& r,
                                        presented& p);
+  /// Step 2 as a whole: present(), then for a preflight the anonymous caller and the
+  /// route's preflight limits, else the directory (when the snapshot does not know the key)
+  /// and identify(), and the caller's limits into `id`; or the refusal.
+  boost::asio::awaitable<std::optional<http::verdict>> caller(const snapshot& snap,
+                                                              const http::request_head& head,
+                                                              const http::request_context& ctx,
+                                                              const routed& r, presented& p,
+                                                              identified& id);
   /// Step 2b (after the directory, when decide() needed it): the caller into `out`, or a
   /// refusal (401 unknown key under `unknown_key: reject`, 400).
   std::optional<http::verdict> identify(const snapshot& snap, const http::request_head& head,
