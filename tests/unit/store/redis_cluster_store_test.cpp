@@ -437,7 +437,10 @@ TEST(cluster_store_failover, a_promoted_replica_is_followed_within_a_second) {
       static_cast<long long>(failover.count()), static_cast<long long>(followed.count()),
       static_cast<long long>(failed_late), static_cast<long long>(failed),
       static_cast<long long>(forgotten));
-  EXPECT_GE(forgotten, 0);
+  // -1: the one check in flight when the master died (checks go one at a time) ran and was
+  // replicated, but its reply was lost, so it counted as failed here and charged all the
+  // same (c10: a check whose reply never came may have counted). Never more than that.
+  EXPECT_GE(forgotten, -1);
   EXPECT_LE(forgotten, 5);  // replication was healthy: at most what was in flight
 }
 
