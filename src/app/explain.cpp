@@ -180,26 +180,13 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
     o["decision"] = "store unavailable: the route's failure policy applies";
     o["error"] = decided.error().message();
   } else {
-    bool shadow_refused = false;
-    std::string deciding;
-    std::int64_t retry = 0;
-    for (std::size_t i = 0; i < check.limits.size(); ++i) {
-      const auto& lo = decided->limits[i];
-      if (lo.admits) continue;
-      if (check.limits[i].shadow) {
-        shadow_refused = true;
-      } else if (lo.retry_after_ms >= retry) {
-        retry = lo.retry_after_ms;
-        deciding = prepared.limits[i]->name;
-      }
-    }
+    const outcome_summary sum = summarize(*decided, prepared.applied);
+    o["decision"] = sum.decision;
     if (!decided->allowed) {
-      o["decision"] = "limited";
       o["status"] = 429;
-      o["limit"] = deciding;  // the refusing limit that frees up last
-      o["retry_after_ms"] = retry;
-    } else {
-      o["decision"] = shadow_refused ? "shadow-limited" : "allowed";
+      if (sum.deciding < prepared.limits.size())
+        o["limit"] = prepared.limits[sum.deciding]->name;  // frees up last
+      o["retry_after_ms"] = sum.retry_after_ms;
     }
     o["store_time_ms"] = decided->now_ms;
   }

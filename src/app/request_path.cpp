@@ -248,24 +248,31 @@ void gateway_handler::note(http::verdict& v, const http::request_context& ctx, c
     }
   }
   if (!*decided || id == nullptr || id->limits == nullptr) return;
-  const auto& out = **decided;
-  const auto& applied = id->limits->applied;
+  const outcome_summary sum = summarize(**decided, id->limits->applied);
+  n.remaining = sum.remaining;
+  if (sum.deciding < id->limits->limits.size()) n.limit = id->limits->limits[sum.deciding]->name;
+  if (!store_failed) n.decision = sum.decision;
+}
+
+outcome_summary summarize(const limiter::check_outcome& out,
+                          const std::vector<limiter::applied_limit>& applied) {
+  outcome_summary sum;
   bool shadow_refused = false;
-  std::int64_t retry = -1;
   for (std::size_t i = 0; i < out.limits.size() && i < applied.size(); ++i) {
     const auto& lo = out.limits[i];
     if (applied[i].shadow) {
       if (!lo.admits) shadow_refused = true;
       continue;
     }
-    if (n.remaining < 0 || lo.remaining < n.remaining) n.remaining = lo.remaining;
-    if (!lo.admits && lo.retry_after_ms > retry) {
-      retry = lo.retry_after_ms;
-      n.limit = id->limits->limits[i]->name;
+    if (sum.remaining < 0 || lo.remaining < sum.remaining) sum.remaining = lo.remaining;
+    if (!lo.admits &&
+        (sum.deciding == outcome_summary{}.deciding || lo.retry_after_ms > sum.retry_after_ms)) {
+      sum.deciding = i;
+      sum.retry_after_ms = lo.retry_after_ms;
     }
   }
-  if (!store_failed)
-    n.decision = !out.allowed ? "limited" : shadow_refused ? "shadow-limited" : "allowed";
+  sum.decision = !out.allowed ? "limited" : shadow_refused ? "shadow-limited" : "allowed";
+  return sum;
 }
 
 bool gateway_handler::records() const {

@@ -88,6 +88,19 @@ struct shared_state {
   std::string access_key;
 };
 
+/// What a decided outcome says of the request as a whole, in the words the access log and
+/// `GET /admin/explain` use.
+struct outcome_summary {
+  const char* decision = "allowed";  ///< allowed, limited or shadow-limited
+  /// The refusing enforced limit that frees up last (the first of equals); npos when none.
+  std::size_t deciding = static_cast<std::size_t>(-1);
+  std::int64_t retry_after_ms = 0;  ///< the deciding limit's Retry-After
+  std::int64_t remaining = -1;      ///< the least Remaining of the enforced limits (-1: none)
+};
+/// Summarizes `out` for the limits `applied` (parallel to it; their shadow flags).
+outcome_summary summarize(const limiter::check_outcome& out,
+                          const std::vector<limiter::applied_limit>& applied);
+
 /// The gateway's request handler, one per worker.
 class gateway_handler final : public http::request_handler {
  public:

@@ -1,4 +1,4 @@
-// sluice-test-support: gateway_fixture upstream_server http_client runtime_fixture
+// sluice-test-support: gateway_fixture upstream_server http_client runtime_fixture redis_server
 // A real Prometheus (Debian's `prometheus`) scrapes a real gateway's admin listener with the
 // shipped configuration (docker/prometheus.yml, its target replaced, and its alerting rules
 // docker/sluice-alerts.yml): the scrape is up, the counters it stores equal the traffic sent,
@@ -8,10 +8,13 @@
 
 #include "harness.hpp"
 #include "support/child_process.hpp"
+#include "support/redis_server.hpp"
 #include "support/runtime_fixture.hpp"
 #include "support/temp_dir.hpp"
 
 #include <boost/json.hpp>
+#include <boost/url/encode.hpp>
+#include <boost/url/rfc/unreserved_chars.hpp>
 
 #include <chrono>
 #include <filesystem>
@@ -33,12 +36,6 @@ std::string read_file(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-std::uint16_t free_port() {
-  boost::asio::io_context ioc;
-  boost::asio::ip::tcp::acceptor a(ioc, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  return a.local_endpoint().port();
-}
-
 /// GET `path` on Prometheus's HTTP API: the JSON, or null when it does not answer.
 json::value api(std::uint16_t port, const std::string& path) {
   try {
@@ -51,23 +48,10 @@ json::value api(std::uint16_t port, const std::string& path) {
   }
 }
 
-std::string url_encode(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[4];
-      std::snprintf(buf, sizeof buf, "%%%02X", c);
-      out += buf;
-    }
-  }
-  return out;
-}
-
 /// An instant query: Prometheus's JSON answer.
 json::value query(std::uint16_t port, const std::string& promql) {
-  return api(port, "/api/v1/query?query=" + url_encode(promql));
+  return api(port,
+             "/api/v1/query?query=" + boost::urls::encode(promql, boost::urls::unreserved_chars));
 }
 
 constexpr const char* rules_yaml = R"(
@@ -111,7 +95,7 @@ TEST(prometheus, scrapes_the_admin_listener_and_evaluates_the_dashboard) {
   config = std::regex_replace(config, std::regex("- sluice-alerts\\.yml"),
                               "- " + (source_dir / "docker" / "sluice-alerts.yml").string());
   std::ofstream(dir.path / "prometheus.yml") << config;
-  const std::uint16_t port = free_port();
+  const std::uint16_t port = free_loopback_port();
   child_process server(
       {prometheus, "--config.file=" + (dir.path / "prometheus.yml").string(),
        "--storage.tsdb.path=" + (dir.path / "data").string(),
