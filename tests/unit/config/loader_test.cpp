@@ -1,6 +1,6 @@
 // sluice-test-support: http_client
-// (linked for SLUICE_SOURCE_DIR, which the support libraries define: the README test reads
-// README.md from the source tree)
+// (linked for SLUICE_SOURCE_DIR, which the support libraries define: the docs tests read
+// docs/operating.md from the source tree)
 #include "sluice/config/loader.hpp"
 
 #include "sluice/config/key_file.hpp"
@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -1587,24 +1588,57 @@ TEST(command_line, workers_are_checked_as_in_the_file) {
             std::vector<std::string>{"rules.yaml:1: workers: " + refused("-1")});
 }
 
-// README.md, "The rules file": its YAML example must stay a valid rules file.
-TEST(readme, the_rules_file_example_loads) {
-  std::ifstream in(SLUICE_SOURCE_DIR "/README.md");
-  ASSERT_TRUE(in) << "cannot read " SLUICE_SOURCE_DIR "/README.md";
-  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto section = readme.find("\n## The rules file\n");
-  ASSERT_NE(section, std::string::npos);
-  const auto open = readme.find("\n```yaml\n", section);
-  ASSERT_NE(open, std::string::npos);
-  const auto begin = open + 9;
-  const auto end = readme.find("\n```\n", begin);
-  ASSERT_NE(end, std::string::npos);
-  ASSERT_LT(open, readme.find("\n## ", section + 1)) << "no yaml block in the section";
-  const std::string yaml = readme.substr(begin, end + 1 - begin);
-  const load_result r = load_string(yaml, "README.md (The rules file)");
-  for (const auto& d : r.diagnostics) ADD_FAILURE() << d.to_string() << "\n" << yaml;
-  ASSERT_TRUE(r.ok());
-  EXPECT_FALSE(r.value->routes.empty());
+// docs/operating.md, the operators' guide: its rules file reference follows the loader's
+// order (loader::run(), one file per section in src/config/sections/), each section has an
+// example, and every ```yaml block of the guide is a complete rules file that loads.
+std::string operating_guide() {
+  std::ifstream in(SLUICE_SOURCE_DIR "/docs/operating.md");
+  EXPECT_TRUE(in) << "cannot read " SLUICE_SOURCE_DIR "/docs/operating.md";
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(docs, operating_yaml_examples_load) {
+  const std::string doc = operating_guide();
+  ASSERT_FALSE(doc.empty());
+  std::size_t blocks = 0;
+  bool example_has_routes = false;
+  const auto example = doc.find("\n### A complete example\n");
+  ASSERT_NE(example, std::string::npos);
+  const auto example_block = doc.find("\n```yaml\n", example);
+  for (auto open = doc.find("\n```yaml\n"); open != std::string::npos;
+       open = doc.find("\n```yaml\n", open + 1)) {
+    const auto begin = open + 9;
+    const auto end = doc.find("\n```\n", begin);
+    ASSERT_NE(end, std::string::npos) << "an unclosed yaml block after offset " << open;
+    const std::string yaml = doc.substr(begin, end + 1 - begin);
+    const auto line = 2 + std::count(doc.begin(), doc.begin() + static_cast<long>(open), '\n');
+    const load_result r = load_string(yaml, "docs/operating.md:" + std::to_string(line));
+    for (const auto& d : r.diagnostics) ADD_FAILURE() << d.to_string() << "\n" << yaml;
+    ++blocks;
+    if (open == example_block && r.ok()) example_has_routes = !r.value->routes.empty();
+  }
+  EXPECT_GE(blocks, 15u);
+  EXPECT_TRUE(example_has_routes) << "the complete example has no route";
+}
+
+TEST(docs, operating_reference_follows_the_loader_order) {
+  const std::string doc = operating_guide();
+  const auto reference = doc.find("\n## Rules file reference\n");
+  ASSERT_NE(reference, std::string::npos);
+  // The order of loader::run(): top-level fields, then one section after another.
+  const std::vector<std::string> sections{
+      "Top-level fields", "headers",  "client", "access_log", "store",
+      "upstreams",        "identity", "cors",   "plans",      "api_keys and api_keys_file",
+      "routes",           "limits"};
+  std::size_t at = reference;
+  for (const auto& name : sections) {
+    const auto heading = doc.find("\n### " + name + "\n", at);
+    ASSERT_NE(heading, std::string::npos) << "no '### " << name << "' after the previous section";
+    auto next = doc.find("\n### ", heading + 1);
+    if (next == std::string::npos) next = doc.size();
+    EXPECT_LT(doc.find("\n```yaml\n", heading), next) << "'### " << name << "' has no example";
+    at = heading + 1;
+  }
 }
 
 TEST(diagnostic, renders_file_line_path_message) {
