@@ -1,8 +1,9 @@
 # Install rules and the Debian package (CPack DEB) of the `sluice` executable.
 #
 # Installed: the binary, the service's rules file (config/service.yaml, a conffile in the
-# package), a systemd unit, README.md and the quick start's rules file as an example. Test and
-# benchmark executables are never installed.
+# package), a systemd unit, README.md with the operators' and the clients' guides (docs/, beside
+# it as in the source tree, so the README's links hold) and the quick start's rules file as an
+# example. Test and benchmark executables are never installed.
 #
 # The package is built from a tree configured with CMAKE_INSTALL_PREFIX=/usr (scripts/package):
 # GNUInstallDirs then puts the system configuration directory at /etc, and the unit names
@@ -40,6 +41,10 @@ install(FILES ${PROJECT_SOURCE_DIR}/config/service.yaml
         DESTINATION ${sluice_confdir} RENAME sluice.yaml)
 install(FILES ${PROJECT_BINARY_DIR}/packaging/sluice.service DESTINATION ${SLUICE_SYSTEMD_UNITDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# OPTIONAL: a build from a partial copy of the tree (a build context that holds only what the
+# compile reads) still installs; tests/packaging checks that the package has them.
+install(FILES ${PROJECT_SOURCE_DIR}/docs/operating.md ${PROJECT_SOURCE_DIR}/docs/clients.md
+        DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs OPTIONAL)
 install(FILES ${PROJECT_SOURCE_DIR}/config/sluice.yaml DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
 
 # --- Debian package ---------------------------------------------------------------------------

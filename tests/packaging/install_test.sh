@@ -24,8 +24,8 @@ pass() { echo "ok: $*"; }
 
 # The files a full install must hold, and nothing else (no test or benchmark executable).
 expected_files() {
-  printf '%s\n' "$binary" "$config" "$unit" "$docdir/README.md" "$docdir/examples/sluice.yaml" |
-    sort
+  printf '%s\n' "$binary" "$config" "$unit" "$docdir/README.md" "$docdir/docs/operating.md" \
+    "$docdir/docs/clients.md" "$docdir/examples/sluice.yaml" | sort
 }
 
 # check_tree ROOT WHAT: the file set under ROOT, the binary, the rules file and the unit.
