@@ -416,7 +416,7 @@ TEST(store_failure, idle_freeze_is_seen_by_readiness) {
   expect_row(w.get("/v1/closed"), 200, 100, 99, -1, -1, "decided by the store again");
 }
 
-// `store.local_share` is the one store setting a reload changes (README): the local bucket
+// `store.local_share` is a store setting a reload changes (docs/operating.md): the local bucket
 // decided after a store failure follows the new share at once.
 TEST(store_failure, local_share_follows_a_reload) {
   fault_world w(c11_rules, workers(1));

@@ -748,8 +748,8 @@ TEST_F(streaming, upstream_body_longer_than_its_length_is_cut_and_not_reused) {
   EXPECT_GT(scripted.accepts(), accepts_before);
 }
 
-// `max_response_body` (README): a declared length over it is 502 before any byte; a chunked
-// body that grows past it closes the client connection after the head, short of the body.
+// `max_response_body` (docs/operating.md): a declared length over it is 502 before any byte; a
+// chunked body that grows past it closes the client connection after the head, short of the body.
 TEST_F(streaming, response_over_max_response_body) {
   start(base_rules);
   auto a = exchange(port(), "GET /cap/length HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -769,7 +769,7 @@ TEST_F(streaming, response_over_max_response_body) {
 }
 
 // A refusal whose declared body is at most 64 KiB reads and drops the body and keeps the
-// connection (README): the next request on it is answered, and the body never is one.
+// connection (docs/operating.md): the next request on it is answered, and the body never is one.
 TEST_F(streaming, refused_short_body_is_dropped_and_the_connection_kept) {
   start(base_rules);
   ASSERT_TRUE(exchange(port(), "GET /v1/limited HTTP/1.1\r\nHost: x\r\n\r\n"));  // spends it

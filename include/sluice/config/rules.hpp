@@ -201,7 +201,7 @@ struct upstream {
 
 /// `client:` section: deadlines and caps for client connections, against slow and greedy
 /// clients (slowloris, idle connection floods). Read at start-up. Each default and its nginx
-/// and Envoy counterparts are in the README ("Slow and greedy clients").
+/// and Envoy counterparts are in docs/operating.md (rules file reference, "client").
 struct client_settings {
   /// `header_timeout:` the whole request head must arrive within this long of its first byte
   /// (of the accept, for a connection's first request). A partial head then gets

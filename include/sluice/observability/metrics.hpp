@@ -174,14 +174,19 @@ struct metrics_sample {
 ///   `sluice_store_breaker_transitions_total{to}` (open, half_open, closed),
 ///   `sluice_store_buckets` (gauge), `sluice_store_evictions_total` (memory store),
 ///   `sluice_store_error_replies_total{kind}` (READONLY, LOADING, MASTERDOWN, OOM, BUSY,
-///   NOPERM, WRONGTYPE, NOSCRIPT, STALE, other), `sluice_store_wrong_node_drops_total`,
+///   NOPERM, WRONGTYPE, NOSCRIPT, STALE, MOVED, ASK, CROSSSLOT, TRYAGAIN, CLUSTERDOWN, other),
+///   `sluice_store_wrong_node_drops_total`,
 ///   `sluice_store_sentinel_lookup_failures_total{reason}` (unreachable, unknown_master),
-///   `sluice_store_master_switches_total`, `sluice_store_clock_resends_total`,
+///   `sluice_store_master_switches_total`,
+///   `sluice_store_cluster_topology_refreshes_total{result}` (ok, failed),
+///   `sluice_store_split_checks_total`, `sluice_store_split_charged_unadmitted_total{reason}`
+///   (commit_refused, commit_failed), `sluice_store_clock_resends_total`,
 ///   `sluice_store_cached_refusals_total`, `sluice_store_connected`,
 ///   `sluice_store_breaker_state{state}` (closed, open, half_open: connections in that state),
 ///   `sluice_store_check_duration_seconds` (histogram);
 /// - `sluice_config_reloads_total{result}` (ok, failed), `sluice_config_generation`,
 ///   `sluice_config_last_reload_success_timestamp_seconds`;
+/// - `sluice_access_log_dropped_total` (lines dropped from the access log's full queue);
 /// - `sluice_plan_cache_lookups_total{result}` (hit, negative_hit, miss),
 ///   `sluice_plan_cache_evictions_total`;
 /// - `sluice_build_info{version}` (always 1).
