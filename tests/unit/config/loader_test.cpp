@@ -1612,7 +1612,8 @@ TEST(docs, operating_yaml_examples_load) {
     ASSERT_NE(end, std::string::npos) << "an unclosed yaml block after offset " << open;
     const std::string yaml = doc.substr(begin, end + 1 - begin);
     const auto line = 2 + std::count(doc.begin(), doc.begin() + static_cast<long>(open), '\n');
-    const load_result r = load_string(yaml, "docs/operating.md:" + std::to_string(line));
+    const load_result r =
+        load_string(yaml, "docs/operating.md, the yaml block at line " + std::to_string(line));
     for (const auto& d : r.diagnostics) ADD_FAILURE() << d.to_string() << "\n" << yaml;
     ++blocks;
     if (open == example_block && r.ok()) example_has_routes = !r.value->routes.empty();
