@@ -360,7 +360,7 @@ class admin_handler final : public http::buffered_handler {
           for (auto& line : r.diagnostics) d.emplace_back(line);
           o["diagnostics"] = std::move(d);
         }
-        return reply(v, r.ok ? bhttp::status::ok : bhttp::status::unprocessable_entity,
+        return reply(v, r.ok ? bhttp::status::ok : bhttp::status::bad_request,
                      json::serialize(o) + "\n", "application/json");
       }
       if (path == "/admin/explain") {

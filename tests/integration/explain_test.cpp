@@ -174,7 +174,7 @@ TEST(status_page, is_self_contained_and_reports_the_last_reload_error) {
     return std::string(std::istreambuf_iterator<char>(in), {});
   }();
   std::ofstream(w.rt.file()) << good << "\nroutes: oops\n";  // a duplicate key: refused
-  EXPECT_EQ(w.admin("/admin/reload", "POST").status, 422u);
+  EXPECT_EQ(w.admin("/admin/reload", "POST").status, 400u);
   config = json::parse(w.admin("/admin/config").body).as_object();
   ASSERT_TRUE(config.at("last_reload_error").is_string());
   EXPECT_NE(text(config.at("last_reload_error")).find("rules.yaml:"), std::string::npos)
