@@ -565,7 +565,13 @@ http::verdict gateway_handler::forward(const routed& r, const http::request_head
   f.upgrade = r.websocket;
   f.on_failure = [c = &counted](http::upstream_failure failure) {
     (failure == http::upstream_failure::timeout ? c->gateway_timeout : c->bad_gateway).add();
+    if (c->upstream) c->upstream->failures[static_cast<std::size_t>(failure)].add();
   };
+  if (counted.upstream) {
+    f.on_response_head = [u = counted.upstream](std::chrono::nanoseconds d) {
+      u->response.observe(d);
+    };
+  }
   return v;
 }
 
