@@ -83,9 +83,10 @@ struct fault_world {
   struct options {
     std::vector<std::string> redis_args;
     bool proxied = false;
-    unsigned workers = 1;     // c11: the 5 requests in flight share one store connection
-    std::string address;      // overrides the store address ("" = the server or the proxy)
-    std::string store_extra;  // appended inside the store mapping
+    unsigned workers = 1;          // c11: the 5 requests in flight share one store connection
+    std::string address;           // overrides the store address ("" = the server or the proxy)
+    std::string store_extra;       // appended inside the store mapping
+    std::string timeout = "50ms";  // store.timeout
   };
 
   fault_world(const std::string& yaml, options o) : redis(o.redis_args) {
@@ -95,7 +96,7 @@ struct fault_world {
       address = "127.0.0.1:" + std::to_string(proxy ? proxy->port() : redis.port());
     }
     const std::string store =
-        "{type: redis, address: \"" + address + "\", timeout: 50ms" + o.store_extra + "}";
+        "{type: redis, address: \"" + address + "\", timeout: " + o.timeout + o.store_extra + "}";
     gateway = std::make_unique<gateway_fixture>(
         substitute(yaml, {{"UPSTREAM_URL", upstream.url()}, {"STORE", store}}), o.workers);
   }
@@ -500,7 +501,11 @@ TEST(store_failure, killed_then_restarted_during_traffic) {
 // c10 part 1 (SCRIPT FLUSH: reloaded once, decided from the store's state) and part 3 (a
 // restart with AOF keeps the bucket: 429 with Remaining 0, never a 5xx or a refilled bucket).
 TEST(store_failure, c10_script_flush_then_restart_with_aof) {
-  fault_world w(c10_rules, redis_args({"--appendonly", "yes", "--appendfsync", "always"}));
+  // A deadline of 500 ms: with appendfsync always, the function library's reload is fsynced
+  // before the re-sent check runs, and a shared disk took longer than 50 ms (a fail-open).
+  auto o = redis_args({"--appendonly", "yes", "--appendfsync", "always"});
+  o.timeout = "500ms";
+  fault_world w(c10_rules, o);
   const header_list a = {{"X-API-Key", "key-a"}};
   schedule at;
   const auto loads = w.stats().store.script_loads;
