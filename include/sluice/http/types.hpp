@@ -23,6 +23,8 @@ namespace sluice::http {
 
 namespace beast_http = boost::beast::http;
 
+class client_tls;  // sluice/http/tls_context.hpp
+
 /// A request head as parsed from a client (method, target, version, fields); no body.
 using request_head = beast_http::request_header<>;
 /// A whole request with its body in memory (the admin listener, tests).
@@ -47,6 +49,7 @@ enum class upstream_failure {
   malformed,    ///< the response head (or chunk framing) is not HTTP/1.1: 502
   too_large,    ///< the response body is over the route's max_response_body: 502
   body_failed,  ///< the body broke off after the head was relayed (client connection closed)
+  tls,          ///< the TLS handshake with an https upstream failed (certificate, version): 502
 };
 
 /// The instruction to relay a request to an upstream, made by the handler from the head.
@@ -54,6 +57,8 @@ enum class upstream_failure {
 /// a rules snapshot outlives the decision.
 struct forward_plan {
   std::shared_ptr<const config::upstream> upstream;  ///< where to (one per snapshot and name)
+  /// The upstream's TLS, for an https upstream (one per snapshot and name); null: plain TCP.
+  std::shared_ptr<const client_tls> upstream_tls;
   std::string target;                                ///< origin-form target for the upstream hop
   std::string client_address;                        ///< appended to X-Forwarded-For
   bool limited = false;                              ///< strip the upstream's own rate-limit fields
