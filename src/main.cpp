@@ -62,9 +62,9 @@ std::string summary(const sluice::config::rules& r) {
                  ? ", buckets in " + std::to_string(r.store.hash_groups) + " hashes per limit"
                  : ", one key per bucket";
   }
-  std::string text = std::to_string(r.routes.size()) + " routes, " +
-                     std::to_string(names.size()) + " limits, " + std::to_string(r.plans.size()) +
-                     " plans, " + std::to_string(r.api_keys.size()) + " API keys, " +
+  std::string text = std::to_string(r.routes.size()) + " routes, " + std::to_string(names.size()) +
+                     " limits, " + std::to_string(r.plans.size()) + " plans, " +
+                     std::to_string(r.api_keys.size()) + " API keys, " +
                      std::to_string(r.upstreams.size()) + " upstreams; store: " + store;
   if (r.tls.enabled) {
     text += "; TLS with " + std::to_string(r.tls.certificates.size()) + " certificate" +

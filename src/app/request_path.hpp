@@ -36,7 +36,7 @@ namespace sluice::app {
 /// What one route needs per request, prepared once per snapshot.
 struct compiled_route {
   const config::route* route = nullptr;
-  std::shared_ptr<const config::upstream> upstream;  ///< resolved once, not by name
+  std::shared_ptr<const config::upstream> upstream;      ///< resolved once, not by name
   std::shared_ptr<const http::client_tls> upstream_tls;  ///< an https upstream's; else null
   /// The limits a caller of each plan gets on this route (the plan's, then the route's, one
   /// per name, case c15) with their bucket parameters: parallel to the check's limits.

@@ -66,7 +66,10 @@ void log_failure(upstream_failure f, const config::upstream& up, const error_cod
   if (!throttles[static_cast<std::size_t>(f)].admit(suppressed)) return;
   spdlog::warn("upstream {} ({}:{}): {} ({}) ({} similar lines suppressed)", up.name, up.host,
                up.port, describe(f).detail,
-               !detail.empty() ? detail : ec ? ec.message() : std::string("-"), suppressed);
+               !detail.empty() ? detail
+               : ec            ? ec.message()
+                               : std::string("-"),
+               suppressed);
 }
 
 /// The kind of fault a failed read of the response head is.
@@ -277,9 +280,9 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     pool.count_failure();
     if (plan.on_failure) plan.on_failure(f);
     const auto text = describe(f);
-    out.answer = problem(version, text.status, text.title,
-                         detail.empty() ? std::string(text.detail)
-                                        : std::string(text.detail) + ": " + detail);
+    out.answer = problem(
+        version, text.status, text.title,
+        detail.empty() ? std::string(text.detail) : std::string(text.detail) + ": " + detail);
     for (const auto& [name, value] : plan.response_fields) out.answer->set(name, value);
   };
 

@@ -65,6 +65,7 @@
 #include "sluice/http/tls_context.hpp"
 #include "sluice/log_throttle.hpp"
 
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -83,7 +84,6 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/beast/http/write.hpp>
-#include <openssl/ssl.h>
 
 #include <sys/socket.h>
 

@@ -14,12 +14,12 @@
 
 #include "sluice/http/tls_context.hpp"
 
-#include <spdlog/spdlog.h>
-#include <boost/asio/ip/address.hpp>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/ip/address.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -166,7 +166,8 @@ std::string time_text(const ASN1_TIME* t) {
 /// Why certificate `x` (position `i` of its chain) is not valid now, or "".
 std::string validity_problem(X509* x, std::size_t i) {
   const std::string which =
-      i == 0 ? "the certificate" : "chain certificate " + std::to_string(i) + " (" + subject_of(x) + ")";
+      i == 0 ? "the certificate"
+             : "chain certificate " + std::to_string(i) + " (" + subject_of(x) + ")";
   if (X509_cmp_current_time(X509_get0_notAfter(x)) < 0)
     return which + " expired on " + time_text(X509_get0_notAfter(x));
   if (X509_cmp_current_time(X509_get0_notBefore(x)) > 0)
@@ -255,15 +256,17 @@ std::shared_ptr<const server_tls> server_tls::build(const config::listener_tls& 
   problem_sink sink{source, problems};
   ERR_clear_error();
 
-  // The passphrase of encrypted keys.
+  // The passphrase of encrypted keys (a problem with its source is reported once, not again
+  // for each key it would have decrypted).
   std::optional<std::string> passphrase;
+  const std::size_t before_passphrase = problems.size();
   if (!settings.key_passphrase_env.empty()) {
     if (const char* v = std::getenv(settings.key_passphrase_env.c_str())) {
       passphrase = v;
     } else {
-      problems.push_back({source, settings.line, "tls.key_passphrase_env",
-                          "the environment variable " + settings.key_passphrase_env +
-                              " is not set"});
+      problems.push_back(
+          {source, settings.key_passphrase_env_line, "tls.key_passphrase_env",
+           "the environment variable " + settings.key_passphrase_env + " is not set"});
       sink.any = true;
     }
   }
@@ -283,6 +286,8 @@ std::shared_ptr<const server_tls> server_tls::build(const config::listener_tls& 
       sink.add(f, why);
     }
   }
+
+  const bool passphrase_failed = problems.size() != before_passphrase;
 
   // The client CAs: one store and one name list, given to every context.
   store_ptr ca_store;
@@ -336,12 +341,15 @@ std::shared_ptr<const server_tls> server_tls::build(const config::listener_tls& 
     pkey_ptr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, passphrase_cb, &ps));
     if (!key) {
       const auto reason = openssl_reason();
-      if (ps.asked && !passphrase) {
+      if (ps.asked && !passphrase && passphrase_failed) {
+        // The passphrase's source failed, and is reported already.
+      } else if (ps.asked && !passphrase) {
         sink.add(cert.key,
                  "the key is encrypted: give its passphrase with tls.key_passphrase_env or "
                  "tls.key_passphrase_file");
       } else if (ps.asked) {
-        sink.add(cert.key, "the key cannot be decrypted with the passphrase given (" + reason + ")");
+        sink.add(cert.key,
+                 "the key cannot be decrypted with the passphrase given (" + reason + ")");
       } else {
         sink.add(cert.key, "holds no PEM private key (" + reason + ")");
       }

@@ -7,28 +7,39 @@
 
 #include "sluice/http/tls_failure.hpp"
 
-#include <boost/asio/error.hpp>
-#include <boost/asio/ssl/error.hpp>
-#include <boost/beast/core/error.hpp>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
+#include <boost/asio/error.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/beast/core/error.hpp>
 
 namespace sluice::http {
 
 const char* label(tls_failure f) noexcept {
   switch (f) {
-    case tls_failure::timeout: return "timeout";
-    case tls_failure::closed: return "closed";
-    case tls_failure::not_tls: return "not_tls";
-    case tls_failure::protocol_version: return "protocol_version";
-    case tls_failure::no_shared_cipher: return "no_shared_cipher";
-    case tls_failure::no_application_protocol: return "no_application_protocol";
-    case tls_failure::no_certificate: return "no_certificate";
-    case tls_failure::bad_certificate: return "bad_certificate";
-    case tls_failure::name_mismatch: return "name_mismatch";
-    case tls_failure::peer_alert: return "peer_alert";
-    case tls_failure::other: return "other";
+    case tls_failure::timeout:
+      return "timeout";
+    case tls_failure::closed:
+      return "closed";
+    case tls_failure::not_tls:
+      return "not_tls";
+    case tls_failure::protocol_version:
+      return "protocol_version";
+    case tls_failure::no_shared_cipher:
+      return "no_shared_cipher";
+    case tls_failure::no_application_protocol:
+      return "no_application_protocol";
+    case tls_failure::no_certificate:
+      return "no_certificate";
+    case tls_failure::bad_certificate:
+      return "bad_certificate";
+    case tls_failure::name_mismatch:
+      return "name_mismatch";
+    case tls_failure::peer_alert:
+      return "peer_alert";
+    case tls_failure::other:
+      return "other";
   }
   return "other";
 }

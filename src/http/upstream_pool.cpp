@@ -27,6 +27,8 @@
 #include "sluice/http/headers.hpp"
 #include "sluice/http/tls_context.hpp"
 
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -38,8 +40,6 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/beast/http/write.hpp>
-#include <openssl/ssl.h>
-#include <openssl/x509_vfy.h>
 
 #include <sys/socket.h>
 

@@ -190,9 +190,9 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                          "not_tls, protocol_version, no_shared_cipher, no_application_protocol, "
                          "no_certificate, bad_certificate, name_mismatch, peer_alert, other).",
                          MetricType::Counter);
-    for (const auto& [side, t] : {std::pair<const char*, const tls_handshake_counts&>{
-                                      "listener", s.tls_listener},
-                                  {"upstream", s.tls_upstream}}) {
+    for (const auto& [side, t] :
+         {std::pair<const char*, const tls_handshake_counts&>{"listener", s.tls_listener},
+          {"upstream", s.tls_upstream}}) {
       add_counter(done, d(t.completed), {{"side", side}});
       for (std::size_t i = 0; i < t.failed.size(); ++i) {
         add_counter(failed, d(t.failed[i]),

@@ -247,6 +247,7 @@ struct listener_tls {
   /// none); `key_passphrase_file:` a file holding it (refused when group or others may read
   /// or write it). At most one of the two.
   std::string key_passphrase_env;
+  int key_passphrase_env_line = 0;
   file_ref key_passphrase_file;
   int line = 0;  ///< of the `tls:` key
   bool operator==(const listener_tls&) const = default;

@@ -41,7 +41,7 @@ tls_failure classify_tls_failure(const boost::system::error_code& ec, long verif
 
 /// Handshake counters of one side, one writer thread (the worker), any reader.
 struct tls_counters {
-  std::atomic<std::uint64_t> handshakes{0};  ///< completed handshakes
+  std::atomic<std::uint64_t> handshakes{0};                              ///< completed handshakes
   std::array<std::atomic<std::uint64_t>, tls_failure_count> failures{};  ///< by tls_failure
 
   /// Counts one failure (owner thread only: no locked instruction).

@@ -59,9 +59,9 @@ struct forward_plan {
   std::shared_ptr<const config::upstream> upstream;  ///< where to (one per snapshot and name)
   /// The upstream's TLS, for an https upstream (one per snapshot and name); null: plain TCP.
   std::shared_ptr<const client_tls> upstream_tls;
-  std::string target;                                ///< origin-form target for the upstream hop
-  std::string client_address;                        ///< appended to X-Forwarded-For
-  bool limited = false;                              ///< strip the upstream's own rate-limit fields
+  std::string target;          ///< origin-form target for the upstream hop
+  std::string client_address;  ///< appended to X-Forwarded-For
+  bool limited = false;        ///< strip the upstream's own rate-limit fields
   /// Fields added to the relayed response (the quota headers), in order; the names are of
   /// static storage (literals).
   std::vector<std::pair<std::string_view, std::string>> response_fields;
