@@ -240,6 +240,12 @@ TEST(tls, curl_with_the_test_ca_reaches_the_upstream_over_https) {
                              w.dir.path);
   EXPECT_EQ(untrusted.status, 60) << untrusted.err;  // CURLE_PEER_FAILED_VERIFICATION
   EXPECT_EQ(w.upstream.request_count(), 1u);
+
+  // /admin/config names the files in force.
+  const auto config = json::parse(gw.admin("/admin/config").body).as_object();
+  const auto& tls = config.at("tls").as_object();
+  EXPECT_EQ(str(tls.at("certificates").as_array().at(1).as_object(), "cert"), w.b.cert.string());
+  EXPECT_EQ(str(tls, "verify_client"), "off");
 }
 
 TEST(tls, python_ssl_speaks_tls13_and_tls12_with_alpn_http11) {
@@ -622,6 +628,10 @@ TEST(tls, an_https_upstream_is_verified_against_its_ca_file_and_pooled) {
     }
     const auto m = gw.admin("/metrics").body;
     EXPECT_EQ(metric(m, "sluice_tls_handshakes_total{side=\"upstream\"}"), 1.0) << m;
+    const auto config = json::parse(gw.admin("/admin/config").body).as_object();
+    const auto& api = config.at("upstreams").as_object().at("api").as_object();
+    EXPECT_EQ(str(api, "ca_file"), w.ca.cert().string());
+    EXPECT_TRUE(api.at("verify").as_bool());
   }
 }
 
