@@ -670,6 +670,8 @@ TEST(tls, an_https_upstream_whose_certificate_does_not_match_is_502_saying_why) 
         << r.url << r.extra << ": " << res.body;
     const auto m = gw.admin("/metrics").body;
     EXPECT_EQ(metric(m, failures("upstream", r.reason)), 1.0) << r.url << "\n" << m;
+    EXPECT_EQ(metric(m, "sluice_upstream_failures_total{upstream=\"api\",cause=\"tls\"}"), 1.0)
+        << r.url;
     EXPECT_EQ(metric(m, "sluice_tls_handshakes_total{side=\"upstream\"}"), 0.0) << r.url;
   }
 }
