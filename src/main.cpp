@@ -137,6 +137,8 @@ int main(int argc, char** argv) {
   sluice::app::runtime_options options;
   if (!read_overrides(vm, options.gateway)) return 2;
   if (vm.count("check-config")) {
+    // Warnings of the check (an upstream with `verify: false`) go to stderr, as at start.
+    sluice::observability::setup_logging(vm["log-level"].as<std::string>());
     const auto file = vm["check-config"].as<std::string>();
     std::shared_ptr<const sluice::http::tls_bundle> tls;
     auto r = load_with_tls(file, tls);
