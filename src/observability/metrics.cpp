@@ -187,10 +187,11 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                           "Time from sending the request head to an upstream to reading its "
                           "response head, by upstream (nginx's $upstream_header_time), seconds.",
                           MetricType::Histogram);
-    auto failures = family("sluice_upstream_failures_total",
-                           "Exchanges with an upstream that failed, by upstream and cause "
-                           "(unreachable, timeout, closed, malformed, too_large, body_failed, tls).",
-                           MetricType::Counter);
+    auto failures =
+        family("sluice_upstream_failures_total",
+               "Exchanges with an upstream that failed, by upstream and cause "
+               "(unreachable, timeout, closed, malformed, too_large, body_failed, tls).",
+               MetricType::Counter);
     for (const auto& u : s.upstreams) {
       add_histogram(latency, u.response, {{"upstream", u.upstream}});
       for (std::size_t k = 0; k < u.failures.size(); ++k) {
