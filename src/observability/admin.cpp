@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
@@ -325,6 +326,18 @@ bool parse_explain_query(std::string_view target, explain_query& q, std::string&
     bad = "explain needs path= starting with '/'";
     return false;
   }
+  if (!q.method.empty() && bhttp::string_to_verb(q.method) == bhttp::verb::unknown) {
+    bad = "explain: method '" + q.method + "' is not an HTTP method";
+    return false;
+  }
+  if (!q.ip.empty()) {
+    boost::system::error_code ec;
+    asio::ip::make_address(q.ip, ec);
+    if (ec) {
+      bad = "explain: ip '" + q.ip + "' is not an IP address (IPv4, or IPv6 without brackets)";
+      return false;
+    }
+  }
   return true;
 }
 
@@ -385,7 +398,7 @@ class admin_handler final : public http::buffered_handler {
           for (auto& line : r.diagnostics) d.emplace_back(line);
           o["diagnostics"] = std::move(d);
         }
-        return reply(v, r.ok ? bhttp::status::ok : bhttp::status::unprocessable_entity,
+        return reply(v, r.ok ? bhttp::status::ok : bhttp::status::bad_request,
                      json::serialize(o) + "\n", "application/json");
       }
       if (path == "/admin/explain") {

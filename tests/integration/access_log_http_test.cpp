@@ -41,6 +41,11 @@ routes:
     upstream: api
     limits:
       - {name: items_key, by: api_key, rate: 2/1m, burst: 2}
+  - name: shadowed
+    match: {path_prefix: /v1/shadowed}
+    upstream: api
+    limits:
+      - {name: shadow_key, by: api_key, rate: 1/1m, burst: 1, mode: shadow}
   - name: open
     match: {path_prefix: /open}
     upstream: api
@@ -120,40 +125,20 @@ TEST(access_log_http, every_decision_kind_with_its_fields) {
   upstream_server upstream;
   const fs::path log = dir.path / "working.log";
   {
-    runtime_fixture rt(substitute(R"(
-listen: 127.0.0.1:0
-access_log: {path: LOG, format: json}
-store: {type: memory}
-identity: {api_key: {header: X-API-Key}}
-plans: {free: {limits: []}}
-api_keys: {key-a: free}
-upstreams: {api: {url: UPSTREAM_URL}}
-routes:
-  - name: items
-    match: {path_prefix: /v1/items}
-    upstream: api
-    limits:
-      - {name: items_key, by: api_key, rate: 1/1m, burst: 1}
-  - name: shadowed
-    match: {path_prefix: /v1/shadowed}
-    upstream: api
-    limits:
-      - {name: shadow_key, by: api_key, rate: 1/1m, burst: 1, mode: shadow}
-  - name: open
-    match: {path_prefix: /open}
-    upstream: api
-)",
-                                  {{"LOG", log.string()}, {"UPSTREAM_URL", upstream.url()}}));
+    runtime_fixture rt(substitute(
+        rules_yaml, {{"LOG", log.string()}, {"FORMAT", "json"}, {"UPSTREAM_URL", upstream.url()}}));
     const header_list key{{"X-API-Key", "key-a"}};
+    EXPECT_EQ(get(rt.port(), "/v1/items", key).status, 200u);
     EXPECT_EQ(get(rt.port(), "/v1/items", key).status, 200u);
     EXPECT_EQ(get(rt.port(), "/v1/items", key).status, 429u);
     EXPECT_EQ(get(rt.port(), "/v1/shadowed", key).status, 200u);
     EXPECT_EQ(get(rt.port(), "/v1/shadowed", key).status, 200u);  // the shadow limit refuses
     EXPECT_EQ(get(rt.port(), "/open", key).status, 200u);
-    const auto lines = wait_lines(log, 5);
-    ASSERT_EQ(lines.size(), 5u);
+    const auto lines = wait_lines(log, 6);
+    ASSERT_EQ(lines.size(), 6u);
     std::vector<json::object> l;
     for (const auto& line : lines) l.push_back(json::parse(line).as_object());
+    l.erase(l.begin());  // the first of the two admitted (Remaining 1)
     EXPECT_EQ(text(l[0].at("decision")), "allowed");
     EXPECT_EQ(l[0].at("remaining").as_int64(), 0);
     EXPECT_TRUE(l[0].at("limit").is_null());

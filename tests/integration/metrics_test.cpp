@@ -143,6 +143,20 @@ struct metrics_world {
     EXPECT_EQ(r.header("Content-Type"), "text/plain; version=0.0.4");
     return parse(r.body);
   }
+  /// `promtool check metrics` (Debian's prometheus package) on a scrape: it parses the text
+  /// as Prometheus does and lints names, units, HELP and histograms; no finding is allowed.
+  void expect_promtool_clean() const {
+    if (!fs::exists("/usr/bin/promtool")) GTEST_SKIP() << "prometheus is not installed";
+    const fs::path scraped = dir.path / "scrape.txt", findings = dir.path / "promtool.txt";
+    std::ofstream(scraped) << admin("GET", "/metrics").body;
+    const int rc = std::system(("/usr/bin/promtool check metrics < " + scraped.string() + " > " +
+                                findings.string() + " 2>&1")
+                                   .c_str());
+    std::ifstream in(findings);
+    const std::string said(std::istreambuf_iterator<char>(in), {});
+    EXPECT_EQ(rc, 0) << said;
+    EXPECT_EQ(said, "") << "promtool check metrics";
+  }
 
   store_kind kind;
   std::unique_ptr<redis_server> redis;
@@ -352,7 +366,7 @@ TEST_P(metrics_cases, counts_every_decision_exactly) {
   // Counts carry over a reload (they follow the route's name).
   EXPECT_EQ(m2.at(req("search", "allowed")), 3);
   std::ofstream(w.file, std::ios::trunc) << "routes: [nonsense\n";
-  EXPECT_EQ(w.admin("POST", "/admin/reload").status, 422u);
+  EXPECT_EQ(w.admin("POST", "/admin/reload").status, 400u);
   auto m3 = w.metrics();
   EXPECT_EQ(m3.at("sluice_config_generation"), 2);
   EXPECT_EQ(m3.at("sluice_config_reloads_total{result=\"failed\"}"), 1);
@@ -360,6 +374,7 @@ TEST_P(metrics_cases, counts_every_decision_exactly) {
 
   // Only GET and HEAD.
   EXPECT_EQ(w.admin("POST", "/metrics").status, 405u);
+  w.expect_promtool_clean();
 }
 
 INSTANTIATE_TEST_SUITE_P(stores, metrics_cases,
@@ -546,6 +561,7 @@ TEST(metrics_store_failure, frozen_then_killed_redis) {
   expect_matches(m, t, local_applied);
   EXPECT_GT(m.at("sluice_store_reconnects_total"), reconnects);
   EXPECT_EQ(m.at("sluice_store_connected"), 1);
+  w.expect_promtool_clean();  // with fail_open, fail_closed, local, breaker and reconnects
 }
 
 }  // namespace

@@ -339,7 +339,7 @@ TEST_P(reload_cases, c05_zero_limit_reload_is_refused_and_v1_stays) {
              "plans: {pro: {rate: 5/1m, burst: 5}, free: {rate: 0/1m, burst: 0}}");
   write_in_place(file, v2);
   auto r = w.admin("POST", "/admin/reload");
-  EXPECT_EQ(r.status, 422u) << r.body;
+  EXPECT_EQ(r.status, 400u) << r.body;
   EXPECT_EQ(r.header("Content-Type"), "application/json");
   auto body = boost::json::parse(r.body).as_object();
   EXPECT_EQ(body.at("reloaded").as_bool(), false);
@@ -645,7 +645,7 @@ TEST_P(reload_cases, admin_endpoints) {
   // An unreadable file is refused like an invalid one.
   fs::remove(file);
   auto gone = w.admin("POST", "/admin/reload");
-  EXPECT_EQ(gone.status, 422u);
+  EXPECT_EQ(gone.status, 400u);
   EXPECT_NE(gone.body.find("cannot read file"), std::string::npos) << gone.body;
   EXPECT_EQ(w.stats().generation, 2u);
   EXPECT_EQ(w.stats().reload_failures, 1u);

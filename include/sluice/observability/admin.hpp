@@ -95,7 +95,7 @@ std::string_view status_page_html() noexcept;
 /// - `GET /healthz`: 200 `ok` while the process serves.
 /// - `GET /readyz`: 200 `ready` when the backend is ready, else 503 `not ready`.
 /// - `GET /admin/config`: 200, config_json().
-/// - `POST /admin/reload`: 200 `{"reloaded":true,"generation":N}`, or 422
+/// - `POST /admin/reload`: 200 `{"reloaded":true,"generation":N}`, or 400
 ///   `{"reloaded":false,"generation":N,"diagnostics":[...]}` (the running config stays).
 /// - `GET /admin/explain?path=P[&method=M][&api_key=K][&ip=A][&header.NAME=V...]`: 200 with
 ///   what a request would get now — route, caller, plan, each limit's state and the decision —
