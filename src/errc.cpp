@@ -32,6 +32,8 @@ class category final : public boost::system::error_category {
         return "upstream timed out";
       case errc::upstream_protocol:
         return "malformed upstream response";
+      case errc::upstream_tls:
+        return "upstream TLS handshake failed";
       case errc::config_invalid:
         return "invalid rules file";
       case errc::conflicting_values:

@@ -3,6 +3,7 @@
 
 #include "sluice/app/runtime.hpp"
 #include "sluice/config/loader.hpp"
+#include "sluice/http/tls_context.hpp"
 #include "sluice/limiter/guarantee.hpp"
 #include "sluice/observability/log.hpp"
 #include "sluice/version.hpp"
@@ -30,6 +31,18 @@ void print_diagnostics(const sluice::config::load_result& r) {
   for (const auto& d : r.diagnostics) std::cerr << d.to_string() << '\n';
 }
 
+/// Loads the rules file and builds its TLS contexts: a certificate, key or CA file that is
+/// missing, unreadable, expired or mismatched is one more diagnostic (and no value).
+sluice::config::load_result load_with_tls(const std::string& file,
+                                          std::shared_ptr<const sluice::http::tls_bundle>& tls) {
+  auto r = sluice::config::load_file(file);
+  if (r.ok()) {
+    tls = sluice::http::build_tls(*r.value, r.diagnostics);
+    if (!tls) r.value = nullptr;
+  }
+  return r;
+}
+
 std::string summary(const sluice::config::rules& r) {
   std::set<std::string> names;
   for (const auto& [_, p] : r.plans)
@@ -49,10 +62,15 @@ std::string summary(const sluice::config::rules& r) {
                  ? ", buckets in " + std::to_string(r.store.hash_groups) + " hashes per limit"
                  : ", one key per bucket";
   }
-  return std::to_string(r.routes.size()) + " routes, " + std::to_string(names.size()) +
-         " limits, " + std::to_string(r.plans.size()) + " plans, " +
-         std::to_string(r.api_keys.size()) + " API keys, " + std::to_string(r.upstreams.size()) +
-         " upstreams; store: " + store;
+  std::string text = std::to_string(r.routes.size()) + " routes, " + std::to_string(names.size()) +
+                     " limits, " + std::to_string(r.plans.size()) + " plans, " +
+                     std::to_string(r.api_keys.size()) + " API keys, " +
+                     std::to_string(r.upstreams.size()) + " upstreams; store: " + store;
+  if (r.tls.enabled) {
+    text += "; TLS with " + std::to_string(r.tls.certificates.size()) + " certificate" +
+            (r.tls.certificates.size() == 1 ? "" : "s");
+  }
+  return text;
 }
 
 /// Checks `--listen`, `--admin` and `--workers` with the rules file's own parsers (the same
@@ -119,8 +137,11 @@ int main(int argc, char** argv) {
   sluice::app::runtime_options options;
   if (!read_overrides(vm, options.gateway)) return 2;
   if (vm.count("check-config")) {
+    // Warnings of the check (an upstream with `verify: false`) go to stderr, as at start.
+    sluice::observability::setup_logging(vm["log-level"].as<std::string>());
     const auto file = vm["check-config"].as<std::string>();
-    auto r = sluice::config::load_file(file);
+    std::shared_ptr<const sluice::http::tls_bundle> tls;
+    auto r = load_with_tls(file, tls);
     if (!r.ok()) {
       print_diagnostics(r);
       std::cerr << file << ": " << r.diagnostics.size() << " error(s)\n";
@@ -147,7 +168,8 @@ int main(int argc, char** argv) {
 
   sluice::observability::setup_logging(vm["log-level"].as<std::string>());
   const auto file = vm["config"].as<std::string>();
-  auto loaded = sluice::config::load_file(file);
+  std::shared_ptr<const sluice::http::tls_bundle> tls;
+  auto loaded = load_with_tls(file, tls);
   if (!loaded.ok()) {
     print_diagnostics(loaded);
     std::cerr << file << ": not started: " << loaded.diagnostics.size() << " error(s)\n";
@@ -162,7 +184,7 @@ int main(int argc, char** argv) {
     boost::asio::signal_set stop_signals(main_ioc, SIGINT, SIGTERM);
     boost::asio::signal_set hup(main_ioc, SIGHUP);
     boost::asio::signal_set usr1(main_ioc, SIGUSR1);
-    sluice::app::runtime rt(file, loaded.value, options);
+    sluice::app::runtime rt(file, loaded.value, options, std::move(tls));
     rt.start();
     auto& gw = rt.gateway();
     spdlog::info("sluice {} listening on {} ({})", sluice::version,

@@ -29,6 +29,9 @@ enum class errc {
   /// Identity (400): the API key query parameter has a malformed percent-escape or a NUL.
   malformed_value,
   unknown_key,  ///< identity (401): `unknown_key: reject` and the key is absent or unknown
+  /// The TLS handshake with an https upstream failed (its certificate did not verify, no
+  /// common protocol version...): 502.
+  upstream_tls,
 };
 
 /// The category of sluice::errc; its name is "sluice".

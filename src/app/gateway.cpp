@@ -58,6 +58,24 @@ std::int64_t unix_ms_now() {
       .count();
 }
 
+/// `given`, else the TLS contexts `r` needs, built now (null when it needs none). Throws
+/// std::runtime_error naming each problem.
+std::shared_ptr<const http::tls_bundle> tls_for(const config::rules& r,
+                                                std::shared_ptr<const http::tls_bundle> given) {
+  if (given) return given;
+  const bool needed = r.tls.enabled || std::any_of(r.upstreams.begin(), r.upstreams.end(),
+                                                   [](const auto& u) { return u.second.tls; });
+  if (!needed) return nullptr;
+  std::vector<config::diagnostic> problems;
+  auto built = http::build_tls(r, problems);
+  if (!built) {
+    std::string text = "TLS cannot be set up:";
+    for (const auto& p : problems) text += "\n  " + p.to_string();
+    throw std::runtime_error(text);
+  }
+  return built;
+}
+
 std::pair<std::string, std::uint16_t> split_host_port(const std::string& text) {
   auto colon = text.rfind(':');
   if (colon == std::string::npos) throw std::runtime_error("bad listen address: " + text);
@@ -128,6 +146,7 @@ struct gateway::impl {
   std::atomic<bool> started{false};
   std::atomic<bool> stopped{false};
   std::atomic<bool> draining{false};
+  bool listener_tls = false;  // decided at construction (`tls:` is read at start-up)
 
   /// Worker `w`'s open and busy connections, read on its thread; {0, 0} when it does not
   /// answer within 1 s.
@@ -210,9 +229,12 @@ struct gateway::impl {
   }
 };
 
-gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options options)
+gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options options,
+                 std::shared_ptr<const http::tls_bundle> tls)
     : impl_(std::make_unique<impl>()) {
-  impl_->shared.current.store(std::make_shared<const snapshot>(rules, 1));
+  tls = tls_for(*rules, std::move(tls));
+  impl_->listener_tls = tls && tls->listener;
+  impl_->shared.current.store(std::make_shared<const snapshot>(rules, 1, tls));
   impl_->shared.count.loaded_unix_ms = unix_ms_now();
   if (!rules->access_log_path.empty()) {
     // API keys appear in it as HMAC-SHA256 under this secret: SLUICE_ACCESS_LOG_KEY (the same
@@ -323,6 +345,7 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
     }
     w->handler = std::make_shared<gateway_handler>(impl_->shared, w->store, w->directory);
     w->server = std::make_unique<http::server>(w->ioc, endpoint, w->handler, limits, i);
+    if (impl_->listener_tls) w->server->set_tls(tls->listener);
     endpoint = w->server->local_endpoint();  // later workers share the port actually bound
     impl_->workers.push_back(std::move(w));
   }
@@ -413,10 +436,15 @@ asio::ip::tcp::endpoint gateway::endpoint() const {
   return impl_->workers.front()->server->local_endpoint();
 }
 
-void gateway::reload(std::shared_ptr<const config::rules> rules) {
+void gateway::reload(std::shared_ptr<const config::rules> rules,
+                     std::shared_ptr<const http::tls_bundle> tls) {
+  tls = tls_for(*rules, std::move(tls));
   const auto gen = impl_->generation.fetch_add(1) + 1;
   const bool directory = rules->identity.directory.enabled;
-  impl_->shared.current.store(std::make_shared<const snapshot>(std::move(rules), gen));
+  if (impl_->listener_tls && tls && tls->listener) {
+    for (auto& w : impl_->workers) w->server->set_tls(tls->listener);
+  }
+  impl_->shared.current.store(std::make_shared<const snapshot>(std::move(rules), gen, tls));
   if (directory && impl_->started && !impl_->stopped) {
     for (auto& w : impl_->workers) {
       if (!w->directory) continue;
@@ -495,6 +523,8 @@ observability::metrics_sample gateway::sample() const {
     s.clients.too_large_heads += cx.too_large_heads.load(std::memory_order_relaxed);
     s.clients.too_long_uris += cx.too_long_uris.load(std::memory_order_relaxed);
     s.clients.max_connections += w.server->max_connections();
+    s.tls_listener.add(w.server->tls_stats());
+    s.tls_upstream.add(w.server->pool().tls_stats());
     s.upstream.connects += pool.connects;
     s.upstream.reuses += pool.reuses;
     s.upstream.failures += pool.failures;

@@ -76,8 +76,9 @@ bool has_uppercase_free_method(std::string_view method) {
 
 }  // namespace
 
-snapshot::snapshot(std::shared_ptr<const config::rules> r, std::uint64_t g)
-    : rules(std::move(r)), router(*rules), generation(g) {
+snapshot::snapshot(std::shared_ptr<const config::rules> r, std::uint64_t g,
+                   std::shared_ptr<const http::tls_bundle> t)
+    : rules(std::move(r)), tls(std::move(t)), router(*rules), generation(g) {
   std::unordered_map<std::string, std::shared_ptr<const config::upstream>> upstreams;
   for (const auto& [name, up] : rules->upstreams) {
     upstreams.emplace(name, std::make_shared<const config::upstream>(up));
@@ -91,6 +92,7 @@ snapshot::snapshot(std::shared_ptr<const config::rules> r, std::uint64_t g)
     compiled_route c;
     c.route = &route;
     if (auto it = upstreams.find(route.upstream); it != upstreams.end()) c.upstream = it->second;
+    if (tls) c.upstream_tls = tls->upstream(route.upstream);
     for (const auto& plan : plans) c.by_plan.emplace(plan, limits_for(*rules, route, plan));
     c.cors = route.cors ? route.cors.get() : rules->cors.get();
     const auto& anonymous = c.by_plan.at("anonymous");
@@ -563,6 +565,7 @@ http::verdict gateway_handler::forward(const routed& r, const http::request_head
   v.what = http::verdict::kind::forward;
   http::forward_plan& f = v.forward;
   f.upstream = r.route->upstream;
+  f.upstream_tls = r.route->upstream_tls;
   f.target = f.upstream->base_path + r.target.path;
   if (!r.target.query.empty()) {
     f.target += '?';

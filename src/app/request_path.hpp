@@ -6,6 +6,7 @@
 #include "request_counters.hpp"
 
 #include "sluice/http/router.hpp"
+#include "sluice/http/tls_context.hpp"
 #include "sluice/http/types.hpp"
 #include "sluice/identity/identity.hpp"
 #include "sluice/identity/plan_cache.hpp"
@@ -35,7 +36,8 @@ namespace sluice::app {
 /// What one route needs per request, prepared once per snapshot.
 struct compiled_route {
   const config::route* route = nullptr;
-  std::shared_ptr<const config::upstream> upstream;  ///< resolved once, not by name
+  std::shared_ptr<const config::upstream> upstream;      ///< resolved once, not by name
+  std::shared_ptr<const http::client_tls> upstream_tls;  ///< an https upstream's; else null
   /// The limits a caller of each plan gets on this route (the plan's, then the route's, one
   /// per name, case c15) with their bucket parameters: parallel to the check's limits.
   struct plan_limits {
@@ -59,8 +61,11 @@ struct compiled_route {
 /// An immutable rules snapshot with everything compiled from it: the router, the upstreams
 /// and, per route and plan, the limit lists.
 struct snapshot {
-  snapshot(std::shared_ptr<const config::rules> r, std::uint64_t g);
+  /// `t`: the TLS contexts built from `r` (http::build_tls); null when `r` has no TLS.
+  snapshot(std::shared_ptr<const config::rules> r, std::uint64_t g,
+           std::shared_ptr<const http::tls_bundle> t = nullptr);
   std::shared_ptr<const config::rules> rules;
+  std::shared_ptr<const http::tls_bundle> tls;  ///< may be null
   http::router router;
   std::uint64_t generation;
   std::vector<compiled_route> routes;  ///< parallel to rules->routes

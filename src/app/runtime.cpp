@@ -69,6 +69,13 @@ std::vector<std::string> pin_startup_settings(const config::rules& running, conf
   pin("store.max_buckets", next.store.max_buckets, running.store.max_buckets);
   pin("access_log.path", next.access_log_path, running.access_log_path);
   pin("access_log.format", next.access_log_json, running.access_log_json);
+  // TLS on the listener or not is read at start-up; its certificates are reloaded. A file
+  // that drops `tls:` keeps the running block (its files are read again), one that adds it
+  // to a plain listener is ignored.
+  if (next.tls.enabled != running.tls.enabled) {
+    changed.emplace_back("tls");
+    next.tls = running.tls;
+  }
   changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
   return changed;
 }
@@ -92,9 +99,18 @@ struct runtime::impl : observability::admin_backend {
     const auto began = std::chrono::steady_clock::now();
     auto loaded = sluice::config::load_file(file);
     reload_outcome out;
+    std::shared_ptr<config::rules> next;
+    std::shared_ptr<const http::tls_bundle> tls;
+    std::vector<std::string> pinned;
     if (loaded.ok()) {
-      auto next = std::make_shared<config::rules>(*loaded.value);
-      const auto pinned = pin_startup_settings(*gw->current().rules, *next);
+      next = std::make_shared<config::rules>(*loaded.value);
+      pinned = pin_startup_settings(*gw->current().rules, *next);
+      // Certificates and CA files are read now: one that is missing, expired or does not
+      // match its key refuses the whole reload, and the contexts in force stay.
+      tls = http::build_tls(*next, loaded.diagnostics);
+      if (!tls) loaded.value = nullptr;
+    }
+    if (loaded.ok()) {
       if (!pinned.empty()) {
         std::string names;
         for (const auto& n : pinned) names += (names.empty() ? "" : ", ") + n;
@@ -103,7 +119,7 @@ struct runtime::impl : observability::admin_backend {
             "in force until a restart",
             trigger, file, names);
       }
-      gw->reload(std::move(next));
+      gw->reload(std::move(next), std::move(tls));
       last_reload_error.clear();
       out.ok = true;
       out.generation = gw->current().generation;
@@ -148,7 +164,7 @@ struct runtime::impl : observability::admin_backend {
 };
 
 runtime::runtime(std::string config_file, std::shared_ptr<const config::rules> rules,
-                 runtime_options options)
+                 runtime_options options, std::shared_ptr<const http::tls_bundle> tls)
     : impl_(std::make_unique<impl>()) {
   impl_->file = std::move(config_file);
   impl_->options = options;
@@ -166,7 +182,7 @@ runtime::runtime(std::string config_file, std::shared_ptr<const config::rules> r
         "the rules and read every route's limits and any caller's state",
         impl_->admin_at->address().to_string());
   }
-  impl_->gw = std::make_unique<app::gateway>(std::move(rules), options.gateway);
+  impl_->gw = std::make_unique<app::gateway>(std::move(rules), options.gateway, std::move(tls));
   if (impl_->admin_at) {
     // The backend is the impl itself; the shared_ptr does not own it (the runtime does, and
     // stops the listener before the impl goes away).

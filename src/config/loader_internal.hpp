@@ -216,6 +216,11 @@ class loader {
   /// The name of an environment variable (`[A-Za-z_][A-Za-z0-9_]*`), or nullopt (reported).
   std::optional<std::string> env_name(const entry& e, const std::string& path);
 
+  /// A file name (a non-empty string), relative to the rules file's directory unless it is
+  /// absolute, with the field and line that named it; nullopt (reported) otherwise. The file
+  /// is not read here.
+  std::optional<file_ref> file_path(const entry& e, const std::string& path);
+
   /// A rate; a count of 0 is reported here and still returned so that the cost checks run.
   std::optional<rate> rate_value(const entry& e, const std::string& path, std::string& text_out);
 
@@ -261,6 +266,12 @@ class loader {
 
   /// `access_log:` its path (a file, or `-` for stdout) and format (plain or json).
   void parse_access_log(const entry& e, rules& r);
+
+  // --- sections/tls.cpp ------------------------------------------------------------
+
+  /// `tls:` TLS on the client listener: the certificates (files read later, by
+  /// http::build_tls), client verification and the key passphrase's source.
+  void parse_tls(const entry& e, rules& r);
 
   // --- sections/store.cpp ----------------------------------------------------------
 

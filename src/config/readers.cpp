@@ -350,6 +350,16 @@ std::optional<rate> loader::rate_value(const entry& e, const std::string& path,
   return r.value;
 }
 
+std::optional<file_ref> loader::file_path(const entry& e, const std::string& path) {
+  auto s = non_empty(e, path);
+  if (!s) return std::nullopt;
+  file_ref f{*s, path, e.line};
+  const auto slash = file_.rfind('/');
+  if (f.path.front() != '/' && slash != std::string::npos)
+    f.path = file_.substr(0, slash + 1) + f.path;  // relative to the rules file
+  return f;
+}
+
 std::optional<std::string> loader::env_name(const entry& e, const std::string& path) {
   auto s = string(e.value, path, e.line);
   if (!s) return std::nullopt;

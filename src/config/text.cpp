@@ -282,15 +282,17 @@ std::optional<address> parse_address(std::string_view s, bool allow_port_zero, s
 bool parse_http_url(std::string_view s, upstream& out, std::string& why) {
   const auto sep = s.find("://");
   if (sep == std::string_view::npos) {
-    why = "expected http://host:port[/base]";
+    why = "expected http://host:port[/base] or https://host:port[/base]";
     return false;
   }
   std::string scheme(s.substr(0, sep));
   std::transform(scheme.begin(), scheme.end(), scheme.begin(), lower);
-  if (scheme != "http") {
-    why = "scheme '" + std::string(s.substr(0, sep)) + "' is not supported; only http:// is";
+  if (scheme != "http" && scheme != "https") {
+    why = "scheme '" + std::string(s.substr(0, sep)) +
+          "' is not supported; only http:// and https:// are";
     return false;
   }
+  out.tls = scheme == "https";
   const auto rest = s.substr(sep + 3);
   if (rest.find_first_of("?#") != std::string_view::npos) {
     why = "a query or fragment is not allowed";
@@ -309,7 +311,7 @@ bool parse_http_url(std::string_view s, upstream& out, std::string& why) {
   }
   std::optional<std::uint16_t> port;
   if (!split_host_port(authority, false, false, out.host, port, why)) return false;
-  out.port = port.value_or(80);
+  out.port = port.value_or(out.tls ? 443 : 80);  // RFC 9110 §4.2.1, §4.2.2
   std::string base =
       slash == std::string_view::npos ? std::string() : std::string(rest.substr(slash));
   while (!base.empty() && base.back() == '/') base.pop_back();

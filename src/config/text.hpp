@@ -82,7 +82,8 @@ struct address {
 /// Returns nullopt and sets `why` (a message fragment) when malformed.
 std::optional<address> parse_address(std::string_view s, bool allow_port_zero, std::string& why);
 
-/// `http://host[:port][/base]`. Fills host, port and base_path of `out`.
+/// `http://host[:port][/base]` or `https://host[:port][/base]` (default port 80 or 443).
+/// Fills host, port, base_path and tls of `out`.
 bool parse_http_url(std::string_view s, upstream& out, std::string& why);
 
 /// `a.b.c.d/len`, `v6/len`, or a bare address (a host network). `why` may name the intended

@@ -235,7 +235,7 @@ void render_upstream_request(std::string& out, const request_head& head, const u
   if (!has_host && hop.default_host) {
     out.append("Host: ");
     out.append(hop.default_host->host);
-    if (hop.default_host->port != 80) {
+    if (hop.default_host->port != (hop.default_host->tls ? 443 : 80)) {
       out.push_back(':');
       append_number(out, hop.default_host->port);
     }

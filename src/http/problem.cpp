@@ -84,6 +84,9 @@ failure_text describe(upstream_failure f) {
               "the upstream response is larger than the route's max_response_body"};
     case upstream_failure::body_failed:
       return {bhttp::status::bad_gateway, "Bad Gateway", "the upstream response body broke off"};
+    case upstream_failure::tls:
+      return {bhttp::status::bad_gateway, "Bad Gateway",
+              "the TLS handshake with the upstream failed"};
   }
   return {bhttp::status::bad_gateway, "Bad Gateway", "the upstream failed"};
 }

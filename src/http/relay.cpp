@@ -59,12 +59,17 @@ boost::optional<std::uint64_t> limit_of(std::uint64_t bytes) {
 }
 
 /// Logs an upstream fault with its cause, at most once a second per kind.
-void log_failure(upstream_failure f, const config::upstream& up, const error_code& ec) {
-  static std::array<sluice::log_throttle, 6> throttles;
+void log_failure(upstream_failure f, const config::upstream& up, const error_code& ec,
+                 const std::string& detail = {}) {
+  static std::array<sluice::log_throttle, 7> throttles;
   std::uint64_t suppressed = 0;
   if (!throttles[static_cast<std::size_t>(f)].admit(suppressed)) return;
   spdlog::warn("upstream {} ({}:{}): {} ({}) ({} similar lines suppressed)", up.name, up.host,
-               up.port, describe(f).detail, ec ? ec.message() : std::string("-"), suppressed);
+               up.port, describe(f).detail,
+               !detail.empty() ? detail
+               : ec            ? ec.message()
+                               : std::string("-"),
+               suppressed);
 }
 
 /// The kind of fault a failed read of the response head is.
@@ -104,9 +109,11 @@ std::optional<response> body_error_answer(const error_code& ec, unsigned version
 }
 
 /// Copies bytes one way until EOF or an error; `last` records activity for the idle timer.
-asio::awaitable<void> pump(tcp::socket& from, tcp::socket& to, steady::time_point& last) {
+/// `ending` is shared by both directions: once set, neither reads again.
+asio::awaitable<void> pump(timed_socket& from, timed_socket& to, steady::time_point& last,
+                           bool& ending) {
   std::vector<char> buf(tunnel_buffer);
-  for (;;) {
+  while (!ending) {
     auto [rec, n] = co_await from.async_read_some(asio::buffer(buf), use_tuple);
     if (n > 0) {
       last = steady::now();
@@ -116,27 +123,40 @@ asio::awaitable<void> pump(tcp::socket& from, tcp::socket& to, steady::time_poin
       last = steady::now();
     }
     if (rec) {
-      // Pass a half-close on (a WebSocket close handshake may still need the other way).
       error_code ignored;
-      to.shutdown(tcp::socket::shutdown_send, ignored);
+      if (!to.tls()) {
+        // Pass a half-close on (a WebSocket close handshake may still need the other way).
+        to.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        co_return;
+      }
+      // TLS has no half-close that leaves the other way reading (close_notify is sent by a
+      // shutdown that also reads): the tunnel ends, and its connections close.
+      ending = true;
+      to.socket().cancel(ignored);  // the other direction's read
       co_return;
     }
   }
 }
 
-/// Ends when nothing moved either way for `idle`.
-asio::awaitable<void> idle_watch(steady::time_point& last, std::chrono::milliseconds idle) {
+/// Ends when nothing moved either way for `idle`, cancelling both sockets' operations (the
+/// pumps' reads end with them, TLS ones included).
+asio::awaitable<void> idle_watch(steady::time_point& last, std::chrono::milliseconds idle,
+                                 timed_socket& a, timed_socket& b) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   for (;;) {
     timer.expires_at(last + idle);
     auto [ec] = co_await timer.async_wait(use_tuple);
     if (ec) co_return;
-    if (steady::now() >= last + idle) co_return;
+    if (steady::now() >= last + idle) break;
   }
+  error_code ignored;
+  a.socket().cancel(ignored);
+  b.socket().cancel(ignored);
 }
 
 /// Tunnels bytes both ways until both directions ended, either side failed, or nothing
-/// moved for `idle`. Bytes already buffered on either side go first.
+/// moved for `idle`. Bytes already buffered on either side go first. An end of stream is
+/// passed on as a half-close to a plain TCP side; towards a TLS side it ends the tunnel.
 asio::awaitable<void> tunnel(timed_socket& client, beast::flat_buffer& client_buffer,
                              timed_socket& upstream, beast::flat_buffer& upstream_buffer,
                              std::chrono::milliseconds idle) {
@@ -144,21 +164,21 @@ asio::awaitable<void> tunnel(timed_socket& client, beast::flat_buffer& client_bu
   client.expires_never();
   upstream.expires_never();
   if (client_buffer.size() > 0) {
-    auto [ec, n] = co_await asio::async_write(upstream.socket(), client_buffer.data(), use_tuple);
+    auto [ec, n] = co_await asio::async_write(upstream, client_buffer.data(), use_tuple);
     (void)n;
     if (ec) co_return;
     client_buffer.clear();
   }
   if (upstream_buffer.size() > 0) {
-    auto [ec, n] = co_await asio::async_write(client.socket(), upstream_buffer.data(), use_tuple);
+    auto [ec, n] = co_await asio::async_write(client, upstream_buffer.data(), use_tuple);
     (void)n;
     if (ec) co_return;
     upstream_buffer.clear();
   }
   steady::time_point last = steady::now();
-  co_await ((pump(client.socket(), upstream.socket(), last) &&
-             pump(upstream.socket(), client.socket(), last)) ||
-            idle_watch(last, idle));
+  bool ending = false;
+  co_await ((pump(client, upstream, last, ending) && pump(upstream, client, last, ending)) ||
+            idle_watch(last, idle, client, upstream));
 }
 
 /// Writes a `1xx` interim response (not 100 or 101) to the client as received, less its
@@ -255,12 +275,14 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
   const bool replayable = !has_body && is_idempotent(req.method());
   c.parser.body_limit(limit_of(plan.max_request_body));
 
-  auto fail = [&](upstream_failure f, const error_code& ec) {
-    log_failure(f, up, ec);
+  auto fail = [&](upstream_failure f, const error_code& ec, const std::string& detail = {}) {
+    log_failure(f, up, ec, detail);
     pool.count_failure();
     if (plan.on_failure) plan.on_failure(f);
     const auto text = describe(f);
-    out.answer = problem(version, text.status, text.title, text.detail);
+    out.answer = problem(
+        version, text.status, text.title,
+        detail.empty() ? std::string(text.detail) : std::string(text.detail) + ": " + detail);
     for (const auto& [name, value] : plan.response_fields) out.answer->set(name, value);
   };
 
@@ -287,13 +309,14 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     // A pooled connection without a coroutine frame when one is idle; else a new one (also
     // for a retry after a stale pooled connection).
     upstream_lease lease;
-    if (attempt > 0 || !pool.try_reuse(up, lease)) {
-      lease = co_await pool.acquire(up, deadline, /*fresh=*/true);
+    if (attempt > 0 || !pool.try_reuse(up, lease, plan.upstream_tls.get())) {
+      lease = co_await pool.acquire(up, deadline, /*fresh=*/true, plan.upstream_tls);
     }
     if (!lease) {
-      fail(lease.ec == errc::upstream_timeout ? upstream_failure::timeout
-                                              : upstream_failure::unreachable,
-           lease.ec);
+      const auto f = lease.ec == errc::upstream_timeout ? upstream_failure::timeout
+                     : lease.ec == errc::upstream_tls   ? upstream_failure::tls
+                                                        : upstream_failure::unreachable;
+      fail(f, lease.ec, lease.detail);
       co_return out;
     }
     auto& ups = *lease.stream;

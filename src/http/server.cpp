@@ -47,13 +47,25 @@
 // longer be trusted. Closing is "lingering" (as nginx's lingering_close): shut down our sending
 // side, then read and discard for a short while, so that the client receives the error response
 // instead of a reset caused by its own unread bytes.
+//
+// TLS (`tls:` in the rules): the accepted socket gets the listener's context in force at the
+// accept (a reload changes it for later connections only), and the session begins with the
+// handshake, under the first head's deadline: header_timeout from the accept covers the
+// handshake and the first head together, so a client that stalls in either is cut alike.
+// A failed handshake is counted by reason (tls_failure) and closed; OpenSSL has already
+// queued the alert that tells the client why. Everything after the handshake is the same code
+// on the same timed_socket, whose reads and writes go through TLS. Closing sends close_notify
+// (RFC 8446 §6.1) and waits up to the linger time for the client's: the lingering close of a
+// TLS connection, as OpenSSL discards application data that arrives after our close_notify.
 
 #include "sluice/http/server.hpp"
 
 #include "sluice/http/problem.hpp"
 #include "sluice/http/router.hpp"
+#include "sluice/http/tls_context.hpp"
 #include "sluice/log_throttle.hpp"
 
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -261,6 +273,9 @@ struct listener_state {
   buffer_pool buffers;
   relay_stats relays;
   connection_stats connections;
+  tls_counters tls_stats;
+  /// The TLS contexts new connections get (null: plain TCP); swapped by a reload.
+  std::atomic<std::shared_ptr<const server_tls>> tls;
   bool started = false;
   bool stopping = false;  // touched on the io_context's thread only
   std::uint64_t next_session = 0;
@@ -283,16 +298,35 @@ struct listener_state {
     acceptor.close(ec);
     for (auto& [id, s] : sessions) {
       // Idle: waiting for a request with none of it read. One already in the kernel's
-      // buffer is served (with Connection: close) rather than reset by the close.
-      if (s->idle && s->stream.socket().available(ec) == 0) s->stream.socket().close(ec);
+      // buffer (or decrypted and waiting in OpenSSL's) is served (with Connection: close)
+      // rather than reset by the close.
+      if (!s->idle || s->stream.socket().available(ec) != 0) continue;
+      if (s->stream.tls()) {
+        // The session wakes up and closes with close_notify (run_session).
+        if (SSL_pending(s->stream.native_tls()) == 0) s->stream.socket().cancel(ec);
+      } else {
+        s->stream.socket().close(ec);
+      }
     }
   }
 };
 
 using impl_ptr = std::shared_ptr<listener_state>;
 
+/// TLS: sends close_notify and waits (at most the linger time) for the client's, then closes.
+asio::awaitable<void> close_tls(timed_socket& stream) {
+  stream.expires_after(linger_time);
+  auto [ec] = co_await stream.async_shutdown(use_tuple);
+  (void)ec;  // the client's close_notify, its end of stream, or nothing in time: closed anyway
+  stream.close();
+}
+
 /// Shuts down our side, drains what the client still sends for a moment, then closes.
 asio::awaitable<void> lingering_close(timed_socket& stream) {
+  if (stream.tls()) {
+    co_await close_tls(stream);
+    co_return;
+  }
   error_code ec;
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);
   if (ec) {
@@ -375,11 +409,29 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
   head_buffer.reserve(1024);
   connection_stats& counts = self->connections;
   const bool records = self->handler->records();  // the access log
-  for (bool first = true;; first = false) {
-    if (self->stopping) {
-      stream.close();
+  if (stream.tls()) {
+    // header_timeout from the accept covers the handshake and the first head. Not idle
+    // meanwhile: a drain lets the handshake end, then closes the connection with close_notify.
+    s->idle = false;
+    stream.expires_after(limits.header_timeout);
+    auto [ec] = co_await stream.async_handshake(asio::ssl::stream_base::server, use_tuple);
+    if (ec) {
+      const auto why = classify_tls_failure(stream.timeout_error(ec),
+                                            SSL_get_verify_result(stream.native_tls()));
+      self->tls_stats.fail(why);
+      static sluice::log_throttle throttle;
+      std::uint64_t suppressed = 0;
+      if (throttle.admit(suppressed)) {
+        spdlog::info("TLS handshake from {} failed: {} ({}) ({} similar lines suppressed)",
+                     ctx.peer_text, label(why), ec.message(), suppressed);
+      }
+      stream.close();  // the alert saying why is already sent
       co_return;
     }
+    self->tls_stats.succeed();
+  }
+  for (bool first = true;; first = false) {
+    if (self->stopping) co_return;  // run_session closes it
     parser.emplace();
     parser->header_limit(limits.header_limit);
     parser->body_limit(boost::none);  // per route: decided on the head
@@ -394,11 +446,11 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
       buffer.commit(in);
       if (iec) {
         if (stream.timeout_error(iec) == beast::error::timeout) bump(counts.idle_closed);
-        stream.close();
-        co_return;
+        co_return;  // run_session closes it
       }
     }
-    stream.expires_after(limits.header_timeout);
+    // A TLS connection's first head shares the handshake's deadline.
+    if (!first || !stream.tls()) stream.expires_after(limits.header_timeout);
     auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, *parser, use_tuple);
     (void)hn;
     s->idle = false;
@@ -567,6 +619,14 @@ asio::awaitable<void> run_session(impl_ptr self, std::shared_ptr<session> s, std
   ctx.peer_text = peer.to_string();
   ctx.worker = self->worker;
   co_await serve(self, s, ctx);
+  // Ended without closing (the client left, an idle timeout, a drain): TLS says goodbye.
+  if (s->stream.socket().is_open()) {
+    if (s->stream.tls()) {
+      co_await close_tls(s->stream);
+    } else {
+      s->stream.close();
+    }
+  }
 }
 
 void log_exception(std::exception_ptr e) {
@@ -618,6 +678,15 @@ asio::awaitable<void> accept_loop(impl_ptr self) {
     socket.set_option(tcp::no_delay(true), ignored);
     const auto id = ++self->next_session;
     auto s = std::make_shared<session>(std::move(socket));
+    if (auto tls = self->tls.load(std::memory_order_acquire)) {
+      try {
+        auto& context = tls->context();
+        s->stream.start_tls(context, std::move(tls));
+      } catch (const std::exception& e) {  // SSL_new failed: out of memory
+        spdlog::error("TLS session setup failed: {}", e.what());
+        continue;
+      }
+    }
     self->sessions.emplace(id, s);
     self->count_open();
     asio::co_spawn(self->ioc, run_session(self, std::move(s), id), log_exception);
@@ -707,6 +776,18 @@ const connection_stats& server::connections() const {
 
 std::size_t server::max_connections() const {
   return impl_->limits.max_connections;
+}
+
+void server::set_tls(std::shared_ptr<const server_tls> tls) {
+  impl_->tls.store(std::move(tls), std::memory_order_release);
+}
+
+bool server::tls() const {
+  return impl_->tls.load(std::memory_order_acquire) != nullptr;
+}
+
+const tls_counters& server::tls_stats() const {
+  return impl_->tls_stats;
 }
 
 }  // namespace sluice::http

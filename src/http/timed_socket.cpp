@@ -12,6 +12,11 @@ timed_socket::timed_socket(boost::asio::ip::tcp::socket socket)
 timed_socket::timed_socket(const executor_type& ex)
     : state_(std::make_shared<state>(boost::asio::ip::tcp::socket(ex))) {}
 
+void timed_socket::start_tls(boost::asio::ssl::context& ctx, std::shared_ptr<const void> owner) {
+  state_->tls_owner = std::move(owner);
+  state_->tls.emplace(state_->socket, ctx);
+}
+
 timed_socket::~timed_socket() {
   if (state_) close();
 }

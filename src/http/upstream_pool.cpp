@@ -12,12 +12,23 @@
 // it); and a request that failed on a reused connection before any response byte arrived is
 // sent again once on a fresh connection when its method is idempotent (RFC 9110 §9.2.2) —
 // never a POST or PATCH, which the upstream may have acted on.
+//
+// HTTPS: the TLS handshake follows the TCP connect within the same budget. Its failures are
+// reported with the reason OpenSSL gives: for a certificate that does not verify, the
+// verification's own message (X509_verify_cert_error_string: "hostname mismatch",
+// "unable to get local issuer certificate", "certificate has expired"), which the 502's
+// problem body carries so that an operator sees at once why the upstream was refused. The
+// idle check's peek reads raw bytes: a TLS close_notify (or any record) waiting on an idle
+// connection makes it unusable too, which it is.
 
 #include "sluice/http/upstream_pool.hpp"
 
 #include "sluice/errc.hpp"
 #include "sluice/http/headers.hpp"
+#include "sluice/http/tls_context.hpp"
 
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -73,6 +84,7 @@ struct pool_state {
   std::uint64_t body_limit = upstream_pool::default_response_body_limit;
   std::unordered_map<std::string, std::deque<idle_connection>> idle;  // back = most recent
   std::atomic<std::uint64_t> connects{0}, reuses{0}, failures{0}, retries{0};
+  tls_counters tls;
   /// Connections in `idle` (a gauge the scraper reads; written here only).
   std::atomic<std::int64_t> idle_now{0};
   void count_idle(std::int64_t d) {
@@ -125,9 +137,66 @@ struct pool_state {
 
 using state_ptr = std::shared_ptr<pool_state>;
 
-/// Connects to the upstream within min(connect_timeout, time left before `deadline`).
+/// The pool key of `up` over `tls`: `host:port`, or `host:port tls#N`.
+void pool_key(std::string& key, const config::upstream& up, const client_tls* tls) {
+  key = up.host;
+  key += ':';
+  key += std::to_string(up.port);
+  if (tls) {
+    key += " tls#";
+    key += std::to_string(tls->id());
+  }
+}
+
+/// Why a client handshake failed, in words: the certificate verification's message when
+/// that is what failed, else OpenSSL's (or the OS's) error.
+std::string handshake_detail(timed_socket& stream, const error_code& ec, tls_failure why) {
+  if (why == tls_failure::timeout) return "the handshake did not complete in time";
+  if (why == tls_failure::bad_certificate || why == tls_failure::name_mismatch) {
+    const long v = SSL_get_verify_result(stream.native_tls());
+    return std::string("its certificate was not accepted: ") + X509_verify_cert_error_string(v);
+  }
+  return ec.message();
+}
+
+/// The TLS handshake of a connected `stream` as a client of `tls`, before `budget` is over.
+/// Fills lease.ec and lease.detail on failure.
+asio::awaitable<bool> handshake(state_ptr st, timed_socket& stream,
+                                std::shared_ptr<const client_tls> tls,
+                                std::chrono::milliseconds budget, upstream_lease& lease) {
+  try {
+    auto& context = tls->context();
+    stream.start_tls(context, tls);
+  } catch (const std::exception& e) {  // SSL_new failed: out of memory
+    lease.ec = errc::upstream_tls;
+    lease.detail = e.what();
+    co_return false;
+  }
+  if (!tls->prepare(stream.native_tls())) {
+    lease.ec = errc::upstream_tls;
+    lease.detail = "the host name could not be set for SNI and verification";
+    co_return false;
+  }
+  stream.expires_after(budget);
+  auto [ec0] = co_await stream.async_handshake(asio::ssl::stream_base::client, use_tuple);
+  stream.expires_never();
+  if (!ec0) {
+    st->tls.succeed();
+    co_return true;
+  }
+  const auto ec = stream.timeout_error(ec0);
+  const auto why = classify_tls_failure(ec, SSL_get_verify_result(stream.native_tls()));
+  st->tls.fail(why);
+  lease.ec = errc::upstream_tls;
+  lease.detail = handshake_detail(stream, ec, why);
+  co_return false;
+}
+
+/// Connects to the upstream within min(connect_timeout, time left before `deadline`), and
+/// over `tls` (when not null) makes the TLS handshake within what is left of that budget.
 asio::awaitable<void> connect(state_ptr st, const config::upstream& up, steady::time_point deadline,
-                              upstream_lease& lease) {
+                              upstream_lease& lease, std::shared_ptr<const client_tls> tls) {
+  const auto began = steady::now();
   auto budget = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
   if (up.connect_timeout < budget) budget = up.connect_timeout;
   if (budget.count() <= 0) {
@@ -170,13 +239,24 @@ asio::awaitable<void> connect(state_ptr st, const config::upstream& up, steady::
     co_return;
   }
   stream.socket().set_option(tcp::no_delay(true), ec);
+  if (tls) {
+    // The handshake gets what the connect left of the budget (connect_timeout from the
+    // start of connect(), or less before `deadline`).
+    auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
+    const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - began);
+    limit = std::min(limit, up.connect_timeout - spent);
+    if (limit.count() <= 0) {
+      lease.ec = errc::upstream_timeout;
+      co_return;
+    }
+    if (!co_await handshake(st, stream, std::move(tls), limit, lease)) co_return;
+  }
   lease.stream.emplace(std::move(stream));
 }
 
-bool reuse(const state_ptr& st, const config::upstream& up, upstream_lease& lease) {
-  lease.key = up.host;
-  lease.key += ':';
-  lease.key += std::to_string(up.port);
+bool reuse(const state_ptr& st, const config::upstream& up, upstream_lease& lease,
+           const client_tls* tls) {
+  pool_key(lease.key, up, tls);
   if (!st->take_idle(lease)) return false;
   lease.reused = true;
   st->reuses.fetch_add(1, std::memory_order_relaxed);
@@ -184,16 +264,15 @@ bool reuse(const state_ptr& st, const config::upstream& up, upstream_lease& leas
 }
 
 asio::awaitable<upstream_lease> acquire(state_ptr st, const config::upstream& up,
-                                        steady::time_point deadline, bool fresh) {
+                                        steady::time_point deadline, bool fresh,
+                                        std::shared_ptr<const client_tls> tls) {
   upstream_lease lease;
   if (fresh) {
-    lease.key = up.host;
-    lease.key += ':';
-    lease.key += std::to_string(up.port);
-  } else if (reuse(st, up, lease)) {
+    pool_key(lease.key, up, tls.get());
+  } else if (reuse(st, up, lease, tls.get())) {
     co_return lease;
   }
-  co_await connect(st, up, deadline, lease);
+  co_await connect(st, up, deadline, lease, std::move(tls));
   if (lease.stream) st->connects.fetch_add(1, std::memory_order_relaxed);
   co_return lease;
 }
@@ -219,7 +298,7 @@ asio::awaitable<boost::system::result<response>> exchange(state_ptr st, config::
   const std::array<asio::const_buffer, 2> message{asio::buffer(head), asio::buffer(req.body())};
 
   for (int attempt = 0;; ++attempt) {
-    upstream_lease lease = co_await acquire(st, up, deadline, /*fresh=*/attempt > 0);
+    upstream_lease lease = co_await acquire(st, up, deadline, /*fresh=*/attempt > 0, nullptr);
     if (!lease) {
       st->failures.fetch_add(1, std::memory_order_relaxed);
       co_return lease.ec;
@@ -306,12 +385,18 @@ asio::awaitable<boost::system::result<response>> upstream_pool::send(
 }
 
 asio::awaitable<upstream_lease> upstream_pool::acquire(const config::upstream& up,
-                                                       steady::time_point deadline, bool fresh) {
-  return http::acquire(impl_, up, deadline, fresh);
+                                                       steady::time_point deadline, bool fresh,
+                                                       std::shared_ptr<const client_tls> tls) {
+  return http::acquire(impl_, up, deadline, fresh, std::move(tls));
 }
 
-bool upstream_pool::try_reuse(const config::upstream& up, upstream_lease& lease) {
-  return reuse(impl_, up, lease);
+bool upstream_pool::try_reuse(const config::upstream& up, upstream_lease& lease,
+                              const client_tls* tls) {
+  return reuse(impl_, up, lease, tls);
+}
+
+const tls_counters& upstream_pool::tls_stats() const {
+  return impl_->tls;
 }
 
 void upstream_pool::release(upstream_lease lease, std::chrono::milliseconds idle_for) {

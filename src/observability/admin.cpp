@@ -151,6 +151,23 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
     o["client"] = std::move(client);
   }
   o["drain_timeout_ms"] = rules.drain_timeout.count();
+  if (rules.tls.enabled) {
+    // File names only (never a passphrase): what a reload reads again.
+    const auto& t = rules.tls;
+    json::object tls;
+    json::array certs;
+    for (const auto& c : t.certificates)
+      certs.emplace_back(json::object{{"cert", c.cert.path}, {"key", c.key.path}});
+    tls["certificates"] = std::move(certs);
+    tls["verify_client"] = t.verify_client == config::client_verify::require    ? "require"
+                           : t.verify_client == config::client_verify::optional ? "optional"
+                                                                                : "off";
+    if (!t.client_ca.path.empty()) tls["client_ca"] = t.client_ca.path;
+    if (!t.key_passphrase_env.empty()) tls["key_passphrase_env"] = t.key_passphrase_env;
+    if (!t.key_passphrase_file.path.empty())
+      tls["key_passphrase_file"] = t.key_passphrase_file.path;
+    o["tls"] = std::move(tls);
+  }
   {
     json::object store;
     const bool redis = rules.store.redis();
@@ -194,7 +211,15 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
   }
   {
     json::object ups;
-    for (const auto& [name, u] : rules.upstreams) ups[name] = json::object{{"url", u.url}};
+    for (const auto& [name, u] : rules.upstreams) {
+      json::object up{{"url", u.url}};
+      if (u.tls) {
+        up["verify"] = u.verify;
+        up["ca_file"] =
+            u.ca_file.path.empty() ? json::value("system") : json::value(u.ca_file.path);
+      }
+      ups[name] = std::move(up);
+    }
     o["upstreams"] = std::move(ups);
   }
   {

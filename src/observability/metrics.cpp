@@ -53,6 +53,12 @@ void duration_histogram::observe(std::chrono::nanoseconds d) noexcept {
   sum_ns_.add(static_cast<std::uint64_t>(ns));
 }
 
+void tls_handshake_counts::add(const http::tls_counters& c) noexcept {
+  completed += c.handshakes.load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < failed.size(); ++i)
+    failed[i] += c.failures[i].load(std::memory_order_relaxed);
+}
+
 histogram_counts duration_histogram::read() const noexcept {
   histogram_counts h;
   for (std::size_t i = 0; i < buckets_.size(); ++i) h.buckets[i] = buckets_[i].value();
@@ -181,10 +187,11 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                           "Time from sending the request head to an upstream to reading its "
                           "response head, by upstream (nginx's $upstream_header_time), seconds.",
                           MetricType::Histogram);
-    auto failures = family("sluice_upstream_failures_total",
-                           "Exchanges with an upstream that failed, by upstream and cause "
-                           "(unreachable, timeout, closed, malformed, too_large, body_failed).",
-                           MetricType::Counter);
+    auto failures =
+        family("sluice_upstream_failures_total",
+               "Exchanges with an upstream that failed, by upstream and cause "
+               "(unreachable, timeout, closed, malformed, too_large, body_failed, tls).",
+               MetricType::Counter);
     for (const auto& u : s.upstreams) {
       add_histogram(latency, u.response, {{"upstream", u.upstream}});
       for (std::size_t k = 0; k < u.failures.size(); ++k) {
@@ -215,6 +222,30 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                       static_cast<double>(s.tunnels_open)));
   out.push_back(counter("sluice_tunnels_total", "Upgrades relayed to an upstream since start.",
                         d(s.tunnels_total)));
+
+  // TLS handshakes, by side; failures by reason (a fixed set: http::tls_failure).
+  {
+    auto done = family("sluice_tls_handshakes_total",
+                       "TLS handshakes completed, by side (listener: client connections; "
+                       "upstream: connections to https upstreams).",
+                       MetricType::Counter);
+    auto failed = family("sluice_tls_handshake_failures_total",
+                         "TLS handshakes that failed, by side and reason (timeout, closed, "
+                         "not_tls, protocol_version, no_shared_cipher, no_application_protocol, "
+                         "no_certificate, bad_certificate, name_mismatch, peer_alert, other).",
+                         MetricType::Counter);
+    for (const auto& [side, t] :
+         {std::pair<const char*, const tls_handshake_counts&>{"listener", s.tls_listener},
+          {"upstream", s.tls_upstream}}) {
+      add_counter(done, d(t.completed), {{"side", side}});
+      for (std::size_t i = 0; i < t.failed.size(); ++i) {
+        add_counter(failed, d(t.failed[i]),
+                    {{"side", side}, {"reason", http::label(static_cast<http::tls_failure>(i))}});
+      }
+    }
+    out.push_back(std::move(done));
+    out.push_back(std::move(failed));
+  }
 
   // Client connections (slow and greedy clients).
   const auto& c = s.clients;

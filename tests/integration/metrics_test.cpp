@@ -271,7 +271,7 @@ TEST_P(metrics_cases, counts_every_decision_exactly) {
   EXPECT_EQ(m.at("sluice_upstream_response_duration_seconds_count{upstream=\"gone\"}"), 0);
   for (const char* up : {"api", "slow", "gone"}) {
     for (const char* cause :
-         {"unreachable", "timeout", "closed", "malformed", "too_large", "body_failed"}) {
+         {"unreachable", "timeout", "closed", "malformed", "too_large", "body_failed", "tls"}) {
       const bool failed = (std::string(up) == "gone" && std::string(cause) == "unreachable") ||
                           (std::string(up) == "slow" && std::string(cause) == "timeout");
       EXPECT_EQ(m.at(std::string("sluice_upstream_failures_total{upstream=\"") + up +

@@ -10,6 +10,7 @@ comes back unchanged. Then, by option:
   --idle T            send nothing and expect the connection to be closed within T seconds
   --hold T            send nothing for T seconds (the connection must stay open), then close
   (none)              close the connection normally
+For a wss:// url, --cafile F verifies the gateway's certificate against the CAs in F.
 Prints one line: "ok key=value ..." (exit 0) or "fail: reason" (exit 1). Keys: status,
 greeting, texts, binary, closed_after (seconds from the last message sent to the close),
 close_code. Every wait has a deadline.
@@ -18,6 +19,7 @@ close_code. Every wait has a deadline.
 import argparse
 import asyncio
 import os
+import ssl
 import sys
 import time
 
@@ -54,11 +56,15 @@ async def main() -> int:
     parser.add_argument("--command", default="")
     parser.add_argument("--idle", type=float, default=0.0)
     parser.add_argument("--hold", type=float, default=0.0)
+    parser.add_argument("--cafile", default="")
     args = parser.parse_args()
 
+    extra = {}
+    if args.url.startswith("wss://"):
+        extra["ssl"] = ssl.create_default_context(cafile=args.cafile or None)
     try:
         ws = await websockets.connect(args.url, open_timeout=5, close_timeout=2, max_size=None,
-                                      ping_interval=None, compression=None)
+                                      ping_interval=None, compression=None, **extra)
     except websockets.InvalidStatusCode as e:
         if args.expect_status and e.status_code == args.expect_status:
             return done(True, f"status={e.status_code}")

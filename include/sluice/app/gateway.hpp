@@ -5,6 +5,7 @@
 /// request under one immutable rules snapshot that can be swapped at any time.
 
 #include "sluice/config/rules.hpp"
+#include "sluice/http/tls_context.hpp"
 #include "sluice/observability/admin.hpp"
 #include "sluice/observability/metrics.hpp"
 #include "sluice/store/counter_store.hpp"
@@ -61,9 +62,12 @@ std::size_t auto_max_connections(std::uint64_t file_limit, unsigned workers);
 /// The running gateway.
 class gateway {
  public:
-  /// Builds the workers; nothing runs until start(). Throws std::runtime_error when the
-  /// listen address cannot be bound.
-  gateway(std::shared_ptr<const config::rules> rules, gateway_options options = {});
+  /// Builds the workers; nothing runs until start(). `tls`: the TLS contexts built from
+  /// `rules` (http::build_tls); null builds them here when the rules need any. Whether the
+  /// listener is TLS is decided here, once (`rules.tls`). Throws std::runtime_error when the
+  /// listen address cannot be bound, or naming each bad file when TLS cannot be built.
+  gateway(std::shared_ptr<const config::rules> rules, gateway_options options = {},
+          std::shared_ptr<const http::tls_bundle> tls = nullptr);
   ~gateway();
 
   /// Starts the workers' threads and the store connections.
@@ -95,8 +99,13 @@ class gateway {
   /// Swaps in a new rules snapshot atomically: requests already being decided finish under
   /// the old one, new requests use the new one. Bucket state is untouched (it is keyed by
   /// limit name and caller, never by generation). Listen, workers and store settings are
-  /// read at start-up only. Thread-safe.
-  void reload(std::shared_ptr<const config::rules> rules);
+  /// read at start-up only. `tls` as for the constructor (built here when null and needed;
+  /// std::runtime_error, with nothing swapped, when that fails): connections accepted from
+  /// now on use its listener contexts (a listener that started plain stays plain; one that
+  /// started with TLS keeps its contexts when `tls` has none), requests forwarded from now
+  /// on its upstream contexts; open connections keep theirs. Thread-safe.
+  void reload(std::shared_ptr<const config::rules> rules,
+              std::shared_ptr<const http::tls_bundle> tls = nullptr);
 
   /// Counts a refused reload (the caller found the new file invalid and kept this config).
   /// Thread-safe.

@@ -42,14 +42,17 @@ struct reload_outcome {
 /// gateway_stats::reload_failures counts it. Attempts are serialised, so generations are
 /// installed in the order they were numbered.
 ///
-/// `listen:`, `admin:`, `workers:` and `store:` are read at start-up only.
+/// `listen:`, `admin:`, `workers:` and `store:` are read at start-up only, and so is whether
+/// the listener is TLS (`tls:`); the certificates and CA files are read again by every
+/// reload, and a bad one refuses the reload like any other config error.
 class runtime {
  public:
   /// Builds the gateway from `rules` (already loaded from `config_file`) and binds the
-  /// listeners. Throws std::runtime_error / boost::system::system_error when an address
-  /// cannot be bound.
+  /// listeners. `tls`: the TLS contexts built from `rules` (http::build_tls), or null to
+  /// build them here. Throws std::runtime_error / boost::system::system_error when an
+  /// address cannot be bound or TLS cannot be set up (naming each bad file).
   runtime(std::string config_file, std::shared_ptr<const config::rules> rules,
-          runtime_options options = {});
+          runtime_options options = {}, std::shared_ptr<const http::tls_bundle> tls = nullptr);
   ~runtime();
   runtime(const runtime&) = delete;
   runtime& operator=(const runtime&) = delete;

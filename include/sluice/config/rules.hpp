@@ -186,7 +186,16 @@ struct route {
   int line = 0;
 };
 
-/// An upstream (`upstreams.NAME.url`), an `http://host:port` origin.
+/// A file a rules file names, with where it is named: a problem with its content (an
+/// expired certificate, a key that does not match) is reported at that line and field.
+struct file_ref {
+  std::string path;   ///< as used: a relative path is taken relative to the rules file
+  std::string field;  ///< the dotted field path, e.g. `tls.certificates[0].cert`
+  int line = 0;       ///< 1-based line of the field in the rules file
+  bool operator==(const file_ref&) const = default;
+};
+
+/// An upstream (`upstreams.NAME.url`), an `http://host:port` or `https://host:port` origin.
 struct upstream {
   std::string name;
   std::string url;   ///< as written
@@ -197,6 +206,51 @@ struct upstream {
   /// Wait for the response head, and for each read of the response body (504 when the head
   /// is late; a stalled body closes the client connection).
   std::chrono::milliseconds timeout{30000};
+  /// `https://`: connections are TLS (1.2 or 1.3), with SNI and the host name (or address)
+  /// of the url checked against the certificate (RFC 6125, OpenSSL's X509_check_host).
+  bool tls = false;
+  /// `ca_file:` PEM file of the certificate authorities an https upstream's certificate must
+  /// chain to; path "" = the system's store (Debian: /etc/ssl/certs).
+  file_ref ca_file;
+  /// `verify:` false accepts any certificate and name from an https upstream (a warning is
+  /// logged when the rules are loaded). Default true.
+  bool verify = true;
+};
+
+/// `tls.verify_client:` whether the listener asks clients for a certificate.
+enum class client_verify {
+  off,       ///< never asks
+  optional,  ///< asks; a client may send none, one it sends must verify against client_ca
+  require,   ///< a client without a certificate that verifies fails the handshake
+};
+
+/// One `tls.certificates` entry: a certificate chain (PEM, the leaf first, then its
+/// intermediates) and its private key (PEM, possibly encrypted).
+struct tls_certificate {
+  file_ref cert;
+  file_ref key;
+  bool operator==(const tls_certificate&) const = default;
+};
+
+/// `tls:` TLS on the client listener (absent: plain TCP). Whether the listener is TLS at all
+/// is read at start-up; the certificates, client_ca and verify_client are reloaded with the
+/// rules file (new connections use them; open connections keep theirs).
+struct listener_tls {
+  bool enabled = false;  ///< a `tls:` section was given
+  /// Served by SNI: the first whose certificate names the requested host (RFC 6125
+  /// matching, wildcards included); the first entry for a client sending no SNI or a name
+  /// no certificate has.
+  std::vector<tls_certificate> certificates;
+  file_ref client_ca;  ///< `client_ca:` PEM CAs client certificates must chain to; "" = none
+  client_verify verify_client = client_verify::off;
+  /// `key_passphrase_env:` the variable holding the passphrase of the encrypted keys ("" =
+  /// none); `key_passphrase_file:` a file holding it (refused when group or others may read
+  /// or write it). At most one of the two.
+  std::string key_passphrase_env;
+  int key_passphrase_env_line = 0;
+  file_ref key_passphrase_file;
+  int line = 0;  ///< of the `tls:` key
+  bool operator==(const listener_tls&) const = default;
 };
 
 /// `client:` section: deadlines and caps for client connections, against slow and greedy
@@ -345,6 +399,8 @@ struct rules {
   /// = none, the default; "-" = stdout). Read at start-up only.
   std::string access_log_path;
   bool access_log_json = false;
+  /// `tls:` TLS termination on the client listener (`enabled` false: plain TCP).
+  listener_tls tls;
   /// `client:` deadlines and caps of client connections. The older top-level
   /// `client_timeout:` sets each of its four timeouts that `client:` does not set.
   client_settings client;

@@ -37,7 +37,8 @@ struct upstream_hop {
   /// `Upgrade: websocket` go upstream (RFC 9110 §7.8).
   bool upgrade = false;
   /// Whose authority is the Host of a request that has none (an HTTP/1.0 client may omit
-  /// it; RFC 9112 §3.2): `host`, or `host:port` off port 80. May be null.
+  /// it; RFC 9112 §3.2): `host`, or `host:port` off the scheme's default port (80, or 443
+  /// for https). May be null.
   const config::upstream* default_host = nullptr;
 };
 

@@ -3,6 +3,7 @@
 /// The listener and client sessions of one worker.
 
 #include "sluice/http/relay.hpp"
+#include "sluice/http/tls_failure.hpp"
 #include "sluice/http/types.hpp"
 #include "sluice/http/upstream_pool.hpp"
 
@@ -14,6 +15,8 @@
 #include <memory>
 
 namespace sluice::http {
+
+class server_tls;  // sluice/http/tls_context.hpp
 
 /// Deadlines and caps applied to every client connection (config::client_settings gives
 /// the gateway's; the defaults here are the same).
@@ -78,6 +81,12 @@ struct connection_stats {
 /// Content-Length for 1xx/204; no body for 304 and HEAD (a Content-Length the handler set is
 /// kept, else the length of the body it produced).
 ///
+/// TLS (set_tls): each accepted connection starts with a TLS handshake, within the first
+/// head's `header_timeout` (from the accept); a failed one is counted by reason (tls_stats())
+/// and closed. Then the session is the same as on plain TCP (pipelining, streaming, upgrades,
+/// drain, deadlines). Closing a TLS connection sends close_notify and waits a moment for the
+/// client's (RFC 8446 §6.1).
+///
 /// Threading: construct, start() and local_endpoint() from any thread; stop() from any thread
 /// (it runs on the io_context). Sessions run on the io_context given.
 class server {
@@ -121,6 +130,15 @@ class server {
   const connection_stats& connections() const;
   /// The connection cap in force (session_limits::max_connections; 0 = none). Any thread.
   std::size_t max_connections() const;
+
+  /// Makes connections accepted from now on TLS with `tls` (null: plain TCP); connections
+  /// already open keep what they started with. Any thread.
+  void set_tls(std::shared_ptr<const server_tls> tls);
+  /// Whether new connections are TLS. Any thread.
+  bool tls() const;
+  /// The TLS handshakes of this listener's connections: completed, and failed by reason.
+  /// Any thread may read them.
+  const tls_counters& tls_stats() const;
 
  private:
   struct impl;

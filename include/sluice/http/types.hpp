@@ -25,6 +25,8 @@ namespace sluice::http {
 
 namespace beast_http = boost::beast::http;
 
+class client_tls;  // sluice/http/tls_context.hpp
+
 /// A request head as parsed from a client (method, target, version, fields); no body.
 using request_head = beast_http::request_header<>;
 /// A whole request with its body in memory (the admin listener, tests).
@@ -49,15 +51,16 @@ enum class upstream_failure {
   malformed,    ///< the response head (or chunk framing) is not HTTP/1.1: 502
   too_large,    ///< the response body is over the route's max_response_body: 502
   body_failed,  ///< the body broke off after the head was relayed (client connection closed)
+  tls,          ///< the TLS handshake with an https upstream failed (certificate, version): 502
 };
 /// How many upstream_failure kinds there are (an array index bound).
-inline constexpr std::size_t upstream_failure_count = 6;
+inline constexpr std::size_t upstream_failure_count = 7;
 
 /// The metrics label of a failure kind: unreachable, timeout, closed, malformed, too_large,
-/// body_failed (the enumerators' names).
+/// body_failed, tls (the enumerators' names).
 constexpr const char* upstream_failure_name(upstream_failure f) {
-  constexpr const char* names[upstream_failure_count] = {"unreachable", "timeout",   "closed",
-                                                         "malformed",   "too_large", "body_failed"};
+  constexpr const char* names[upstream_failure_count] = {
+      "unreachable", "timeout", "closed", "malformed", "too_large", "body_failed", "tls"};
   return names[static_cast<std::size_t>(f)];
 }
 
@@ -66,9 +69,11 @@ constexpr const char* upstream_failure_name(upstream_failure f) {
 /// a rules snapshot outlives the decision.
 struct forward_plan {
   std::shared_ptr<const config::upstream> upstream;  ///< where to (one per snapshot and name)
-  std::string target;                                ///< origin-form target for the upstream hop
-  std::string client_address;                        ///< appended to X-Forwarded-For
-  bool limited = false;                              ///< strip the upstream's own rate-limit fields
+  /// The upstream's TLS, for an https upstream (one per snapshot and name); null: plain TCP.
+  std::shared_ptr<const client_tls> upstream_tls;
+  std::string target;          ///< origin-form target for the upstream hop
+  std::string client_address;  ///< appended to X-Forwarded-For
+  bool limited = false;        ///< strip the upstream's own rate-limit fields
   /// Fields added to the relayed response (the quota headers), in order; the names are of
   /// static storage (literals).
   std::vector<std::pair<std::string_view, std::string>> response_fields;

@@ -4,6 +4,7 @@
 
 #include "sluice/config/rules.hpp"
 #include "sluice/http/timed_socket.hpp"
+#include "sluice/http/tls_failure.hpp"
 #include "sluice/http/types.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
@@ -21,6 +22,8 @@
 
 namespace sluice::http {
 
+class client_tls;  // sluice/http/tls_context.hpp
+
 /// Counters of a pool (for metrics and tests).
 struct pool_stats {
   std::uint64_t connects = 0;  ///< TCP connections opened
@@ -34,11 +37,17 @@ struct pool_stats {
 /// Give it back with upstream_pool::release() when the exchange left it reusable; drop it
 /// (or close its stream) otherwise.
 struct upstream_lease {
-  boost::system::error_code ec;  ///< why no connection: errc::upstream_unreachable / _timeout
+  /// Why no connection: errc::upstream_unreachable, errc::upstream_timeout, or
+  /// errc::upstream_tls (then `detail` says why).
+  boost::system::error_code ec;
+  /// For errc::upstream_tls: why the handshake failed, for the 502 problem body and the log
+  /// (e.g. `certificate verify failed: hostname mismatch`).
+  std::string detail;
   std::optional<timed_socket> stream;
   boost::beast::flat_buffer buffer;  ///< read buffer (empty when taken; reused capacity)
-  std::string key;                   ///< `host:port`, the pool it belongs to
-  bool reused = false;               ///< taken from the idle pool (may be stale)
+  /// `host:port` (`host:port tls#N` for TLS under client_tls N), the pool it belongs to.
+  std::string key;
+  bool reused = false;  ///< taken from the idle pool (may be stale)
   explicit operator bool() const { return stream.has_value(); }
 };
 
@@ -51,6 +60,14 @@ struct upstream_lease {
 /// closed it. A connection goes back to the pool only after a response that was read entirely
 /// and allows keep-alive. All operations run on the worker's executor; stats() may be read
 /// from any thread.
+///
+/// HTTPS upstreams (a client_tls given to acquire() and try_reuse()): a new connection is
+/// connected, then its TLS handshake is made (SNI, certificate and host name verified as the
+/// client_tls says), both within the connect budget (min(connect_timeout, time left): as
+/// nginx's proxy_connect_timeout covers its SSL handshake). A failed handshake is
+/// errc::upstream_tls, counted by reason in tls_stats(). TLS connections are pooled apart
+/// from plain ones and per client_tls, so a reload that changes verification never reuses a
+/// connection made under the old settings.
 class upstream_pool {
  public:
   /// Largest response head accepted from an upstream (send() and the relay).
@@ -72,13 +89,17 @@ class upstream_pool {
   /// `fresh`: skip the idle connections (after try_reuse() found none, or a retry after a
   /// stale one). Errors in `ec`: errc::upstream_unreachable (resolve or connect failed),
   /// errc::upstream_timeout.
+  /// `tls`: the upstream's TLS (null: plain TCP); errors then also errc::upstream_tls.
   boost::asio::awaitable<upstream_lease> acquire(const config::upstream& up,
                                                  std::chrono::steady_clock::time_point deadline,
-                                                 bool fresh = false);
+                                                 bool fresh = false,
+                                                 std::shared_ptr<const client_tls> tls = nullptr);
 
-  /// acquire()'s first step, without waiting: an idle pooled connection to `up`, when one
-  /// is open, into `lease` (true); false otherwise (then acquire() connects).
-  bool try_reuse(const config::upstream& up, upstream_lease& lease);
+  /// acquire()'s first step, without waiting: an idle pooled connection to `up` (over
+  /// `tls`, when not null), when one is open, into `lease` (true); false otherwise (then
+  /// acquire() connects).
+  bool try_reuse(const config::upstream& up, upstream_lease& lease,
+                 const client_tls* tls = nullptr);
 
   /// Returns a connection whose last response was read entirely and allows keep-alive; it may
   /// stay idle for `idle_for` (the upstream's Keep-Alive timeout less a margin).
@@ -105,6 +126,8 @@ class upstream_pool {
 
   /// The pool's counters (safe from any thread).
   pool_stats stats() const;
+  /// TLS handshakes with upstreams: completed, and failed by reason (any thread may read).
+  const tls_counters& tls_stats() const;
 
   /// Idle connections currently pooled for every upstream (worker thread only).
   std::size_t idle_count() const;

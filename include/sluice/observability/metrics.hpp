@@ -9,6 +9,7 @@
 /// The exposition is built from a fresh sample on every scrape (prometheus-cpp's
 /// MetricFamily and TextSerializer), so no Prometheus object is touched per request.
 
+#include "sluice/http/tls_failure.hpp"
 #include "sluice/http/upstream_pool.hpp"
 #include "sluice/store/counter_store.hpp"
 
@@ -117,6 +118,16 @@ struct client_counts {
   std::uint64_t too_long_uris = 0;    ///< 414: target over max_uri_length
 };
 
+/// TLS handshakes of one side (the client listener, or connections to upstreams), summed
+/// over workers (http::tls_counters).
+struct tls_handshake_counts {
+  std::uint64_t completed = 0;
+  std::array<std::uint64_t, http::tls_failure_count> failed{};  ///< by http::tls_failure
+
+  /// Adds one worker's counters.
+  void add(const http::tls_counters& c) noexcept;
+};
+
 /// Everything `GET /metrics` reports, sampled at scrape time (app::gateway::sample()).
 struct metrics_sample {
   std::vector<route_counts> routes;  ///< every route name seen since start, sorted by name
@@ -136,6 +147,8 @@ struct metrics_sample {
   std::int64_t tunnels_open = 0;           ///< upgraded connections being tunnelled now
   std::uint64_t tunnels_total = 0;         ///< upgrades relayed since start
   client_counts clients;                   ///< client connections: open, capped, timed out
+  tls_handshake_counts tls_listener;       ///< TLS handshakes of client connections
+  tls_handshake_counts tls_upstream;       ///< TLS handshakes with https upstreams
   std::uint64_t reloads = 0;               ///< rules snapshots swapped in after start
   std::uint64_t reload_failures = 0;       ///< reloads refused (the running rules stayed)
   std::uint64_t access_log_dropped = 0;    ///< access log lines dropped (its queue was full)
@@ -161,6 +174,9 @@ struct metrics_sample {
 ///   caps summed), `sluice_client_connections_rejected_total` (over the cap),
 ///   `sluice_client_timeouts_total{phase}` (header: 408; idle: closed without an answer;
 ///   body: a stalled request body), `sluice_client_heads_refused_total{status}` (414, 431);
+/// - `sluice_tls_handshakes_total{side}` (side: listener, upstream) and
+///   `sluice_tls_handshake_failures_total{side,reason}` (reason: http::tls_failure's labels,
+///   every one present);
 /// - `sluice_upstream_errors_total{route,status}` (status 502, 504),
 ///   `sluice_upstream_response_duration_seconds{upstream}` (histogram: request head sent to
 ///   response head read), `sluice_upstream_failures_total{upstream,cause}` (cause:

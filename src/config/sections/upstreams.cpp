@@ -1,4 +1,5 @@
-// The `upstreams:` section: each upstream's URL and its settings.
+// The `upstreams:` section: each upstream's URL and its settings (for an https:// one, how its
+// certificate is verified: `ca_file`, `verify`).
 
 #include "config/loader_internal.hpp"
 
@@ -7,7 +8,8 @@ namespace sluice::config::detail {
 void loader::parse_upstreams(const entry& e, rules& r) {
   auto m = mapping(e.value, "upstreams", e.line, nullptr, true);
   if (!m) return;
-  static const std::vector<std::string> keys{"url", "connect_timeout", "timeout"};
+  static const std::vector<std::string> keys{"url", "connect_timeout", "timeout", "ca_file",
+                                             "verify"};
   for (const entry& ue : m->entries) {
     const std::string path = join("upstreams", ue.key);
     upstream u;
@@ -35,6 +37,26 @@ void loader::parse_upstreams(const entry& e, rules& r) {
     if (const entry* t = um->find("timeout")) {
       if (auto d = duration(*t, join(path, "timeout"), "timeout", std::chrono::hours{1}))
         u.timeout = *d;
+    }
+    // TLS settings are for https:// upstreams; the files are read by http::build_tls.
+    const bool http_url = !u.url.empty() && !u.tls && !u.host.empty();
+    if (const entry* v = um->find("verify")) {
+      const std::string p = join(path, "verify");
+      if (auto b = boolean(*v, p)) {
+        u.verify = *b;
+        if (http_url) error(v->line, p, "verify is for https:// upstreams; this url is http://");
+      }
+    }
+    if (const entry* c = um->find("ca_file")) {
+      const std::string p = join(path, "ca_file");
+      if (auto f = file_path(*c, p)) {
+        u.ca_file = *f;
+        if (http_url) {
+          error(c->line, p, "ca_file is for https:// upstreams; this url is http://");
+        } else if (!u.verify) {
+          error(c->line, p, "ca_file is not used with verify: false");
+        }
+      }
     }
     r.upstreams[u.name] = u;
   }

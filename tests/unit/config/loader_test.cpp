@@ -1003,14 +1003,14 @@ const mistake mistake_table[] = {
      UP "store: {type: redis, address: \"127.0.0.1:65536\"}\n",
      {"rules.yaml:2: store.address: invalid address '127.0.0.1:65536': port 65536 is out of range "
       "1..65535 (expected host:port, such as 0.0.0.0:8080 or \"[::1]:8080\")"}},
-    {"url_with_https",
-     "upstreams: {api: {url: \"https://example.com\"}}\n",
-     {"rules.yaml:1: upstreams.api.url: invalid url 'https://example.com': scheme 'https' is not "
-      "supported; only http:// is"}},
+    {"url_with_ftp",
+     "upstreams: {api: {url: \"ftp://example.com\"}}\n",
+     {"rules.yaml:1: upstreams.api.url: invalid url 'ftp://example.com': scheme 'ftp' is not "
+      "supported; only http:// and https:// are"}},
     {"url_without_scheme",
      "upstreams: {api: {url: \"127.0.0.1:8081\"}}\n",
      {"rules.yaml:1: upstreams.api.url: invalid url '127.0.0.1:8081': expected "
-      "http://host:port[/base]"}},
+      "http://host:port[/base] or https://host:port[/base]"}},
     {"upstream_without_url",
      "upstreams: {api: {timeout: 5s}}\n",
      {"rules.yaml:1: upstreams.api: missing required key 'url'"}},

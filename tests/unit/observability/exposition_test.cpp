@@ -106,6 +106,10 @@ metrics_sample example() {
   s.upstreams.push_back(api);
   s.tunnels_open = 3;
   s.tunnels_total = 9;
+  s.tls_listener.completed = 40;
+  s.tls_listener.failed[static_cast<std::size_t>(http::tls_failure::protocol_version)] = 41;
+  s.tls_upstream.completed = 42;
+  s.tls_upstream.failed[static_cast<std::size_t>(http::tls_failure::name_mismatch)] = 43;
   s.clients.open = 31;
   s.clients.max_connections = 2000;
   s.clients.rejected = 32;
@@ -165,6 +169,13 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_upstream_retries_total 21\n",
            "sluice_tunnels_open 3\n",
            "sluice_tunnels_total 9\n",
+           "sluice_tls_handshakes_total{side=\"listener\"} 40\n",
+           "sluice_tls_handshakes_total{side=\"upstream\"} 42\n",
+           "sluice_tls_handshake_failures_total{side=\"listener\",reason=\"protocol_version\"} "
+           "41\n",
+           "sluice_tls_handshake_failures_total{side=\"listener\",reason=\"timeout\"} 0\n",
+           "sluice_tls_handshake_failures_total{side=\"upstream\",reason=\"name_mismatch\"} 43\n",
+           "sluice_tls_handshake_failures_total{side=\"upstream\",reason=\"other\"} 0\n",
            "# TYPE sluice_client_connections_open gauge\n",
            "sluice_client_connections_open 31\n",
            "# TYPE sluice_client_connections_max gauge\n",
@@ -237,7 +248,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 50u);
+  EXPECT_EQ(help, 52u);
   EXPECT_EQ(text.back(), '\n');
 }
 
