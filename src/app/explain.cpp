@@ -196,6 +196,8 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
       if (sum.deciding < prepared.limits.size())
         o["limit"] = prepared.limits[sum.deciding]->name;  // frees up last
       o["retry_after_ms"] = sum.retry_after_ms;
+    } else if (sum.deciding < prepared.limits.size()) {
+      o["limit"] = prepared.limits[sum.deciding]->name;  // the shadow limit that would refuse
     }
     o["store_time_ms"] = decided->now_ms;
   }

@@ -470,12 +470,15 @@ observability::metrics_sample gateway::sample() const {
   const auto snap = impl_->shared.current.load();
   std::map<std::string, observability::route_counts> routes;
   for (const auto& r : snap->rules->routes) routes[r.name].route = r.name;  // present at 0
+  std::map<std::string, observability::upstream_counts> upstreams;
+  for (const auto& [name, u] : snap->rules->upstreams) upstreams[name].upstream = name;
   std::array<std::uint64_t, identity::address_source_count> fallbacks{};
   std::lock_guard lock(impl_->sample_mutex);
   for (std::size_t i = 0; i < impl_->workers.size(); ++i) {
     const auto& w = *impl_->workers[i];
     const request_counters& c = w.handler->counters();
     c.add_to(routes);
+    c.add_to(upstreams);
     s.bad_requests += c.bad_requests.value();
     for (std::size_t k = 0; k < c.client_fallbacks.size(); ++k)
       fallbacks[k] += c.client_fallbacks[k].value();
@@ -496,6 +499,7 @@ observability::metrics_sample gateway::sample() const {
     s.upstream.reuses += pool.reuses;
     s.upstream.failures += pool.failures;
     s.upstream.retries += pool.retries;
+    s.upstream.idle += pool.idle;
     const auto ws = impl_->sample_of(i);
     s.plan_cache_hits += ws.plan_cache.hits;
     s.plan_cache_negative_hits += ws.plan_cache.negative_hits;
@@ -513,6 +517,9 @@ observability::metrics_sample gateway::sample() const {
     s.store.late_replies += st.late_replies;
     s.store.connect_failures += st.connect_failures;
     s.store.breaker_opens += st.breaker_opens;
+    s.store.breaker_reopens += st.breaker_reopens;
+    s.store.breaker_half_opens += st.breaker_half_opens;
+    s.store.breaker_closes += st.breaker_closes;
     s.store.buckets += st.buckets;
     s.store.evictions += st.evictions;
     s.store.clock_resends += st.clock_resends;
@@ -539,6 +546,7 @@ observability::metrics_sample gateway::sample() const {
                     : s.breaker[static_cast<std::size_t>(bs::half_open)] ? bs::half_open
                                                                          : bs::closed;
   for (auto& [name, r] : routes) s.routes.push_back(std::move(r));
+  for (auto& [name, u] : upstreams) s.upstreams.push_back(std::move(u));
   for (std::size_t k = 0; k < fallbacks.size(); ++k) {
     const auto source = static_cast<identity::address_source>(k);
     if (source == identity::address_source::peer || source == identity::address_source::forwarded)

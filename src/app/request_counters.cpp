@@ -10,6 +10,12 @@ route_counters& request_counters::named(const std::string& name) {
   return *slot;
 }
 
+upstream_counters& request_counters::upstream_named(const std::string& name) {
+  auto& slot = upstreams_[name];
+  if (!slot) slot = std::make_unique<upstream_counters>();
+  return *slot;
+}
+
 route_counters& request_counters::of(const config::rules& rules, std::uint64_t generation,
                                      const config::route& route) {
   const auto index = static_cast<std::size_t>(&route - rules.routes.data());
@@ -19,7 +25,12 @@ route_counters& request_counters::of(const config::rules& rules, std::uint64_t g
     std::lock_guard lock(mutex_);
     by_index_.clear();
     by_index_.reserve(rules.routes.size());
-    for (const auto& r : rules.routes) by_index_.push_back(&named(r.name));
+    for (const auto& r : rules.routes) {
+      route_counters& c = named(r.name);
+      // Upstream names come from the rules file, as route names do: a bounded label set.
+      c.upstream = r.upstream.empty() ? nullptr : &upstream_named(r.upstream);
+      by_index_.push_back(&c);
+    }
     generation_ = generation;
     if (index >= by_index_.size()) return named(route.name);  // not of this snapshot
   }
@@ -40,6 +51,16 @@ void request_counters::add_to(std::map<std::string, observability::route_counts>
     r.shadow_limited += c->shadow_limited.value();
     r.bad_gateway += c->bad_gateway.value();
     r.gateway_timeout += c->gateway_timeout.value();
+  }
+}
+
+void request_counters::add_to(std::map<std::string, observability::upstream_counts>& out) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [name, c] : upstreams_) {
+    auto& u = out[name];
+    u.upstream = name;
+    u.response.add(c->response.read());
+    for (std::size_t i = 0; i < u.failures.size(); ++i) u.failures[i] += c->failures[i].value();
   }
 }
 

@@ -7,6 +7,7 @@
 // relaxed loads; the sums are formed at scrape time (gateway::sample(), gateway::stats()).
 
 #include "sluice/config/rules.hpp"
+#include "sluice/http/types.hpp"
 #include "sluice/identity/identity.hpp"
 #include "sluice/observability/metrics.hpp"
 
@@ -20,10 +21,19 @@
 
 namespace sluice::app {
 
+/// One upstream's counters in one worker (meanings: observability::upstream_counts).
+struct upstream_counters {
+  observability::duration_histogram response;  ///< request head sent -> response head read
+  std::array<observability::owned_counter, http::upstream_failure_count> failures;  ///< by kind
+};
+
 /// One route's counters in one worker (meanings: observability::route_counts).
 struct route_counters {
   observability::owned_counter allowed, limited, unlimited, fail_open, fail_closed, local,
       shadow_limited, bad_gateway, gateway_timeout;
+  /// The counters of the route's upstream in the snapshot the route was last indexed in
+  /// (request_counters::of() sets it; null for a route of no snapshot in force).
+  upstream_counters* upstream = nullptr;
 };
 
 /// One worker's counters. The owned_counter members and of() are used on the worker's thread
@@ -46,12 +56,16 @@ class request_counters {
 
   /// Adds this worker's counts for every route name it has seen into `out`. Any thread.
   void add_to(std::map<std::string, observability::route_counts>& out) const;
+  /// Adds this worker's counts for every upstream name it has seen into `out`. Any thread.
+  void add_to(std::map<std::string, observability::upstream_counts>& out) const;
 
  private:
-  route_counters& named(const std::string& name);  // mutex_ held
+  route_counters& named(const std::string& name);              // mutex_ held
+  upstream_counters& upstream_named(const std::string& name);  // mutex_ held
 
   mutable std::mutex mutex_;  // guards by_name_'s structure (never taken per request)
   std::map<std::string, std::unique_ptr<route_counters>> by_name_;
+  std::map<std::string, std::unique_ptr<upstream_counters>> upstreams_;
   std::uint64_t generation_ = 0;           // worker thread only
   std::vector<route_counters*> by_index_;  // rules.routes index -> counters
 };

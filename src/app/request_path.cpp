@@ -257,11 +257,18 @@ void gateway_handler::note(http::verdict& v, const http::request_context& ctx, c
 outcome_summary summarize(const limiter::check_outcome& out,
                           const std::vector<limiter::applied_limit>& applied) {
   outcome_summary sum;
-  bool shadow_refused = false;
+  // The shadow limit that would have refused and frees up last (named when none enforced
+  // refused: the request was shadow-limited by it).
+  std::size_t shadow = sum.deciding;
+  std::int64_t shadow_retry = 0;
   for (std::size_t i = 0; i < out.limits.size() && i < applied.size(); ++i) {
     const auto& lo = out.limits[i];
     if (applied[i].shadow) {
-      if (!lo.admits) shadow_refused = true;
+      if (!lo.admits &&
+          (shadow == outcome_summary{}.deciding || lo.retry_after_ms > shadow_retry)) {
+        shadow = i;
+        shadow_retry = lo.retry_after_ms;
+      }
       continue;
     }
     if (sum.remaining < 0 || lo.remaining < sum.remaining) sum.remaining = lo.remaining;
@@ -271,7 +278,12 @@ outcome_summary summarize(const limiter::check_outcome& out,
       sum.retry_after_ms = lo.retry_after_ms;
     }
   }
+  const bool shadow_refused = shadow != outcome_summary{}.deciding;
   sum.decision = !out.allowed ? "limited" : shadow_refused ? "shadow-limited" : "allowed";
+  if (out.allowed && shadow_refused) {
+    sum.deciding = shadow;
+    sum.retry_after_ms = shadow_retry;
+  }
   return sum;
 }
 
@@ -565,7 +577,13 @@ http::verdict gateway_handler::forward(const routed& r, const http::request_head
   f.upgrade = r.websocket;
   f.on_failure = [c = &counted](http::upstream_failure failure) {
     (failure == http::upstream_failure::timeout ? c->gateway_timeout : c->bad_gateway).add();
+    if (c->upstream) c->upstream->failures[static_cast<std::size_t>(failure)].add();
   };
+  if (counted.upstream) {
+    f.on_response_head = [u = counted.upstream](std::chrono::nanoseconds d) {
+      u->response.observe(d);
+    };
+  }
   return v;
 }
 

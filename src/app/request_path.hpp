@@ -92,9 +92,10 @@ struct shared_state {
 /// `GET /admin/explain` use.
 struct outcome_summary {
   const char* decision = "allowed";  ///< allowed, limited or shadow-limited
-  /// The refusing enforced limit that frees up last (the first of equals); npos when none.
+  /// The refusing enforced limit that frees up last (the first of equals); when the request
+  /// is shadow-limited, the refusing shadow limit that frees up last; npos when none.
   std::size_t deciding = static_cast<std::size_t>(-1);
-  std::int64_t retry_after_ms = 0;  ///< the deciding limit's Retry-After
+  std::int64_t retry_after_ms = 0;  ///< the deciding limit's Retry-After (shadow: would-be)
   std::int64_t remaining = -1;      ///< the least Remaining of the enforced limits (-1: none)
 };
 /// Summarizes `out` for the limits `applied` (parallel to it; their shadow flags).

@@ -416,7 +416,9 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     auto& res = rp->get();
     const unsigned status = res.result_int();
     out.upstream_status = status;
-    out.upstream_ms = std::chrono::duration<double, std::milli>(steady::now() - sent_at).count();
+    const auto head_time = steady::now() - sent_at;
+    out.upstream_ms = std::chrono::duration<double, std::milli>(head_time).count();
+    if (plan.on_response_head) plan.on_response_head(head_time);
 
     // --- an upgrade: relay the 101, then tunnel ----------------------------------------------
     if (status == 101) {

@@ -73,6 +73,11 @@ struct pool_state {
   std::uint64_t body_limit = upstream_pool::default_response_body_limit;
   std::unordered_map<std::string, std::deque<idle_connection>> idle;  // back = most recent
   std::atomic<std::uint64_t> connects{0}, reuses{0}, failures{0}, retries{0};
+  /// Connections in `idle` (a gauge the scraper reads; written here only).
+  std::atomic<std::int64_t> idle_now{0};
+  void count_idle(std::int64_t d) {
+    idle_now.store(idle_now.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
+  }
 
   /// Pops the most recently pooled connection still usable, closing expired or dead ones.
   bool take_idle(upstream_lease& lease) {
@@ -83,6 +88,7 @@ struct pool_state {
     while (!stack.empty()) {
       idle_connection c = std::move(stack.back());
       stack.pop_back();
+      count_idle(-1);
       if (c.expires > now && still_open(c.stream)) {
         lease.stream.emplace(std::move(c.stream));
         lease.buffer = std::move(c.buffer);
@@ -99,10 +105,12 @@ struct pool_state {
     if (stack.size() >= max_idle) {
       stack.front().stream.close();  // the oldest is the likeliest to be stale
       stack.pop_front();
+      count_idle(-1);
     }
     lease.stream->expires_never();
     lease.buffer.clear();
     stack.push_back({std::move(*lease.stream), std::move(lease.buffer), expires});
+    count_idle(1);
     lease.stream.reset();
   }
 
@@ -347,6 +355,7 @@ pool_stats upstream_pool::stats() const {
   s.reuses = impl_->reuses.load(std::memory_order_relaxed);
   s.failures = impl_->failures.load(std::memory_order_relaxed);
   s.retries = impl_->retries.load(std::memory_order_relaxed);
+  s.idle = static_cast<std::uint64_t>(impl_->idle_now.load(std::memory_order_relaxed));
   return s;
 }
 

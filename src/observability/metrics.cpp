@@ -100,6 +100,24 @@ double d(std::uint64_t v) {
   return static_cast<double>(v);
 }
 
+/// Adds `h` to histogram family `f` (cumulative buckets on duration_bounds_seconds, then +Inf).
+void add_histogram(MetricFamily& f, const histogram_counts& h,
+                   std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < h.buckets.size(); ++i) {
+    cumulative += h.buckets[i];
+    const double bound = i < duration_bounds_seconds.size()
+                             ? duration_bounds_seconds[i]
+                             : std::numeric_limits<double>::infinity();
+    m.histogram.bucket.push_back({cumulative, bound});
+  }
+  m.histogram.sample_count = cumulative;  // equal to the +Inf bucket, as the format requires
+  m.histogram.sample_sum = h.sum_seconds;
+  f.metric.push_back(std::move(m));
+}
+
 std::vector<MetricFamily> families(const metrics_sample& s) {
   std::vector<MetricFamily> out;
 
@@ -158,6 +176,31 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
       add_counter(f, d(n), {{"reason", reason}});
     out.push_back(std::move(f));
   }
+  {
+    auto latency = family("sluice_upstream_response_duration_seconds",
+                          "Time from sending the request head to an upstream to reading its "
+                          "response head, by upstream (nginx's $upstream_header_time), seconds.",
+                          MetricType::Histogram);
+    auto failures = family("sluice_upstream_failures_total",
+                           "Exchanges with an upstream that failed, by upstream and cause "
+                           "(unreachable, timeout, closed, malformed, too_large, body_failed).",
+                           MetricType::Counter);
+    for (const auto& u : s.upstreams) {
+      add_histogram(latency, u.response, {{"upstream", u.upstream}});
+      for (std::size_t k = 0; k < u.failures.size(); ++k) {
+        add_counter(
+            failures, d(u.failures[k]),
+            {{"upstream", u.upstream},
+             {"cause", http::upstream_failure_name(static_cast<http::upstream_failure>(k))}});
+      }
+    }
+    out.push_back(std::move(latency));
+    out.push_back(std::move(failures));
+  }
+  out.push_back(gauge("sluice_upstream_idle_connections",
+                      "Idle keep-alive upstream connections pooled now, over every upstream "
+                      "and worker.",
+                      d(s.upstream.idle)));
   out.push_back(counter("sluice_upstream_connections_opened_total",
                         "TCP connections opened to upstreams.", d(s.upstream.connects)));
   out.push_back(counter("sluice_upstream_connection_reuses_total",
@@ -231,7 +274,19 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                         "SCRIPT LOADs sent (at connection and after NOSCRIPT).",
                         d(st.script_loads)));
   out.push_back(counter("sluice_store_breaker_opens_total",
-                        "Times a store connection's circuit breaker opened.", d(st.breaker_opens)));
+                        "Times a store connection's circuit breaker opened from closed.",
+                        d(st.breaker_opens)));
+  {
+    auto f = family("sluice_store_breaker_transitions_total",
+                    "Circuit breaker state changes of the store connections, by the state "
+                    "entered (open: from closed or after a failed probe; half_open: the "
+                    "cool-down ended; closed: the probe was answered).",
+                    MetricType::Counter);
+    add_counter(f, d(st.breaker_opens + st.breaker_reopens), {{"to", "open"}});
+    add_counter(f, d(st.breaker_half_opens), {{"to", "half_open"}});
+    add_counter(f, d(st.breaker_closes), {{"to", "closed"}});
+    out.push_back(std::move(f));
+  }
   out.push_back(gauge("sluice_store_buckets",
                       "Bucket entries the memory store holds (at most store.max_buckets; 0 on "
                       "Redis).",
@@ -320,18 +375,7 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                     "Time from sending a check to the store to its outcome (decided, failed or "
                     "timed out), seconds.",
                     MetricType::Histogram);
-    ClientMetric m;
-    std::uint64_t cumulative = 0;
-    for (std::size_t i = 0; i < s.store_check.buckets.size(); ++i) {
-      cumulative += s.store_check.buckets[i];
-      const double bound = i < duration_bounds_seconds.size()
-                               ? duration_bounds_seconds[i]
-                               : std::numeric_limits<double>::infinity();
-      m.histogram.bucket.push_back({cumulative, bound});
-    }
-    m.histogram.sample_count = cumulative;  // equal to the +Inf bucket, as the format requires
-    m.histogram.sample_sum = s.store_check.sum_seconds;
-    f.metric.push_back(std::move(m));
+    add_histogram(f, s.store_check);
     out.push_back(std::move(f));
   }
 

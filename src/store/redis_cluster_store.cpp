@@ -307,6 +307,9 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
     into.late_replies += s.late_replies;
     into.connect_failures += s.connect_failures;
     into.breaker_opens += s.breaker_opens;
+    into.breaker_reopens += s.breaker_reopens;
+    into.breaker_half_opens += s.breaker_half_opens;
+    into.breaker_closes += s.breaker_closes;
     into.clock_resends += s.clock_resends;
     into.wrong_node_drops += s.wrong_node_drops;
     for (std::size_t k = 0; k < error_kind_count; ++k) into.error_replies[k] += s.error_replies[k];

@@ -119,8 +119,9 @@ bool unhealthy_error(std::string_view text) {
 // plain snapshot).
 struct atomic_stats {
   std::atomic<std::uint64_t> checks{0}, timeouts{0}, errors{0}, unavailable{0}, script_loads{0},
-      reconnects{0}, late_replies{0}, connect_failures{0}, breaker_opens{0}, clock_resends{0},
-      wrong_node_drops{0}, sentinel_unreachable{0}, sentinel_unknown_master{0}, master_switches{0};
+      reconnects{0}, late_replies{0}, connect_failures{0}, breaker_opens{0}, breaker_reopens{0},
+      breaker_half_opens{0}, breaker_closes{0}, clock_resends{0}, wrong_node_drops{0},
+      sentinel_unreachable{0}, sentinel_unknown_master{0}, master_switches{0};
   std::array<std::atomic<std::uint64_t>, error_kind_count> error_replies{};
   std::atomic<bool> connected{false};
   std::atomic<breaker_state> breaker{breaker_state::closed};
@@ -136,6 +137,9 @@ struct atomic_stats {
     s.late_replies = late_replies.load(std::memory_order_relaxed);
     s.connect_failures = connect_failures.load(std::memory_order_relaxed);
     s.breaker_opens = breaker_opens.load(std::memory_order_relaxed);
+    s.breaker_reopens = breaker_reopens.load(std::memory_order_relaxed);
+    s.breaker_half_opens = breaker_half_opens.load(std::memory_order_relaxed);
+    s.breaker_closes = breaker_closes.load(std::memory_order_relaxed);
     s.clock_resends = clock_resends.load(std::memory_order_relaxed);
     s.wrong_node_drops = wrong_node_drops.load(std::memory_order_relaxed);
     s.sentinel_unreachable = sentinel_unreachable.load(std::memory_order_relaxed);
@@ -700,6 +704,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     const auto a = breaker.admit();
     mirror_breaker();
     if (before == breaker_state::open && breaker.state() == breaker_state::half_open) {
+      ++counters.breaker_half_opens;
       spdlog::debug("redis {}:{}: breaker half-open, probing", settings.host, settings.port);
     }
     probe = a == circuit_breaker::admission::probe;
@@ -717,6 +722,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
           settings.host, settings.port, breaker.consecutive_failures(), last_check_failure,
           settings.breaker_cool_down.count());
     } else {
+      ++counters.breaker_reopens;
       spdlog::debug("redis {}:{}: probe failed ({}); breaker open again", settings.host,
                     settings.port, last_check_failure);
     }
@@ -756,6 +762,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         breaker_opened(v, false);
         break;
       case circuit_breaker::transition::closed:
+        ++counters.breaker_closes;
         spdlog::info(
             "redis {}:{}: breaker closed, the store answers again (open {} ms, {} "
             "checks refused meanwhile)",

@@ -185,32 +185,44 @@ TEST(status_page, is_self_contained_and_reports_the_last_reload_error) {
   EXPECT_TRUE(config.at("last_reload_error").is_null());
 }
 
-// The page in a real browser: after some traffic, headless Chromium loads it with an explain
-// link; the DOM it ends with holds the routes and guarantees from /admin/config, a rate row
-// per route and decision from two /metrics samples, and the explanation's verdict.
-TEST(status_page, renders_in_a_browser) {
+// The page in a real browser, driven through the DevTools protocol (tests/support/browser.py):
+// after some traffic, headless Chromium loads the page; the test waits for the routes and
+// the live rates to render, fills in and submits the explain form, and waits for its verdict.
+// The DOM it ends with holds the routes and guarantees from /admin/config, a rate row per
+// route and decision from two /metrics samples (a non-zero count among them), and the
+// explanation; a PNG screenshot of the page is kept as a test artifact
+// (artifacts/status_page.png beside the test binary, or in $SLUICE_TEST_ARTIFACTS).
+TEST(status_page, renders_in_a_browser_and_explains_from_its_form) {
   const char* const chromium = "/usr/lib/chromium/chromium";
   if (!std::filesystem::exists(chromium)) GTEST_SKIP() << "chromium is not installed";
   explain_world w(store_kind::memory);
   for (int i = 0; i < 4; ++i)
     w.get("/v1/items", {{"X-API-Key", "key-a"}});  // 3 admitted, 1 refused
   temp_dir dir("chromium");
-  const std::string url = "http://127.0.0.1:" + std::to_string(w.rt.admin_port()) +
-                          "/#explain?path=/v1/items&api_key=key-a";
-  auto browser = std::make_unique<child_process>(
-      std::vector<std::string>{"/usr/bin/setsid", chromium, "--headless", "--no-sandbox",
-                               "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                               "--disable-extensions", "--disable-background-networking",
-                               "--disable-component-update", "--disable-sync",
-                               "--user-data-dir=" + (dir.path / "profile").string(),
-                               "--virtual-time-budget=5000", "--dump-dom", url},
-      dir.path / "dom.html", dir.path / "err.txt");
-  const pid_t group = browser->pid();  // setsid execs in place: the group id is the pid
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (browser->running() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ::kill(-group, SIGKILL);
-  browser.reset();
+  const char* env = std::getenv("SLUICE_TEST_ARTIFACTS");
+  const std::filesystem::path artifacts =
+      env && *env ? std::filesystem::path(env) : std::filesystem::current_path() / "artifacts";
+  std::filesystem::create_directories(artifacts);
+  const auto screenshot = artifacts / "status_page.png";
+  std::filesystem::remove(screenshot);
+  // The steps: the rate table has a row with a non-zero count; then the form is filled in
+  // and submitted as a user would (requestSubmit runs the submit handler).
+  std::ofstream(dir.path / "steps.json") << R"json([
+    {"wait": "document.body.innerText.includes('last reload: no error')"},
+    {"wait": "[...document.querySelectorAll('td')].some(td => td.textContent === 'limited')"},
+    {"eval": "(() => { const f = document.getElementById('explain'); f.elements.path.value = '/v1/items'; f.elements.api_key.value = 'key-a'; f.requestSubmit(); })()"},
+    {"wait": "document.getElementById('verdict').textContent.includes('route items')"}
+  ])json";
+  const std::string url = "http://127.0.0.1:" + std::to_string(w.rt.admin_port()) + "/";
+  child_process browser(
+      {"/usr/bin/timeout", "90", "/usr/bin/python3",
+       std::string(SLUICE_SOURCE_DIR) + "/tests/support/browser.py", "--chromium", chromium,
+       "--profile", (dir.path / "profile").string(), "--url", url, "--steps",
+       (dir.path / "steps.json").string(), "--dom", (dir.path / "dom.html").string(),
+       "--screenshot", screenshot.string(), "--timeout", "60"},
+      dir.path / "out.txt", dir.path / "err.txt");
+  const auto exit = browser.wait_exit(std::chrono::seconds(95));
+  ASSERT_EQ(exit.value_or(-1), 0) << browser.out() << browser.err();
   std::ifstream in(dir.path / "dom.html");
   const std::string dom(std::istreambuf_iterator<char>(in), {});
   ASSERT_FALSE(dom.empty()) << "no DOM from chromium";
@@ -220,8 +232,18 @@ TEST(status_page, renders_in_a_browser) {
   EXPECT_NE(dom.find("exact: at most 3 + 3/1m x w units"), std::string::npos);  // its guarantee
   EXPECT_NE(dom.find("<td>items</td><td>allowed</td>"), std::string::npos);     // a rate row
   EXPECT_NE(dom.find("<td>items</td><td>limited</td>"), std::string::npos);
+  // A decision count that is not zero: the 3 admitted requests.
+  EXPECT_TRUE(
+      std::regex_search(dom, std::regex("<td>items</td><td>allowed</td><td class=\"num\">[^<]*</td>"
+                                        "<td class=\"num\">3</td>")))
+      << "no non-zero allowed count";
   EXPECT_NE(dom.find("route items: limited (429) by items_key"), std::string::npos);
   EXPECT_NE(dom.find("connected</td><td class=\"ok\">yes"), std::string::npos);
+  // The screenshot: a PNG file of some size.
+  std::ifstream png(screenshot, std::ios::binary);
+  const std::string bytes(std::istreambuf_iterator<char>(png), {});
+  ASSERT_GT(bytes.size(), 10'000u) << screenshot;
+  EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 }
 
 INSTANTIATE_TEST_SUITE_P(stores, explain, ::testing::Values(store_kind::memory, store_kind::redis),

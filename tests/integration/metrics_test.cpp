@@ -244,6 +244,37 @@ TEST_P(metrics_cases, counts_every_decision_exactly) {
   EXPECT_EQ(m.at("sluice_upstream_errors_total{route=\"slow\",status=\"504\"}"), 1);
   EXPECT_EQ(m.at("sluice_upstream_errors_total{route=\"search\",status=\"502\"}"), 0);
   EXPECT_EQ(m.at("sluice_bad_requests_total"), 2);
+  // Per upstream: a response head timed for each of the 7 forwarded to api (search 3,
+  // shadowed 2, open 2), none from slow (no head in time) or gone (never connected); the
+  // failures by cause.
+  EXPECT_EQ(m.types.at("sluice_upstream_response_duration_seconds"), "histogram");
+  EXPECT_EQ(m.at("sluice_upstream_response_duration_seconds_count{upstream=\"api\"}"), 7);
+  EXPECT_EQ(m.at("sluice_upstream_response_duration_seconds_bucket{upstream=\"api\",le=\"+Inf\"}"),
+            7);
+  EXPECT_GT(m.at("sluice_upstream_response_duration_seconds_sum{upstream=\"api\"}"), 0);
+  EXPECT_LT(m.at("sluice_upstream_response_duration_seconds_sum{upstream=\"api\"}"), 7 * 1.0);
+  EXPECT_EQ(m.at("sluice_upstream_response_duration_seconds_count{upstream=\"slow\"}"), 0);
+  EXPECT_EQ(m.at("sluice_upstream_response_duration_seconds_count{upstream=\"gone\"}"), 0);
+  for (const char* up : {"api", "slow", "gone"}) {
+    for (const char* cause :
+         {"unreachable", "timeout", "closed", "malformed", "too_large", "body_failed"}) {
+      const bool failed = (std::string(up) == "gone" && std::string(cause) == "unreachable") ||
+                          (std::string(up) == "slow" && std::string(cause) == "timeout");
+      EXPECT_EQ(m.at(std::string("sluice_upstream_failures_total{upstream=\"") + up +
+                     "\",cause=\"" + cause + "\"}"),
+                failed ? 1 : 0)
+          << up << " " << cause;
+    }
+  }
+  // The pool holds what it was given back: at least one api connection, never more than
+  // were opened.
+  EXPECT_GE(m.at("sluice_upstream_idle_connections"), 1);
+  EXPECT_LE(m.at("sluice_upstream_idle_connections"),
+            m.at("sluice_upstream_connections_opened_total"));
+  for (const char* to : {"open", "half_open", "closed"}) {
+    EXPECT_EQ(m.at(std::string("sluice_store_breaker_transitions_total{to=\"") + to + "\"}"), 0)
+        << to;
+  }
   for (const char* p : {"fail_open", "fail_closed", "local"})
     EXPECT_EQ(m.at(policy("search", p)), 0) << p;
 
@@ -261,7 +292,7 @@ TEST_P(metrics_cases, counts_every_decision_exactly) {
   // Buckets are cumulative.
   double previous = 0;
   for (const char* le : {"0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025",
-                         "0.05", "0.1", "0.25", "1", "+Inf"}) {
+                         "0.05", "0.1", "0.25", "1", "2.5", "5", "10", "+Inf"}) {
     const double v =
         m.at(std::string("sluice_store_check_duration_seconds_bucket{le=\"") + le + "\"}");
     EXPECT_GE(v, previous) << le;
@@ -447,6 +478,8 @@ TEST(metrics_store_failure, frozen_then_killed_redis) {
     EXPECT_EQ(m.at("sluice_store_timeouts_total"), 5);
     EXPECT_EQ(m.at("sluice_store_unavailable_total"), 1);
     EXPECT_EQ(m.at("sluice_store_breaker_opens_total"), 1);
+    EXPECT_EQ(m.at("sluice_store_breaker_transitions_total{to=\"open\"}"), 1);
+    EXPECT_EQ(m.at("sluice_store_breaker_transitions_total{to=\"half_open\"}"), 0);
     EXPECT_EQ(m.at("sluice_store_breaker_state{state=\"open\"}"), 1);
     EXPECT_EQ(m.at("sluice_store_breaker_state{state=\"closed\"}"), 0);
     // Each timed-out check waited out its deadline.
@@ -468,6 +501,11 @@ TEST(metrics_store_failure, frozen_then_killed_redis) {
     expect_matches(m, t, local_applied);
     EXPECT_EQ(m.at("sluice_store_breaker_state{state=\"closed\"}"), 1);
     EXPECT_EQ(m.at("sluice_store_connected"), 1);
+    // open -> half_open (a probe) -> closed; a probe that failed first reopened it.
+    const double half_opens = m.at("sluice_store_breaker_transitions_total{to=\"half_open\"}");
+    EXPECT_GE(half_opens, 1);
+    EXPECT_EQ(m.at("sluice_store_breaker_transitions_total{to=\"closed\"}"), 1);
+    EXPECT_EQ(m.at("sluice_store_breaker_transitions_total{to=\"open\"}"), half_opens);
     return m.at("sluice_store_reconnects_total");
   }();
 

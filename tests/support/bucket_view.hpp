@@ -113,6 +113,17 @@ struct bucket_view {
     }
     return out;
   }
+  /// Everything Redis holds for the bucket: DUMP of the key holding it (the whole group hash
+  /// under the hash layout; `log`: a sliding log, never packed) and its PTTL, as text; "nil"
+  /// when absent. Two snapshots are equal when nothing was written between them (a PTTL that
+  /// only ran down is rounded to whole seconds, and a write re-arms it).
+  std::string snapshot(const std::string& key, bool log = false) const {
+    const auto at = where(key, log);
+    const auto dump = server.command({"DUMP", at.key});
+    if (dump.type != redis_reply::kind::string) return "nil";
+    const auto pttl = server.command({"PTTL", at.key}).integer;
+    return dump.str + " pttl " + std::to_string(pttl < 0 ? pttl : (pttl + 999) / 1000);
+  }
   /// PTTL of the Redis key holding the bucket.
   long long pttl(const std::string& key) const {
     return server.command({"PTTL", where(key).key}).integer;

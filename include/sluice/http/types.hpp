@@ -11,6 +11,8 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -48,6 +50,16 @@ enum class upstream_failure {
   too_large,    ///< the response body is over the route's max_response_body: 502
   body_failed,  ///< the body broke off after the head was relayed (client connection closed)
 };
+/// How many upstream_failure kinds there are (an array index bound).
+inline constexpr std::size_t upstream_failure_count = 6;
+
+/// The metrics label of a failure kind: unreachable, timeout, closed, malformed, too_large,
+/// body_failed (the enumerators' names).
+constexpr const char* upstream_failure_name(upstream_failure f) {
+  constexpr const char* names[upstream_failure_count] = {"unreachable", "timeout",   "closed",
+                                                         "malformed",   "too_large", "body_failed"};
+  return names[static_cast<std::size_t>(f)];
+}
 
 /// The instruction to relay a request to an upstream, made by the handler from the head.
 /// Everything the session needs is held here (the upstream is copied), so no reference into
@@ -64,8 +76,11 @@ struct forward_plan {
   std::uint64_t max_response_body = config::unlimited_size;
   std::chrono::milliseconds tunnel_idle_timeout{300000};
   bool upgrade = false;  ///< the request asks for an upgrade the route allows
-  /// Called once when the exchange fails (metrics, per route). May be empty.
+  /// Called once when the exchange fails (metrics, per route and upstream). May be empty.
   std::function<void(upstream_failure)> on_failure;
+  /// Called once the upstream's response head is read, with the time since the request head
+  /// was sent (metrics: the upstream response histogram). May be empty.
+  std::function<void(std::chrono::nanoseconds)> on_response_head;
 };
 
 /// What the application tells the access log about its decision; filled only when the

@@ -27,6 +27,7 @@ struct pool_stats {
   std::uint64_t reuses = 0;    ///< requests sent on an idle pooled connection
   std::uint64_t failures = 0;  ///< requests that ended in 502/504
   std::uint64_t retries = 0;   ///< requests re-sent on a fresh connection after a stale one
+  std::uint64_t idle = 0;      ///< idle keep-alive connections pooled now (a gauge)
 };
 
 /// One upstream connection taken from the pool for one exchange (upstream_pool::acquire).

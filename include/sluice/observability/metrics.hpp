@@ -44,10 +44,11 @@ class owned_counter {
   std::atomic<std::uint64_t> v_{0};
 };
 
-/// Upper bounds, in seconds, of the store check duration histogram's buckets (then +Inf).
-/// From 100 µs (a loopback Redis round trip) to 1 s, around the usual few-ms deadlines.
-inline constexpr std::array<double, 12> duration_bounds_seconds = {
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0};
+/// Upper bounds, in seconds, of every duration histogram's buckets (then +Inf): the store
+/// check's and the upstream response head's. From 100 µs (a loopback Redis round trip)
+/// through the usual few-ms store deadlines to 10 s (a slow upstream).
+inline constexpr std::array<double, 15> duration_bounds_seconds = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 5, 10};
 
 /// A histogram's counts, read from one or summed over several recorders.
 struct histogram_counts {
@@ -93,6 +94,17 @@ struct route_counts {
   std::uint64_t gateway_timeout = 0;  ///< upstream did not answer in time: 504
 };
 
+/// What one upstream's exchanges came to, summed over workers (upstream names come from the
+/// rules file: a bounded label set).
+struct upstream_counts {
+  std::string upstream;  ///< the upstream's name in `upstreams:`
+  /// Request head sent to response head read, per exchange that got a head (nginx's
+  /// $upstream_header_time).
+  histogram_counts response;
+  /// Failed exchanges by kind, indexed by http::upstream_failure.
+  std::array<std::uint64_t, http::upstream_failure_count> failures{};
+};
+
 /// The client side of the gateway's listener, summed over workers (http::connection_stats).
 struct client_counts {
   std::int64_t open = 0;              ///< client connections open now
@@ -118,15 +130,16 @@ struct metrics_sample {
   unsigned store_connected = 0;    ///< of those, connected now
   /// Store connections per breaker state, indexed by store::breaker_state.
   std::array<unsigned, 3> breaker{};
-  histogram_counts store_check;          ///< duration of every store check, any outcome
-  http::pool_stats upstream;             ///< upstream pools, summed over workers
-  std::int64_t tunnels_open = 0;         ///< upgraded connections being tunnelled now
-  std::uint64_t tunnels_total = 0;       ///< upgrades relayed since start
-  client_counts clients;                 ///< client connections: open, capped, timed out
-  std::uint64_t reloads = 0;             ///< rules snapshots swapped in after start
-  std::uint64_t reload_failures = 0;     ///< reloads refused (the running rules stayed)
-  std::uint64_t access_log_dropped = 0;  ///< access log lines dropped (its queue was full)
-  std::uint64_t generation = 0;          ///< generation of the rules in force (1 at start)
+  histogram_counts store_check;            ///< duration of every store check, any outcome
+  http::pool_stats upstream;               ///< upstream pools, summed over workers
+  std::vector<upstream_counts> upstreams;  ///< every upstream name seen since start, by name
+  std::int64_t tunnels_open = 0;           ///< upgraded connections being tunnelled now
+  std::uint64_t tunnels_total = 0;         ///< upgrades relayed since start
+  client_counts clients;                   ///< client connections: open, capped, timed out
+  std::uint64_t reloads = 0;               ///< rules snapshots swapped in after start
+  std::uint64_t reload_failures = 0;       ///< reloads refused (the running rules stayed)
+  std::uint64_t access_log_dropped = 0;    ///< access log lines dropped (its queue was full)
+  std::uint64_t generation = 0;            ///< generation of the rules in force (1 at start)
   /// When the rules in force were swapped in (or loaded at start): Unix time, milliseconds.
   std::int64_t config_loaded_unix_ms = 0;
   /// Plan directory caches (`identity.directory`), summed over workers.
@@ -149,12 +162,16 @@ struct metrics_sample {
 ///   `sluice_client_timeouts_total{phase}` (header: 408; idle: closed without an answer;
 ///   body: a stalled request body), `sluice_client_heads_refused_total{status}` (414, 431);
 /// - `sluice_upstream_errors_total{route,status}` (status 502, 504),
+///   `sluice_upstream_response_duration_seconds{upstream}` (histogram: request head sent to
+///   response head read), `sluice_upstream_failures_total{upstream,cause}` (cause:
+///   http::upstream_failure_name), `sluice_upstream_idle_connections` (gauge),
 ///   `sluice_upstream_connections_opened_total`, `sluice_upstream_connection_reuses_total`,
 ///   `sluice_upstream_retries_total`;
 /// - `sluice_store_checks_total`, `sluice_store_timeouts_total`, `sluice_store_errors_total`,
 ///   `sluice_store_unavailable_total`, `sluice_store_late_replies_total`,
 ///   `sluice_store_reconnects_total`, `sluice_store_connect_failures_total`,
 ///   `sluice_store_script_loads_total`, `sluice_store_breaker_opens_total`,
+///   `sluice_store_breaker_transitions_total{to}` (open, half_open, closed),
 ///   `sluice_store_buckets` (gauge), `sluice_store_evictions_total` (memory store),
 ///   `sluice_store_error_replies_total{kind}` (READONLY, LOADING, MASTERDOWN, OOM, BUSY,
 ///   NOPERM, WRONGTYPE, NOSCRIPT, STALE, other), `sluice_store_wrong_node_drops_total`,

@@ -59,16 +59,19 @@ error_kind classify_error_reply(std::string_view text);
 bool is_wrong_node(error_kind k);
 
 struct store_stats {
-  std::uint64_t checks = 0;            ///< checks decided by the store
-  std::uint64_t timeouts = 0;          ///< checks that missed their deadline
-  std::uint64_t errors = 0;            ///< error replies, protocol errors, disconnects mid-check
-  std::uint64_t unavailable = 0;       ///< checks refused at once (not connected / breaker open)
-  std::uint64_t script_loads = 0;      ///< SCRIPT LOADs (start-up and after NOSCRIPT)
-  std::uint64_t reconnects = 0;        ///< connections established after the first
-  std::uint64_t late_replies = 0;      ///< replies that arrived after their deadline (dropped)
-  std::uint64_t connect_failures = 0;  ///< connection attempts that failed (refused, timed out,
-                                       ///< name not resolved, AUTH or SCRIPT LOAD refused)
-  std::uint64_t breaker_opens = 0;     ///< times the breaker opened (closed/half-open -> open)
+  std::uint64_t checks = 0;              ///< checks decided by the store
+  std::uint64_t timeouts = 0;            ///< checks that missed their deadline
+  std::uint64_t errors = 0;              ///< error replies, protocol errors, disconnects mid-check
+  std::uint64_t unavailable = 0;         ///< checks refused at once (not connected / breaker open)
+  std::uint64_t script_loads = 0;        ///< SCRIPT LOADs (start-up and after NOSCRIPT)
+  std::uint64_t reconnects = 0;          ///< connections established after the first
+  std::uint64_t late_replies = 0;        ///< replies that arrived after their deadline (dropped)
+  std::uint64_t connect_failures = 0;    ///< connection attempts that failed (refused, timed out,
+                                         ///< name not resolved, AUTH or SCRIPT LOAD refused)
+  std::uint64_t breaker_opens = 0;       ///< times the breaker opened from closed
+  std::uint64_t breaker_reopens = 0;     ///< half-open -> open: the probe failed
+  std::uint64_t breaker_half_opens = 0;  ///< open -> half-open: the cool-down ended, a probe goes
+  std::uint64_t breaker_closes = 0;      ///< half-open -> closed: the probe was answered
   std::uint64_t buckets = 0;        ///< gauge, memory store: bucket entries held (≤ max_buckets)
   std::uint64_t evictions = 0;      ///< memory store: live buckets evicted at max_buckets
   std::uint64_t clock_resends = 0;  ///< checks re-sent once after a STALE answer to a timely

@@ -72,6 +72,9 @@ metrics_sample example() {
   s.store.connect_failures = 16;
   s.store.script_loads = 17;
   s.store.breaker_opens = 18;
+  s.store.breaker_reopens = 2;
+  s.store.breaker_half_opens = 5;
+  s.store.breaker_closes = 3;
   s.store.buckets = 640;
   s.store.evictions = 29;
   s.store.sentinel_unreachable = 30;
@@ -87,11 +90,20 @@ metrics_sample example() {
   s.breaker = {2, 1, 1};
   s.store_check.buckets[0] = 1;
   s.store_check.buckets[3] = 2;
-  s.store_check.buckets[12] = 1;
+  s.store_check.buckets.back() = 1;  // above every bound
   s.store_check.sum_seconds = 2.5;
   s.upstream.connects = 19;
   s.upstream.reuses = 20;
   s.upstream.retries = 21;
+  s.upstream.idle = 6;
+  observability::upstream_counts api;
+  api.upstream = "api";
+  api.response.buckets[2] = 4;   // (0.00025, 0.0005]
+  api.response.buckets[13] = 1;  // (2.5, 5]
+  api.response.sum_seconds = 3.25;
+  api.failures[static_cast<std::size_t>(http::upstream_failure::timeout)] = 7;
+  api.failures[static_cast<std::size_t>(http::upstream_failure::body_failed)] = 2;
+  s.upstreams.push_back(api);
   s.tunnels_open = 3;
   s.tunnels_total = 9;
   s.clients.open = 31;
@@ -134,6 +146,20 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "# TYPE sluice_client_address_fallbacks_total counter\n",
            "sluice_client_address_fallbacks_total{reason=\"no_header\"} 29\n",
            "sluice_client_address_fallbacks_total{reason=\"syntax_error\"} 30\n",
+           "# TYPE sluice_upstream_response_duration_seconds histogram\n",
+           "sluice_upstream_response_duration_seconds_count{upstream=\"api\"} 5\n",
+           "sluice_upstream_response_duration_seconds_sum{upstream=\"api\"} 3.25\n",
+           "sluice_upstream_response_duration_seconds_bucket{upstream=\"api\",le=\"0.00025\"} 0\n",
+           "sluice_upstream_response_duration_seconds_bucket{upstream=\"api\",le=\"0.0005\"} 4\n",
+           "sluice_upstream_response_duration_seconds_bucket{upstream=\"api\",le=\"2.5\"} 4\n",
+           "sluice_upstream_response_duration_seconds_bucket{upstream=\"api\",le=\"5\"} 5\n",
+           "sluice_upstream_response_duration_seconds_bucket{upstream=\"api\",le=\"+Inf\"} 5\n",
+           "# TYPE sluice_upstream_failures_total counter\n",
+           "sluice_upstream_failures_total{upstream=\"api\",cause=\"unreachable\"} 0\n",
+           "sluice_upstream_failures_total{upstream=\"api\",cause=\"timeout\"} 7\n",
+           "sluice_upstream_failures_total{upstream=\"api\",cause=\"body_failed\"} 2\n",
+           "# TYPE sluice_upstream_idle_connections gauge\n",
+           "sluice_upstream_idle_connections 6\n",
            "sluice_upstream_connections_opened_total 19\n",
            "sluice_upstream_connection_reuses_total 20\n",
            "sluice_upstream_retries_total 21\n",
@@ -161,6 +187,10 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_store_connect_failures_total 16\n",
            "sluice_store_script_loads_total 17\n",
            "sluice_store_breaker_opens_total 18\n",
+           "# TYPE sluice_store_breaker_transitions_total counter\n",
+           "sluice_store_breaker_transitions_total{to=\"open\"} 20\n",
+           "sluice_store_breaker_transitions_total{to=\"half_open\"} 5\n",
+           "sluice_store_breaker_transitions_total{to=\"closed\"} 3\n",
            "# TYPE sluice_store_buckets gauge\n",
            "sluice_store_buckets 640\n",
            "# TYPE sluice_store_evictions_total counter\n",
@@ -187,6 +217,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_store_check_duration_seconds_bucket{le=\"0.0005\"} 1\n",
            "sluice_store_check_duration_seconds_bucket{le=\"0.001\"} 3\n",
            "sluice_store_check_duration_seconds_bucket{le=\"1\"} 3\n",
+           "sluice_store_check_duration_seconds_bucket{le=\"10\"} 3\n",
            "sluice_store_check_duration_seconds_bucket{le=\"+Inf\"} 4\n",
            "sluice_config_reloads_total{result=\"ok\"} 22\n",
            "sluice_config_reloads_total{result=\"failed\"} 23\n",
@@ -206,7 +237,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 46u);
+  EXPECT_EQ(help, 50u);
   EXPECT_EQ(text.back(), '\n');
 }
 

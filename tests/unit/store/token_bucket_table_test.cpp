@@ -379,7 +379,9 @@ TEST_F(token_bucket_table, redis_store) {
 
 // Peek (GET /admin/explain): before every step the same request is decided with `peek` set,
 // twice: each answers exactly the step's expected outcome, and the step itself still does —
-// so a peek writes nothing, on every store and layout.
+// so a peek writes nothing, on every store and layout; and the stored state of every limit
+// (memory: peek_state; Redis: DUMP and PTTL of the key holding it) is the same after the
+// peeks as before them.
 TEST_F(token_bucket_table, peek_decides_as_the_step_and_writes_nothing) {
   auto peek_of = [](check_request req) {
     req.peek = true;
@@ -391,8 +393,14 @@ TEST_F(token_bucket_table, peek_decides_as_the_step_and_writes_nothing) {
     for (std::size_t s = 0; s < c.steps.size(); ++s) {
       now = epoch_ms + c.steps[s].t_ms;
       const auto req = make_request(c, "peek-mem", c.steps[s].cost);
+      std::vector<std::optional<std::string>> before;
+      for (const auto& l : req.limits) before.push_back(mem.peek_state(l.key));
       expect_step(c, s, "memory peek", mem.decide(peek_of(req)));
       expect_step(c, s, "memory peek again", mem.decide(peek_of(req)));
+      for (std::size_t i = 0; i < req.limits.size(); ++i) {
+        EXPECT_EQ(mem.peek_state(req.limits[i].key), before[i])
+            << c.name << " step " << s << ": a peek changed " << req.limits[i].key;
+      }
       expect_step(c, s, "memory", mem.decide(req));
     }
   }
@@ -401,12 +409,20 @@ TEST_F(token_bucket_table, peek_decides_as_the_step_and_writes_nothing) {
     for (const auto& c : table()) {
       for (std::size_t s = 0; s < c.steps.size(); ++s) {
         const auto req = make_request(c, name, c.steps[s].cost);
+        const test::bucket_view view{*server_, layout};
+        auto stored = [&] {
+          std::vector<std::string> out;
+          for (const auto& l : req.limits) out.push_back(view.snapshot(l.key, false));
+          return out;
+        };
+        const auto before = stored();
         for (const bool peek : {true, true, false}) {
           std::string error;
           auto got = run_lua(*server_, peek ? peek_of(req) : req, epoch_ms + c.steps[s].t_ms,
                              &error, layout);
           ASSERT_TRUE(got) << c.name << " step " << s << ": " << error;
           expect_step(c, s, peek ? "lua peek" : "lua", *got);
+          if (peek) EXPECT_EQ(stored(), before) << c.name << " step " << s << ": a peek wrote";
         }
       }
     }

@@ -1,0 +1,286 @@
+// Limit lists (`limits:` of a plan or a route, and each plan override inside a limit): name,
+// key, algorithm, rate and burst, mode, cost checks and the comparison of two limits of one name.
+
+#include "config/loader_internal.hpp"
+
+#include <numeric>
+
+namespace sluice::config::detail {
+
+void loader::check_capacity(const param_src& p, algorithm algo) {
+  if (!p.usable || p.value.rate.count <= 0) return;
+  if (algo == algorithm::sliding_window) {
+    // The counter's estimate previous·(P − elapsed)/P + current is compared multiplied out
+    // by the window P in ms (no rounding), so N·P must stay an exact double.
+    const std::int64_t w = p.value.rate.period.count();
+    if (p.value.rate.count > max_exact_integer / w)
+      error(p.rate_line, p.rate_path,
+            "rate " + p.rate_text + " cannot be counted exactly by sliding_window: count × " +
+                "window in ms = " + std::to_string(p.value.rate.count) + " × " + std::to_string(w) +
+                " is above " + std::string(two_53) + " (use a shorter window or fixed_window)");
+    return;
+  }
+  if (algo == algorithm::sliding_log) {
+    // One stored stamp per unit, read whole on every check: memory and time grow with N.
+    if (p.value.rate.count > max_log_units)
+      error(p.rate_line, p.rate_path,
+            "rate " + p.rate_text + " is too large for sliding_log, which stores one " +
+                "timestamp per unit: the count must be at most " + std::to_string(max_log_units) +
+                " (use sliding_window or token_bucket)");
+    return;
+  }
+  if (is_window(algo)) return;
+  const std::int64_t period = p.value.rate.period.count();
+  const std::int64_t g = std::gcd(p.value.rate.count, period);
+  const std::int64_t units = period / g;
+  if (p.value.burst > max_exact_integer / units) {
+    error(p.burst_line, p.burst_path,
+          "burst " + std::to_string(p.value.burst) + " with rate " + p.rate_text +
+              " cannot be counted exactly: one token is " + std::to_string(units) +
+              " units (period_ms / gcd(count, period_ms) = " + std::to_string(period) + " / " +
+              std::to_string(g) + "), and burst × " + std::to_string(units) + " is above " +
+              std::string(two_53));
+  }
+}
+
+param_src loader::params(const entry* rate_e, const entry* burst_e, const param_src* inherit,
+                         const std::string& path, int line, algorithm algo) {
+  param_src p;
+  p.burst_path = path;
+  p.burst_line = line;
+  std::optional<rate> r;
+  if (rate_e) {
+    p.rate_path = join(path, "rate");
+    p.rate_line = rate_e->line;
+    r = rate_value(*rate_e, p.rate_path, p.rate_text);
+  } else if (inherit) {
+    p.rate_path = inherit->rate_path;
+    p.rate_line = inherit->rate_line;
+    p.rate_text = inherit->rate_text;
+    if (inherit->usable) r = inherit->value.rate;
+  }
+  std::optional<std::int64_t> burst;
+  if (burst_e) {
+    p.burst_path = join(path, "burst");
+    p.burst_line = burst_e->line;
+    if (is_window(algo)) {
+      error(burst_e->line, p.burst_path,
+            std::string("burst applies only to token_bucket; a ") + algorithm_name(algo) +
+                " limit admits the count of its rate per window");
+    }
+    burst = integer(*burst_e, p.burst_path, "burst", 0, max_exact_integer);
+  } else if (rate_e) {
+    if (r) burst = r->count;
+  } else if (inherit && inherit->usable) {
+    burst = inherit->value.burst;
+  }
+  if (r && burst) {
+    p.value.rate = *r;
+    p.value.burst = *burst;
+    p.usable = true;
+  }
+  return p;
+}
+
+std::optional<limit_src> loader::parse_limit(const YAML::Node& n, const std::string& path,
+                                             int line) {
+  static const std::vector<std::string> keys{"name",  "by",    "algorithm", "rate",
+                                             "burst", "plans", "mode",      "preflight"};
+  auto m = fields(n, path, line, keys);
+  if (!m) return std::nullopt;
+  limit_src l;
+  l.path = path;
+  l.value.line = line;
+  l.name_path = path;
+  l.name_line = line;
+
+  if (const entry* e = m->find("name")) {
+    l.name_path = join(path, "name");
+    l.name_line = e->line;
+    auto s = string(e->value, l.name_path, e->line);
+    if (s && !valid_limit_name(*s)) {
+      error(e->line, l.name_path, "limit name '" + *s + "' must match [A-Za-z0-9_-]{1,64}");
+      s.reset();
+    }
+    if (s)
+      l.value.name = *s;
+    else
+      l.usable = false;
+  } else {
+    error(line, path, "missing required key 'name'");
+    l.usable = false;
+  }
+
+  if (const entry* e = m->find("by")) {
+    const std::string p = join(path, "by");
+    auto s = string(e->value, p, e->line);
+    if (s && s->starts_with("header:")) {
+      const std::string name = s->substr(7);
+      if (name.empty()) {
+        error(e->line, p, "'header:' needs a header name, such as header:X-Tenant");
+        l.usable = false;
+      } else if (!text::is_token(name)) {
+        error(e->line, p, "invalid header name '" + name + "': a header name is an HTTP token");
+        l.usable = false;
+      } else {
+        l.value.by = identity_kind::header;
+        l.value.header_name = name;
+      }
+    } else if (s) {
+      auto k = choice<identity_kind>(e->value, p, e->line, "identity",
+                                     {{"api_key", identity_kind::api_key},
+                                      {"user", identity_kind::user},
+                                      {"ip", identity_kind::ip},
+                                      {"global", identity_kind::global},
+                                      {"header:NAME", identity_kind::header}});
+      if (k)
+        l.value.by = *k;  // "header:NAME" itself lands in the branch above
+      else
+        l.usable = false;
+    } else {
+      l.usable = false;
+    }
+  }
+
+  if (const entry* e = m->find("algorithm")) {
+    const std::string p = join(path, "algorithm");
+    auto a = choice<algorithm>(e->value, p, e->line, "algorithm",
+                               {{"token_bucket", algorithm::token_bucket},
+                                {"fixed_window", algorithm::fixed_window},
+                                {"sliding_window", algorithm::sliding_window},
+                                {"sliding_log", algorithm::sliding_log},
+                                {"gcra", algorithm::gcra}});
+    if (a) {
+      l.value.algorithm = *a;
+      if (*a == algorithm::gcra)
+        error(e->line, p,
+              "algorithm gcra is not supported yet (token_bucket gives the same limits)");
+    } else {
+      l.usable = false;
+    }
+  }
+
+  if (const entry* e = m->find("mode")) {
+    auto mode =
+        choice<limit_mode>(e->value, join(path, "mode"), e->line, "mode",
+                           {{"enforce", limit_mode::enforce}, {"shadow", limit_mode::shadow}});
+    if (mode)
+      l.value.mode = *mode;
+    else
+      l.usable = false;
+  }
+
+  // A preflight has no credentials: by default only limits that need none are charged.
+  l.value.preflight = l.value.by == identity_kind::ip || l.value.by == identity_kind::global;
+  if (const entry* e = m->find("preflight")) {
+    if (auto v = boolean(*e, join(path, "preflight"))) l.value.preflight = *v;
+  }
+
+  const entry* rate_e = m->find("rate");
+  const entry* burst_e = m->find("burst");
+  const entry* plans_e = m->find("plans");
+  if (rate_e) {
+    l.defaults = params(rate_e, burst_e, nullptr, path, line, l.value.algorithm);
+    check_capacity(*l.defaults, l.value.algorithm);
+    if (!l.defaults->usable) l.usable = false;
+  } else if (!plans_e || burst_e) {
+    error(line, path, "missing required key 'rate'");
+    l.usable = false;
+  }
+
+  if (plans_e) {
+    const std::string plans_path = join(path, "plans");
+    if (auto pm = mapping(plans_e->value, plans_path, plans_e->line, nullptr, true)) {
+      static const std::vector<std::string> override_keys{"rate", "burst"};
+      for (const entry& pe : pm->entries) {
+        const std::string opath = join(plans_path, pe.key);
+        l.plan_refs.push_back({pe.key, opath, pe.key_line});
+        auto om = fields(pe.value, opath, pe.line, override_keys);
+        if (!om) {
+          l.usable = false;
+          continue;
+        }
+        const entry* orate = om->find("rate");
+        if (!orate && !l.defaults) {
+          error(pe.line, opath, "missing required key 'rate' (the limit has no default rate)");
+          l.usable = false;
+          continue;
+        }
+        param_src p = params(orate, om->find("burst"), l.defaults ? &*l.defaults : nullptr, opath,
+                             pe.line, l.value.algorithm);
+        check_capacity(p, l.value.algorithm);
+        if (!p.usable) l.usable = false;
+        l.overrides.emplace_back(pe.key, std::move(p));
+      }
+    } else {
+      l.usable = false;
+    }
+  }
+
+  if (l.defaults) l.value.params = l.defaults->value;
+  l.value.has_default_params = l.defaults.has_value();
+  for (const auto& [plan, p] : l.overrides) l.value.plan_overrides[plan] = p.value;
+  return l;
+}
+
+std::vector<limit_src> loader::parse_limits(const entry& e, const std::string& path) {
+  std::vector<limit_src> out;
+  if (!sequence(e.value, path, e.line, true)) return out;
+  std::size_t i = 0;
+  for (const auto& item : e.value) {
+    const std::string p = at(path, i++);
+    if (auto l = parse_limit(item, p, line_of(item, e.line))) out.push_back(std::move(*l));
+  }
+  // Within one list a repeated name would check the same bucket twice per request.
+  std::map<std::string, int> seen;
+  for (auto& l : out) {
+    if (l.value.name.empty()) continue;
+    auto [it, fresh] = seen.emplace(l.value.name, l.name_line);
+    if (!fresh) {
+      error(l.name_line, l.name_path,
+            "duplicate limit name '" + l.value.name + "' in this list (first at line " +
+                std::to_string(it->second) + ")");
+      l.duplicate = true;
+    }
+  }
+  return out;
+}
+
+void loader::check_cost(const limit_src& l, std::int64_t cost, const std::string& where) {
+  auto check = [&](const param_src& p) {
+    if (!p.usable) return;
+    if (is_window(l.value.algorithm)) {
+      if (p.value.rate.count > 0 && cost > p.value.rate.count)
+        error(p.rate_line, p.rate_path,
+              "cost " + std::to_string(cost) + " can never be admitted by rate " + p.rate_text +
+                  where);
+    } else if (cost > p.value.burst) {
+      error(p.burst_line, p.burst_path,
+            "cost " + std::to_string(cost) + " can never be admitted by burst " +
+                std::to_string(p.value.burst) + where);
+    }
+  };
+  if (l.defaults) check(*l.defaults);
+  for (const auto& [plan, p] : l.overrides) check(p);
+}
+
+std::optional<std::string> loader::difference(const limit& a, const limit& b) {
+  if (a.by != b.by || a.header_name != b.header_name) return "by";
+  if (a.algorithm != b.algorithm) return "algorithm";
+  if (a.has_default_params != b.has_default_params) return "rate";
+  if (a.has_default_params) {
+    if (a.params.rate.count != b.params.rate.count || a.params.rate.period != b.params.rate.period)
+      return "rate";
+    if (a.params.burst != b.params.burst) return "burst";
+  }
+  if (a.plan_overrides.size() != b.plan_overrides.size()) return "plans";
+  for (const auto& [plan, p] : a.plan_overrides) {
+    auto it = b.plan_overrides.find(plan);
+    if (it == b.plan_overrides.end() || !same_params(p, it->second)) return "plans";
+  }
+  if (a.mode != b.mode) return "mode";
+  if (a.preflight != b.preflight) return "preflight";
+  return std::nullopt;
+}
+
+}  // namespace sluice::config::detail

@@ -1,0 +1,366 @@
+// The loader's shared YAML readers: the shape of a node (a mapping with its allowed keys and
+// duplicates, a sequence) and each kind of scalar (string, boolean, integer, size, duration,
+// address, header name, rate, environment variable name), each reporting its own diagnostic.
+
+#include "config/loader_internal.hpp"
+
+#include <boost/asio/ip/address.hpp>
+
+namespace sluice::config::detail {
+
+std::string join(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+
+std::string at(const std::string& path, std::size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+int line_of(const YAML::Node& n, int fallback) {
+  const YAML::Mark m = n.Mark();
+  return m.is_null() ? fallback : m.line + 1;
+}
+
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return "'" + n.Scalar() + "'";
+    default:
+      return "nothing";
+  }
+}
+
+std::string list_of(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+std::string format_ms(std::chrono::milliseconds d) {
+  const auto ms = d.count();
+  if (ms % 86'400'000 == 0) return std::to_string(ms / 86'400'000) + "d";
+  if (ms % 3'600'000 == 0) return std::to_string(ms / 3'600'000) + "h";
+  if (ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+bool valid_limit_name(std::string_view s) {
+  return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+bool is_window(algorithm a) {
+  return a == algorithm::fixed_window || a == algorithm::sliding_window ||
+         a == algorithm::sliding_log;
+}
+
+const char* algorithm_name(algorithm a) {
+  switch (a) {
+    case algorithm::token_bucket:
+      return "token_bucket";
+    case algorithm::fixed_window:
+      return "fixed_window";
+    case algorithm::sliding_window:
+      return "sliding_window";
+    case algorithm::sliding_log:
+      return "sliding_log";
+    case algorithm::gcra:
+      return "gcra";
+  }
+  return "?";
+}
+
+bool same_params(const limit_params& a, const limit_params& b) {
+  return a.rate.count == b.rate.count && a.rate.period == b.rate.period && a.burst == b.burst;
+}
+
+std::optional<std::int64_t> check_integer(std::string_view text, std::string_view field,
+                                          std::int64_t min, std::int64_t max,
+                                          std::string& message) {
+  const std::string s(text);
+  const auto r = text::parse_int(s);
+  const std::string f(field);
+  if (r.error == text::int_error::too_large ||
+      (r.error == text::int_error::none && r.value > max)) {
+    if (max == max_exact_integer)
+      message = f + " " + s + " is above " + std::string(two_53) +
+                ", the largest integer the store arithmetic represents exactly";
+    else
+      message = f + " must be at most " + std::to_string(max) + ", got " + s;
+    return std::nullopt;
+  }
+  if (r.error == text::int_error::not_a_number) {
+    // Integers are written in digits everywhere in the file (rate counts too): `1e3` or
+    // `2.0` is refused as a spelling, not as a value.
+    switch (text::classify_number(s)) {
+      case text::notation::whole:
+        message = "expected an integer written in digits, got " + s;
+        break;
+      case text::notation::fractional:
+        message = f + " must be a whole number, got " + s;
+        break;
+      case text::notation::not_a_number:
+        message = "expected an integer, got '" + s + "'";
+        break;
+    }
+    return std::nullopt;
+  }
+  if (r.value < min) {
+    if (min == 0)
+      message = f + " must not be negative, got " + s;
+    else
+      message = f + " must be at least " + std::to_string(min) + ", got " + s;
+    return std::nullopt;
+  }
+  return r.value;
+}
+
+std::optional<text::address> check_address(std::string_view s, bool listening,
+                                           std::string& message) {
+  std::string why;
+  auto a = text::parse_address(s, listening, why);
+  // The IPv6 example is quoted: unquoted, YAML reads `[::1]:8080` as a list.
+  if (!a) {
+    message = "invalid address '" + std::string(s) + "': " + why +
+              " (expected host:port, such as 0.0.0.0:8080 or \"[::1]:8080\")";
+    return a;
+  }
+  boost::system::error_code ec;
+  if (listening && (boost::asio::ip::make_address(a->host, ec), ec)) {
+    // A listening address is bound as written: a host name would fail only at start-up.
+    message = "invalid address '" + std::string(s) +
+              "': a listening address must be an IP address, such as 127.0.0.1:8080 or "
+              "\"[::1]:8080\" (host names are not resolved)";
+    return std::nullopt;
+  }
+  return a;
+}
+
+std::optional<map_view> loader::mapping(const YAML::Node& n, const std::string& path, int line,
+                                        const std::vector<std::string>* allowed, bool empty_ok) {
+  if (empty_ok && n.IsNull()) return map_view{};
+  if (!n.IsMap()) {
+    error(line, path, "expected a mapping, got " + describe(n));
+    return std::nullopt;
+  }
+  map_view out;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const YAML::Node key = it->first;
+    const int key_line = line_of(key, line);
+    if (!key.IsScalar()) {
+      error(key_line, path, "expected a string key, got " + describe(key));
+      continue;
+    }
+    entry e{key.Scalar(), key_line, it->second, 0};
+    e.line = e.value.IsNull() ? key_line : line_of(e.value, key_line);
+    const std::string key_path = join(path, e.key);
+    // yaml-cpp keeps both pairs of a repeated key and `node[key]` returns the first:
+    // a silent override that an operator would never notice, so it is an error.
+    if (const entry* first = out.find(e.key)) {
+      error(
+          key_line, key_path,
+          "duplicate key '" + e.key + "' (first at line " + std::to_string(first->key_line) + ")");
+      continue;
+    }
+    if (allowed && std::find(allowed->begin(), allowed->end(), e.key) == allowed->end()) {
+      if (auto s = text::suggest(e.key, *allowed))
+        error(key_line, key_path, "unknown key '" + e.key + "'; did you mean '" + *s + "'?");
+      else
+        error(key_line, key_path,
+              "unknown key '" + e.key + "'; expected one of " + list_of(*allowed));
+      continue;
+    }
+    out.add(std::move(e));
+  }
+  return out;
+}
+
+std::optional<map_view> loader::fields(const YAML::Node& n, const std::string& path, int line,
+                                       const std::vector<std::string>& allowed, bool empty_ok) {
+  return mapping(n, path, line, &allowed, empty_ok);
+}
+
+bool loader::sequence(const YAML::Node& n, const std::string& path, int line, bool empty_ok) {
+  if (n.IsSequence()) return true;
+  if (empty_ok && n.IsNull()) return false;
+  error(line, path, "expected a list, got " + describe(n));
+  return false;
+}
+
+std::optional<std::string> loader::string(const YAML::Node& n, const std::string& path, int line) {
+  if (n.IsScalar()) return n.Scalar();
+  error(line, path, "expected a string, got " + describe(n));
+  return std::nullopt;
+}
+
+std::optional<bool> loader::boolean(const entry& e, const std::string& path) {
+  auto s = string(e.value, path, e.line);
+  if (!s) return std::nullopt;
+  if (*s == "true") return true;
+  if (*s == "false") return false;
+  error(e.line, path, "expected true or false, got '" + *s + "'");
+  return std::nullopt;
+}
+
+std::optional<std::string> loader::non_empty(const entry& e, const std::string& path) {
+  auto s = string(e.value, path, e.line);
+  if (s && s->empty()) {
+    error(e.line, path, "must not be empty");
+    return std::nullopt;
+  }
+  return s;
+}
+
+std::optional<std::int64_t> loader::integer(const entry& e, const std::string& path,
+                                            std::string_view field, std::int64_t min,
+                                            std::int64_t max) {
+  if (!e.value.IsScalar()) {
+    error(e.line, path, "expected an integer, got " + describe(e.value));
+    return std::nullopt;
+  }
+  std::string message;
+  auto v = check_integer(e.value.Scalar(), field, min, max, message);
+  if (!v) error(e.line, path, std::move(message));
+  return v;
+}
+
+std::optional<std::uint64_t> loader::size(const entry& e, const std::string& path) {
+  auto s = string(e.value, path, e.line);
+  if (!s) return std::nullopt;
+  const auto r = text::parse_size(*s);
+  switch (r.error) {
+    case text::size_error::none:
+      return r.value;
+    case text::size_error::malformed:
+      error(e.line, path,
+            "invalid size '" + *s +
+                "': expected a whole number of bytes with an optional unit (B, KB, MB, GB, "
+                "KiB, MiB, GiB), such as 16MiB, or unlimited");
+      return std::nullopt;
+    case text::size_error::too_large:
+      error(e.line, path, "size '" + *s + "' is larger than 2^53 bytes (use unlimited)");
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::chrono::milliseconds> loader::duration(const entry& e, const std::string& path,
+                                                          std::string_view field,
+                                                          std::chrono::milliseconds max) {
+  auto s = string(e.value, path, e.line);
+  if (!s) return std::nullopt;
+  const auto r = text::parse_duration(*s);
+  switch (r.error) {
+    case text::duration_error::malformed:
+      error(e.line, path,
+            "invalid duration '" + *s +
+                "': expected a whole number and a unit (ms, s, m, h, d), such as 250ms or 5s");
+      return std::nullopt;
+    case text::duration_error::zero:
+      error(e.line, path, std::string(field) + " " + *s + " is shorter than 1ms");
+      return std::nullopt;
+    case text::duration_error::too_large:
+      break;
+    case text::duration_error::none:
+      if (r.value <= max) return r.value;
+      break;
+  }
+  error(e.line, path,
+        std::string(field) + " " + *s + " is longer than the maximum of " + format_ms(max));
+  return std::nullopt;
+}
+
+std::optional<text::address> loader::address(const entry& e, const std::string& path,
+                                             bool allow_zero) {
+  if (e.value.IsSequence()) {
+    error(e.line, path, "expected host:port, got a list (quote an IPv6 address: \"[::1]:8080\")");
+    return std::nullopt;
+  }
+  auto s = string(e.value, path, e.line);
+  if (!s) return std::nullopt;
+  std::string message;
+  auto a = check_address(*s, allow_zero, message);
+  if (!a) error(e.line, path, std::move(message));
+  return a;
+}
+
+std::optional<std::string> loader::header_name(const entry& e, const std::string& path) {
+  auto s = string(e.value, path, e.line);
+  if (!s) return std::nullopt;
+  if (!text::is_token(*s)) {
+    error(e.line, path, "invalid header name '" + *s + "': a header name is an HTTP token");
+    return std::nullopt;
+  }
+  return s;
+}
+
+std::optional<rate> loader::rate_value(const entry& e, const std::string& path,
+                                       std::string& text_out) {
+  auto s = string(e.value, path, e.line);
+  if (!s) return std::nullopt;
+  text_out = *s;
+  const auto r = text::parse_rate(*s);
+  switch (r.error) {
+    case text::rate_error::none:
+      break;
+    case text::rate_error::malformed:
+      error(e.line, path,
+            "invalid rate '" + *s + "': expected N/DURATION, such as 100/1m or 10/1s");
+      return std::nullopt;
+    case text::rate_error::negative:
+      error(e.line, path, "negative rate " + *s + ": the count must be at least 1");
+      return std::nullopt;
+    case text::rate_error::fractional:
+      error(e.line, path, "rate " + *s + ": the count must be a whole number");
+      return std::nullopt;
+    case text::rate_error::not_digits:
+      error(e.line, path,
+            "rate " + *s + ": expected the count as an integer written in digits, got " +
+                s->substr(0, s->find('/')));
+      return std::nullopt;
+    case text::rate_error::too_large:
+      error(e.line, path,
+            "rate " + *s + ": the count is above " + std::string(two_53) +
+                ", the largest integer the store arithmetic represents exactly");
+      return std::nullopt;
+    case text::rate_error::bad_period:
+      error(e.line, path,
+            "invalid rate '" + *s + "': '" + r.period_text +
+                "' is not a duration (a whole number and a unit ms, s, m, h or d)");
+      return std::nullopt;
+    case text::rate_error::zero_period:
+      error(e.line, path, "rate " + *s + ": the period is shorter than 1ms");
+      return std::nullopt;
+    case text::rate_error::long_period:
+      error(e.line, path, "rate " + *s + ": the period is longer than " + format_ms(max_period));
+      return std::nullopt;
+  }
+  if (r.value.period > max_period) {
+    error(e.line, path, "rate " + *s + ": the period is longer than " + format_ms(max_period));
+    return std::nullopt;
+  }
+  if (r.value.count == 0)
+    error(e.line, path, "rate " + *s + " never refills: the count must be at least 1");
+  return r.value;
+}
+
+std::optional<std::string> loader::env_name(const entry& e, const std::string& path) {
+  auto s = string(e.value, path, e.line);
+  if (!s) return std::nullopt;
+  const bool ok = !s->empty() && !std::isdigit(static_cast<unsigned char>(s->front())) &&
+                  std::all_of(s->begin(), s->end(), [](char c) {
+                    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                  });
+  if (ok) return s;
+  error(e.line, path,
+        "invalid environment variable name '" + *s + "': expected [A-Za-z_][A-Za-z0-9_]*");
+  return std::nullopt;
+}
+
+}  // namespace sluice::config::detail

@@ -1,0 +1,170 @@
+// The `store:` section: memory, redis, redis-sentinel and redis-cluster, with their fields.
+
+#include "config/loader_internal.hpp"
+
+namespace sluice::config::detail {
+
+void loader::parse_store(const entry& e, rules& r) {
+  static const std::vector<std::string> keys{"type",
+                                             "address",
+                                             "nodes",
+                                             "timeout",
+                                             "password_env",
+                                             "local_share",
+                                             "layout",
+                                             "hash_groups",
+                                             "max_buckets",
+                                             "over_limit_cache",
+                                             "sentinels",
+                                             "master",
+                                             "sentinel_password_env",
+                                             "sentinel_timeout"};
+  auto m = fields(e.value, "store", e.line, keys, true);
+  if (!m) return;
+  if (const entry* t = m->find("type")) {
+    enum class kind { memory, redis, redis_cluster, redis_sentinel };
+    auto k = choice<kind>(t->value, "store.type", t->line, "store type",
+                          {{"memory", kind::memory},
+                           {"redis", kind::redis},
+                           {"redis-cluster", kind::redis_cluster},
+                           {"redis-sentinel", kind::redis_sentinel}});
+    if (k == kind::memory) r.store.type = store_settings::kind::memory;
+    if (k == kind::redis) r.store.type = store_settings::kind::redis;
+    if (k == kind::redis_sentinel) r.store.type = store_settings::kind::redis_sentinel;
+    if (k == kind::redis_cluster) r.store.type = store_settings::kind::redis_cluster;
+  }
+  parse_sentinel_fields(e, *m, r);
+  if (const entry* a = m->find("address")) {
+    if (auto addr = address(*a, "store.address", false)) {
+      r.store.host = addr->host;
+      r.store.port = addr->port;
+    }
+  }
+  parse_cluster_fields(e, *m, r);
+  if (const entry* t = m->find("timeout")) {
+    if (auto d = duration(*t, "store.timeout", "timeout", std::chrono::seconds{60}))
+      r.store.timeout = *d;
+  }
+  if (const entry* p = m->find("password_env")) {
+    if (auto s = env_name(*p, "store.password_env")) r.store.password_env = *s;
+  }
+  if (const entry* ls = m->find("local_share")) {
+    if (auto s = string(ls->value, "store.local_share", ls->line)) {
+      char* end = nullptr;
+      const double v = std::strtod(s->c_str(), &end);
+      if (s->empty() || end != s->c_str() + s->size())
+        error(ls->line, "store.local_share", "expected a number, got '" + *s + "'");
+      else if (!(v > 0.0 && v <= 1.0))
+        error(ls->line, "store.local_share", "local_share must be in (0, 1], got " + *s);
+      else
+        r.store.local_share = v;
+    }
+  }
+  if (const entry* l = m->find("layout")) {
+    auto k = choice<store_settings::layout_kind>(
+        l->value, "store.layout", l->line, "store layout",
+        {{"hash", store_settings::layout_kind::hash}, {"key", store_settings::layout_kind::key}});
+    if (k) r.store.layout = *k;
+  }
+  if (const entry* g = m->find("hash_groups")) {
+    // As `burst` on a window limit: a setting the chosen layout never reads is a mistake
+    // the operator should hear about, not a silent no-op.
+    if (r.store.layout == store_settings::layout_kind::key)
+      error(g->line, "store.hash_groups", "hash_groups applies only to layout hash");
+    if (auto v = integer(*g, "store.hash_groups", "hash_groups", 1, 16'777'216))
+      r.store.hash_groups = static_cast<std::uint32_t>(*v);
+  }
+  if (const entry* b = m->find("max_buckets")) {
+    // The memory store's bound. Accepted with any store type (a file can switch between
+    // memory and redis without editing it); 2^40 entries is far beyond any host's memory.
+    if (auto v = integer(*b, "store.max_buckets", "max_buckets", 1, std::int64_t{1} << 40))
+      r.store.max_buckets = static_cast<std::uint64_t>(*v);
+  }
+  if (const entry* c = m->find("over_limit_cache")) {
+    if (auto v = boolean(*c, "store.over_limit_cache")) r.store.over_limit_cache = *v;
+  }
+}
+
+void loader::parse_cluster_fields(const entry& e, const map_view& m, rules& r) {
+  const bool cluster = r.store.type == store_settings::kind::redis_cluster;
+  const entry* n = m.find("nodes");
+  if (n && !cluster) error(n->key_line, "store.nodes", "applies only to type redis-cluster");
+  if (!cluster) return;
+  if (const entry* a = m.find("address"))
+    error(a->key_line, "store.address",
+          "type redis-cluster finds its masters through store.nodes: remove address");
+  const std::string empty = "the list is empty: name at least one cluster node (host:port)";
+  if (!n) {
+    error(e.line, "store.nodes",
+          "type redis-cluster needs nodes: seed nodes of the cluster (host:port list)");
+  } else if (sequence(n->value, "store.nodes", n->line, true)) {
+    std::size_t i = 0;
+    for (const auto& item : n->value) {
+      entry ie{"", n->line, item, line_of(item, n->line)};
+      if (auto a = address(ie, at("store.nodes", i++), false))
+        r.store.nodes.push_back({a->host, a->port});
+    }
+    if (i == 0) error(n->line, "store.nodes", empty);
+  } else if (n->value.IsNull()) {
+    error(n->line, "store.nodes", empty);
+  }
+}
+
+void loader::parse_sentinel_fields(const entry& e, const map_view& m, rules& r) {
+  const bool sentinel = r.store.type == store_settings::kind::redis_sentinel;
+  for (const char* key : {"sentinels", "master", "sentinel_password_env", "sentinel_timeout"}) {
+    if (const entry* f = m.find(key); f && !sentinel)
+      error(f->key_line, std::string("store.") + key, "applies only to type redis-sentinel");
+  }
+  if (!sentinel) return;
+  if (const entry* a = m.find("address"))
+    error(a->key_line, "store.address",
+          "type redis-sentinel finds the master through store.sentinels: remove address");
+  if (const entry* n = m.find("sentinels")) {
+    if (sequence(n->value, "store.sentinels", n->line, true)) {
+      std::size_t i = 0;
+      for (const auto& item : n->value) {
+        entry ie{"", n->line, item, line_of(item, n->line)};
+        if (auto a = address(ie, at("store.sentinels", i++), false))
+          r.store.sentinels.push_back({a->host, a->port});
+      }
+      if (i == 0)
+        error(n->line, "store.sentinels",
+              "the list is empty: name at least one Sentinel (host:port)");
+    } else if (n->value.IsNull()) {
+      error(n->line, "store.sentinels",
+            "the list is empty: name at least one Sentinel (host:port)");
+    }
+  } else {
+    error(e.line, "store.sentinels",
+          "type redis-sentinel needs sentinels: the Sentinels to ask (host:port list)");
+  }
+  if (const entry* n = m.find("master")) {
+    if (auto s = string(n->value, "store.master", n->line)) {
+      // A master name is one word: Sentinel's messages separate their fields with spaces.
+      const bool ok = !s->empty() && std::none_of(s->begin(), s->end(), [](char c) {
+        return std::isspace(static_cast<unsigned char>(c)) ||
+               std::iscntrl(static_cast<unsigned char>(c));
+      });
+      if (ok)
+        r.store.master_name = *s;
+      else
+        error(
+            n->line, "store.master",
+            "invalid master name '" + *s + "': expected the name the Sentinels monitor (one word)");
+    }
+  } else {
+    error(e.line, "store.master",
+          "type redis-sentinel needs master: the name the Sentinels monitor the master under");
+  }
+  if (const entry* p = m.find("sentinel_password_env")) {
+    if (auto s = env_name(*p, "store.sentinel_password_env")) r.store.sentinel_password_env = *s;
+  }
+  if (const entry* t = m.find("sentinel_timeout")) {
+    if (auto d =
+            duration(*t, "store.sentinel_timeout", "sentinel_timeout", std::chrono::seconds{10}))
+      r.store.sentinel_timeout = *d;
+  }
+}
+
+}  // namespace sluice::config::detail
