@@ -19,6 +19,7 @@
 #include "sluice/config/loader.hpp"
 
 #include "config/loader_internal.hpp"
+#include "sluice/utf8.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -175,6 +176,23 @@ load_result loader::run(const YAML::Node& root) {
 
 load_result load_string(std::string_view text, std::string file) {
   detail::loader l(file);
+  // YAML text is Unicode (YAML 1.2 §5.2), and every string of the rules ends up in UTF-8
+  // documents (metric labels, /admin/config, the JSON access log): ill-formed UTF-8 is
+  // refused here, once, rather than reaching them (yaml-cpp does not check it). The bytes
+  // themselves are not echoed: they are not text.
+  if (const auto bad = utf8::first_invalid(text); bad != std::string_view::npos) {
+    const auto before = text.substr(0, bad);
+    const auto line = 1 + std::count(before.begin(), before.end(), '\n');
+    const auto line_start = before.rfind('\n');
+    const auto column = bad - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1;
+    static constexpr char hex[] = "0123456789ABCDEF";
+    const auto byte = static_cast<unsigned char>(text[bad]);
+    l.error(static_cast<int>(line), "",
+            std::string("not UTF-8: byte 0x") + hex[byte >> 4] + hex[byte & 15] + " at column " +
+                std::to_string(column) +
+                " does not begin a well-formed UTF-8 sequence (save the file as UTF-8)");
+    return l.fail();
+  }
   try {
     const std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
     if (docs.size() > 1) {

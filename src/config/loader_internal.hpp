@@ -157,8 +157,11 @@ class loader {
   /// outside it (with a "did you mean"). nullopt when `n` is not a mapping.
   ///
   /// `empty_ok`: an empty value (`plans:` with every entry commented out) is an empty mapping.
+  /// `secret_keys`: the keys are credentials (`api_keys`): a diagnostic names the mapping and
+  /// the line, never the key.
   std::optional<map_view> mapping(const YAML::Node& n, const std::string& path, int line,
-                                  const std::vector<std::string>* allowed, bool empty_ok = false);
+                                  const std::vector<std::string>* allowed, bool empty_ok = false,
+                                  bool secret_keys = false);
 
   std::optional<map_view> fields(const YAML::Node& n, const std::string& path, int line,
                                  const std::vector<std::string>& allowed, bool empty_ok = false);

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -957,8 +958,17 @@ const mistake mistake_table[] = {
     {"unknown_plan_in_api_keys",
      UP "plans: {free: {limits: []}}\n"
         "api_keys: {key-a: fre, key-b: platinum}\n",
-     {"rules.yaml:3: api_keys.key-a: unknown plan 'fre'; did you mean 'free'?",
-      "rules.yaml:3: api_keys.key-b: unknown plan 'platinum'; plans are free, anonymous"}},
+     {"rules.yaml:3: api_keys: unknown plan 'fre'; did you mean 'free'?",
+      "rules.yaml:3: api_keys: unknown plan 'platinum'; plans are free, anonymous"}},
+    // An API key is a credential: its entry is named by its line, never by the key.
+    {"api_keys_are_never_echoed",
+     UP "plans: {free: {limits: []}}\n"
+        "api_keys:\n"
+        "  sk-live-4f9a: free\n"
+        "  sk-live-4f9a: free\n"
+        "  sk-live-77b1: {plan: free}\n",
+     {"rules.yaml:5: api_keys: duplicate key (first at line 4)",
+      "rules.yaml:6: api_keys: expected a string, got a mapping"}},
     {"unknown_plan_in_a_limit_override",
      UP "plans: {free: {limits: []}}\n"
         "routes:\n"
@@ -1158,6 +1168,22 @@ const mistake mistake_table[] = {
      "- a\n- b\n",
      {"rules.yaml:1: expected a mapping at the top level, got a list"}},
     {"two_documents", UP "---\n" UP, {"rules.yaml:3: expected one YAML document, found 2"}},
+    // YAML is Unicode: ill-formed UTF-8 (a Latin-1 file, a stray byte) is refused before
+    // parsing, naming line, column and the byte in hex (found by fuzzing: such a
+    // route name made /admin/config invalid JSON; fuzz/regressions/rules_loader).
+    {"not_utf8",
+     UP "routes:\n"
+        "  - {name: caf\xE9, match: {path_prefix: /}, upstream: api}\n",
+     {"rules.yaml:3: not UTF-8: byte 0xE9 at column 15 does not begin a well-formed UTF-8 "
+      "sequence (save the file as UTF-8)"}},
+    {"not_utf8_overlong_slash",
+     "\xC0\xAF: x\n",
+     {"rules.yaml:1: not UTF-8: byte 0xC0 at column 1 does not begin a well-formed UTF-8 "
+      "sequence (save the file as UTF-8)"}},
+    {"utf8_is_text",
+     UP "routes:\n"
+        "  - {name: caf\xC3\xA9, match: {path_prefix: /}, upstream: apí}\n",
+     {"rules.yaml:3: routes[0].upstream: unknown upstream 'ap\xC3\xAD'; upstreams are api"}},
     {"burst_on_a_window_algorithm",
      UP "routes:\n"
         "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, algorithm: "
