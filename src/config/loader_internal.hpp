@@ -277,6 +277,13 @@ class loader {
   /// redis-sentinel only, which needs the first two) and `address` (not with redis-sentinel).
   void parse_sentinel_fields(const entry& e, const map_view& m, rules& r);
 
+  /// `store.password_file` / `sentinel_password_file`: reads the secret (file::read_private,
+  /// one trailing newline dropped) into `password_out` and the path it was read from into
+  /// `file_out`; reports a missing, unreadable, group- or world-accessible, empty or
+  /// multi-line file, naming the file (never the password).
+  void password_file(const entry& e, const std::string& path, std::string& file_out,
+                     std::string& password_out);
+
   // --- sections/upstreams.cpp ------------------------------------------------------
 
   void parse_upstreams(const entry& e, rules& r);
