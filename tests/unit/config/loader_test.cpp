@@ -1168,6 +1168,27 @@ const mistake mistake_table[] = {
      "- a\n- b\n",
      {"rules.yaml:1: expected a mapping at the top level, got a list"}},
     {"two_documents", UP "---\n" UP, {"rules.yaml:3: expected one YAML document, found 2"}},
+    {"three_documents",
+     UP "---\n" UP "---\n" UP,
+     {"rules.yaml:3: expected one YAML document, found 3"}},
+    // A ',' where no value can start: yaml-cpp's LoadAll reported empty documents there
+    // forever (found by fuzzing: a 1-byte file took all memory; fuzz/regressions/rules_loader).
+    {"stray_comma",
+     ",",
+     {"rules.yaml:1: invalid YAML: ',' at column 1 cannot start a value "
+      "here (quote it, or put it inside [ ] or { })"}},
+    {"stray_comma_after_a_comment",
+     "# rules\n,\n" UP,
+     {"rules.yaml:2: invalid YAML: ',' at column 1 cannot start a value here (quote it, or put "
+      "it inside [ ] or { })"}},
+    {"stray_comma_after_a_tag",
+     "!t ,",
+     {"rules.yaml:1: invalid YAML: ',' at column 4 cannot start a value here (quote it, or put "
+      "it inside [ ] or { })"}},
+    {"stray_comma_in_a_second_document",
+     UP "---\n,\n",
+     {"rules.yaml:3: invalid YAML: ',' at column 1 cannot start a value here (quote it, or put "
+      "it inside [ ] or { })"}},
     // YAML is Unicode: ill-formed UTF-8 (a Latin-1 file, a stray byte) is refused before
     // parsing, naming line, column and the byte in hex (found by fuzzing: such a
     // route name made /admin/config invalid JSON; fuzz/regressions/rules_loader).
@@ -2018,8 +2039,8 @@ TEST(password_file, missing_empty_or_odd_files_are_errors_without_the_password) 
     EXPECT_EQ(diags(redis_with(", password_file: \"" + file + "\"")),
               at(file, "the file is empty"));
   }
-  for (const std::string two : {std::string("hunter2\nhunter3\n"), std::string("hunter2\n\n"),
-                                std::string("hun\0ter2", 8)}) {
+  for (const std::string& two : {std::string("hunter2\nhunter3\n"), std::string("hunter2\n\n"),
+                                 std::string("hun\0ter2", 8)}) {
     const auto file = d.write("two.pass", two);
     const auto got = diags(redis_with(", password_file: \"" + file + "\""));
     EXPECT_EQ(got, at(file, "more than one line (or a NUL): write the password alone"));
