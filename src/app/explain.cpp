@@ -7,6 +7,7 @@
 
 #include "sluice/limiter/guarantee.hpp"
 #include "sluice/observability/admin.hpp"
+#include "sluice/utf8.hpp"
 
 #include <boost/asio/ip/address.hpp>
 #include <boost/json.hpp>
@@ -20,6 +21,14 @@ namespace bhttp = boost::beast::http;
 namespace json = boost::json;
 
 namespace {
+
+/// The answer's text. Its strings echo the query (path, header values, bucket keys made of
+/// them) byte for byte: an ill-formed UTF-8 byte becomes U+FFFD so the body stays JSON
+/// (RFC 8259 §8.1). Bytes above 0x7F occur only inside strings, so repairing the text is
+/// repairing those strings.
+std::string serialized(const json::object& out) {
+  return utf8::make_valid(json::serialize(out));
+}
 
 /// A verdict the request path made before any limit (404, 401, 400...) or an unlimited
 /// forward, as the explanation's decision.
@@ -58,7 +67,7 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
   const auto verb = bhttp::string_to_verb(q.method);
   if (verb == bhttp::verb::unknown) {
     out["error"] = "unknown method '" + q.method + "'";
-    co_return json::serialize(out);
+    co_return serialized(out);
   }
   head.method(verb);
   head.target(q.path);
@@ -86,7 +95,7 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
   const auto ip = asio::ip::make_address(q.ip.empty() ? "127.0.0.1" : q.ip, ec);
   if (ec) {
     out["error"] = "ip '" + q.ip + "' is not an IP address";
-    co_return json::serialize(out);
+    co_return serialized(out);
   }
   ctx.peer = {ip, 0};
   ctx.peer_text = ip.is_v6() && ip.to_v6().is_v4_mapped()
@@ -99,7 +108,7 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
   if (auto* v = std::get_if<http::verdict>(&routed_or)) {
     out["route"] = nullptr;
     out["outcome"] = verdict_json(*v);
-    co_return json::serialize(out);
+    co_return serialized(out);
   }
   const routed& r = std::get<routed>(routed_or);
   const config::route& rt = *r.route->route;
@@ -115,7 +124,7 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
   presented p;
   if (auto refused = co_await caller(*snap, head, ctx, r, p, id)) {
     out["outcome"] = verdict_json(*refused);
-    co_return json::serialize(out);
+    co_return serialized(out);
   }
   json::object caller;
   caller["identity"] = namespace_text(id.who);
@@ -132,19 +141,19 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
     json::object o;
     o["decision"] = "unlimited";
     out["outcome"] = std::move(o);
-    co_return json::serialize(out);
+    co_return serialized(out);
   }
   if (id.directory_down) {
     out["limits"] = std::move(limits);
     json::object o;
     o["decision"] = "store unavailable: the route's failure policy applies";
     out["outcome"] = std::move(o);
-    co_return json::serialize(out);
+    co_return serialized(out);
   }
   limiter::check_request check;
   if (auto v = prepare_check(*snap, head, ctx, r, id, check)) {
     out["outcome"] = verdict_json(*v);
-    co_return json::serialize(out);
+    co_return serialized(out);
   }
   check.peek = true;  // nothing is written, nothing spent
   boost::system::result<limiter::check_outcome> decided{
@@ -193,7 +202,7 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
     o["store_time_ms"] = decided->now_ms;
   }
   out["outcome"] = std::move(o);
-  co_return json::serialize(out);
+  co_return serialized(out);
 }
 
 }  // namespace sluice::app

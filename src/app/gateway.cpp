@@ -265,8 +265,12 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
     redis.command_timeout = rules->store.timeout;
     redis.layout.packed = rules->store.layout == config::store_settings::layout_kind::hash;
     redis.layout.hash_groups = rules->store.hash_groups;
+    // The password comes from the environment or from a file the loader read (and checked:
+    // its owner's alone), never from the rules file itself.
     if (!rules->store.password_env.empty()) {
       if (const char* pw = std::getenv(rules->store.password_env.c_str())) redis.password = pw;
+    } else {
+      redis.password = rules->store.password;
     }
     if (rules->store.type == config::store_settings::kind::redis_sentinel) {
       store::sentinel_settings ss;
@@ -276,6 +280,8 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
       if (!rules->store.sentinel_password_env.empty()) {
         if (const char* pw = std::getenv(rules->store.sentinel_password_env.c_str()))
           ss.password = pw;
+      } else {
+        ss.password = rules->store.sentinel_password;
       }
       redis.sentinel = std::move(ss);
     }

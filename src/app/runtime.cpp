@@ -58,11 +58,20 @@ std::vector<std::string> pin_startup_settings(const config::rules& running, conf
   pin("store.address", next.store.port, running.store.port);
   pin("store.timeout", next.store.timeout, running.store.timeout);
   pin("store.password_env", next.store.password_env, running.store.password_env);
+  // The files are read again on every reload (a missing or exposed one refuses it); the
+  // passwords they hold are used from start-up on, as password_env's. Never the values in
+  // the warning: only the field names.
+  pin("store.password_file", next.store.password_file, running.store.password_file);
+  pin("store.password_file", next.store.password, running.store.password);
   pin("store.sentinels", next.store.sentinels, running.store.sentinels);
   pin("store.nodes", next.store.nodes, running.store.nodes);
   pin("store.master", next.store.master_name, running.store.master_name);
   pin("store.sentinel_password_env", next.store.sentinel_password_env,
       running.store.sentinel_password_env);
+  pin("store.sentinel_password_file", next.store.sentinel_password_file,
+      running.store.sentinel_password_file);
+  pin("store.sentinel_password_file", next.store.sentinel_password,
+      running.store.sentinel_password);
   pin("store.sentinel_timeout", next.store.sentinel_timeout, running.store.sentinel_timeout);
   pin("store.layout", next.store.layout, running.store.layout);
   pin("store.hash_groups", next.store.hash_groups, running.store.hash_groups);

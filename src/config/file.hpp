@@ -16,4 +16,11 @@ namespace sluice::config::file {
 /// opened non-blocking and refused). Never throws except std::bad_alloc.
 std::string read_regular(const std::string& path, std::size_t max_bytes, std::string& out);
 
+/// Reads a file holding a secret (a password) into `out`, as read_regular() does, and also
+/// refuses it when its permission bits let anyone but its owner read or write it (any of
+/// 0077: `readable by group or others (mode 0644); ...`), as ssh refuses a private key; the
+/// mode is that of the file opened (a symbolic link is followed, as Kubernetes mounts
+/// secrets). Returns "" on success, else the message. Never throws except std::bad_alloc.
+std::string read_private(const std::string& path, std::size_t max_bytes, std::string& out);
+
 }  // namespace sluice::config::file

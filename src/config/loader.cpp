@@ -19,11 +19,15 @@
 #include "sluice/config/loader.hpp"
 
 #include "config/loader_internal.hpp"
+#include "sluice/utf8.hpp"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -174,16 +178,111 @@ load_result loader::run(const YAML::Node& root) {
 
 }  // namespace detail
 
+namespace {
+
+/// The documents of a YAML stream, counted without building them.
+struct document_count {
+  std::size_t documents = 0;
+  int second_line = 0;  ///< 1-based line of the second document's first node (or its start)
+  /// Where the parser stopped advancing (it reported a document there twice), if it did.
+  std::optional<YAML::Mark> stuck_at;
+};
+
+/// Counts the documents of `text` through yaml-cpp's event parser. Why not YAML::LoadAll:
+/// yaml-cpp 0.7 never leaves it on some malformed text — a `,` outside any flow collection
+/// (a file that starts with one, `!tag ,`) is skipped without consuming it, and every call
+/// then reports one more empty document at the same place, forever, each kept in memory (a
+/// 1-byte rules file took the process's whole memory; found by fuzzing). Here every document
+/// must begin after the one before, so the count ends. Throws YAML::Exception on a syntax
+/// error, as LoadAll does.
+document_count count_documents(const std::string& text) {
+  struct marks final : YAML::EventHandler {
+    std::optional<YAML::Mark> start, first_node;
+    void node(const YAML::Mark& m) {
+      if (!first_node) first_node = m;
+    }
+    void OnDocumentStart(const YAML::Mark& m) override {
+      start = m;
+      first_node.reset();
+    }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark& m, YAML::anchor_t) override { node(m); }
+    void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { node(m); }
+    void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                  const std::string&) override {
+      node(m);
+    }
+    void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                         YAML::EmitterStyle::value) override {
+      node(m);
+    }
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                    YAML::EmitterStyle::value) override {
+      node(m);
+    }
+    void OnMapEnd() override {}
+  };
+  document_count out;
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  marks h;
+  std::optional<int> last_start;
+  while (parser.HandleNextDocument(h)) {
+    if (h.start && last_start && h.start->pos <= *last_start) {
+      out.stuck_at = h.start;
+      break;
+    }
+    last_start = h.start ? h.start->pos : -1;
+    if (++out.documents == 2) {
+      const auto& at = h.first_node ? h.first_node : h.start;
+      out.second_line = at ? at->line + 1 : 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 load_result load_string(std::string_view text, std::string file) {
   detail::loader l(file);
+  // YAML text is Unicode (YAML 1.2 §5.2), and every string of the rules ends up in UTF-8
+  // documents (metric labels, /admin/config, the JSON access log): ill-formed UTF-8 is
+  // refused here, once, rather than reaching them (yaml-cpp does not check it). The bytes
+  // themselves are not echoed: they are not text.
+  if (const auto bad = utf8::first_invalid(text); bad != std::string_view::npos) {
+    const auto before = text.substr(0, bad);
+    const auto line = 1 + std::count(before.begin(), before.end(), '\n');
+    const auto line_start = before.rfind('\n');
+    const auto column = bad - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1;
+    static constexpr char hex[] = "0123456789ABCDEF";
+    const auto byte = static_cast<unsigned char>(text[bad]);
+    l.error(static_cast<int>(line), "",
+            std::string("not UTF-8: byte 0x") + hex[byte >> 4] + hex[byte & 15] + " at column " +
+                std::to_string(column) +
+                " does not begin a well-formed UTF-8 sequence (save the file as UTF-8)");
+    return l.fail();
+  }
   try {
-    const std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
-    if (docs.size() > 1) {
-      l.error(detail::line_of(docs[1], 0), "",
-              "expected one YAML document, found " + std::to_string(docs.size()));
+    const std::string whole(text);
+    const auto docs = count_documents(whole);
+    if (docs.stuck_at) {
+      // Where yaml-cpp stopped advancing: name the character when it is a printable one.
+      const auto& m = *docs.stuck_at;
+      const auto pos = static_cast<std::size_t>(m.pos);
+      const char c = pos < whole.size() ? whole[pos] : '\0';
+      const std::string what = c > ' ' && c < 0x7f ? "'" + std::string(1, c) + "'" : "the text";
+      l.error(m.line + 1, "",
+              "invalid YAML: " + what + " at column " + std::to_string(m.column + 1) +
+                  " cannot start a value here (quote it, or put it inside [ ] or { })");
       return l.fail();
     }
-    return l.run(docs.empty() ? YAML::Node() : docs.front());
+    if (docs.documents > 1) {
+      l.error(docs.second_line, "",
+              "expected one YAML document, found " + std::to_string(docs.documents));
+      return l.fail();
+    }
+    return l.run(docs.documents == 0 ? YAML::Node() : YAML::Load(whole));
   } catch (const YAML::Exception& e) {
     l.error(e.mark.is_null() ? 0 : e.mark.line + 1, "", "invalid YAML: " + e.msg);
   } catch (const std::exception& e) {

@@ -157,8 +157,11 @@ class loader {
   /// outside it (with a "did you mean"). nullopt when `n` is not a mapping.
   ///
   /// `empty_ok`: an empty value (`plans:` with every entry commented out) is an empty mapping.
+  /// `secret_keys`: the keys are credentials (`api_keys`): a diagnostic names the mapping and
+  /// the line, never the key.
   std::optional<map_view> mapping(const YAML::Node& n, const std::string& path, int line,
-                                  const std::vector<std::string>* allowed, bool empty_ok = false);
+                                  const std::vector<std::string>* allowed, bool empty_ok = false,
+                                  bool secret_keys = false);
 
   std::optional<map_view> fields(const YAML::Node& n, const std::string& path, int line,
                                  const std::vector<std::string>& allowed, bool empty_ok = false);
@@ -284,6 +287,13 @@ class loader {
   /// `store.sentinels`, `master`, `sentinel_password_env`, `sentinel_timeout` (type
   /// redis-sentinel only, which needs the first two) and `address` (not with redis-sentinel).
   void parse_sentinel_fields(const entry& e, const map_view& m, rules& r);
+
+  /// `store.password_file` / `sentinel_password_file`: reads the secret (file::read_private,
+  /// one trailing newline dropped) into `password_out` and the path it was read from into
+  /// `file_out`; reports a missing, unreadable, group- or world-accessible, empty or
+  /// multi-line file, naming the file (never the password).
+  void password_file(const entry& e, const std::string& path, std::string& file_out,
+                     std::string& password_out);
 
   // --- sections/upstreams.cpp ------------------------------------------------------
 

@@ -143,7 +143,8 @@ std::optional<text::address> check_address(std::string_view s, bool listening,
 }
 
 std::optional<map_view> loader::mapping(const YAML::Node& n, const std::string& path, int line,
-                                        const std::vector<std::string>* allowed, bool empty_ok) {
+                                        const std::vector<std::string>* allowed, bool empty_ok,
+                                        bool secret_keys) {
   if (empty_ok && n.IsNull()) return map_view{};
   if (!n.IsMap()) {
     error(line, path, "expected a mapping, got " + describe(n));
@@ -159,13 +160,13 @@ std::optional<map_view> loader::mapping(const YAML::Node& n, const std::string& 
     }
     entry e{key.Scalar(), key_line, it->second, 0};
     e.line = e.value.IsNull() ? key_line : line_of(e.value, key_line);
-    const std::string key_path = join(path, e.key);
+    const std::string key_path = secret_keys ? path : join(path, e.key);
     // yaml-cpp keeps both pairs of a repeated key and `node[key]` returns the first:
     // a silent override that an operator would never notice, so it is an error.
     if (const entry* first = out.find(e.key)) {
-      error(
-          key_line, key_path,
-          "duplicate key '" + e.key + "' (first at line " + std::to_string(first->key_line) + ")");
+      const std::string named = secret_keys ? "" : " '" + e.key + "'";
+      error(key_line, key_path,
+            "duplicate key" + named + " (first at line " + std::to_string(first->key_line) + ")");
       continue;
     }
     if (allowed && std::find(allowed->begin(), allowed->end(), e.key) == allowed->end()) {

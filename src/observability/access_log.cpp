@@ -3,6 +3,8 @@
 // never blocks a worker) through a file sink that reopens its file when asked.
 #include "sluice/observability/access_log.hpp"
 
+#include "sluice/utf8.hpp"
+
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -109,8 +111,16 @@ void append_token(std::string& out, std::string_view v) {
   }
 }
 
-void append_json_string(std::string& out, std::string_view v) {
-  out += boost::json::serialize(boost::json::string(v));
+// A JSON string (RFC 8259 §8.1: UTF-8). Boost.JSON escapes quotes and controls but copies
+// bytes above 0x7F as they are, so an ill-formed sequence (a client's target, header-made
+// identity) is repaired first: U+FFFD, or `%XX` for the target (the byte as a URI writes it).
+void append_json_string(std::string& out, std::string_view v,
+                        utf8::repair how = utf8::repair::replacement_character) {
+  if (utf8::first_invalid(v) == std::string_view::npos) {
+    out += boost::json::serialize(boost::json::string(v));
+  } else {
+    out += boost::json::serialize(boost::json::string(utf8::make_valid(v, how)));
+  }
 }
 
 }  // namespace
@@ -174,7 +184,7 @@ std::string format_access_line(const access_record& r, access_format f) {
   out += ",\"method\":";
   append_json_string(out, r.method);
   out += ",\"target\":";
-  append_json_string(out, r.target);
+  append_json_string(out, r.target, utf8::repair::percent_encode);
   out += ",\"status\":";
   out += r.status ? std::to_string(r.status) : "null";
   auto opt = [&out](const char* name, std::string_view v) {

@@ -10,6 +10,7 @@
 #include "sluice/http/server.hpp"
 #include "sluice/limiter/guarantee.hpp"
 #include "sluice/observability/metrics.hpp"
+#include "sluice/utf8.hpp"
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/executor_work_guard.hpp>
@@ -264,7 +265,9 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
     }
     o["routes"] = std::move(routes);
   }
-  return json::serialize(o);
+  // A string from the command line (the file name) or a diagnostic may hold ill-formed
+  // UTF-8; U+FFFD keeps the document JSON (RFC 8259 §8.1).
+  return utf8::make_valid(json::serialize(o));
 }
 
 namespace {
@@ -399,7 +402,7 @@ class admin_handler final : public http::buffered_handler {
           o["diagnostics"] = std::move(d);
         }
         return reply(v, r.ok ? bhttp::status::ok : bhttp::status::bad_request,
-                     json::serialize(o) + "\n", "application/json");
+                     utf8::make_valid(json::serialize(o)) + "\n", "application/json");
       }
       if (path == "/admin/explain") {
         if (!get) return not_allowed("GET, HEAD");

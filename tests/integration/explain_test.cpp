@@ -161,6 +161,21 @@ TEST_P(explain, bad_queries_get_400) {
   EXPECT_EQ(w.explain("path=/v1/items&ip=::1").at("request").at("ip").as_string(), "::1");
 }
 
+// The answer echoes the query's decoded bytes (path, key, method, ip): ill-formed UTF-8
+// among them comes back as U+FFFD, so the body is still JSON (RFC 8259 §8.1); explain()
+// parses it strictly (Boost.JSON checks UTF-8).
+TEST_P(explain, ill_formed_utf8_in_the_query_still_answers_json) {
+  explain_world w(GetParam());
+  auto e = w.explain("path=/v1/items/%FF%C3%A9&api_key=key-%FF");
+  EXPECT_EQ(text(e.at("request").at("path")), "/v1/items/\xEF\xBF\xBD\xC3\xA9");
+  auto bad_method = w.explain("path=/v1/items&method=G%C0T");
+  EXPECT_EQ(text(bad_method.at("error")), "unknown method 'G\xEF\xBF\xBDT'");
+  auto bad_ip = w.explain("path=/v1/items&ip=%FE1");
+  EXPECT_EQ(text(bad_ip.at("error")),
+            "ip '\xEF\xBF\xBD"
+            "1' is not an IP address");
+}
+
 // GET /: one HTML document with nothing fetched from elsewhere; /admin/config reports the
 // last refused reload (what the page shows) until a reload succeeds.
 TEST(status_page, is_self_contained_and_reports_the_last_reload_error) {

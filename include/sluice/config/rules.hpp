@@ -318,11 +318,25 @@ struct store_settings {
   /// `sentinel_password_env`: name of the env variable holding the Sentinels' own password
   /// ("" = the Sentinels take no AUTH; the data nodes' password is `password_env`'s).
   std::string sentinel_password_env;
+  /// `sentinel_password_file`: the file holding the Sentinels' own password, as
+  /// `password_file` is read ("" = none; never with `sentinel_password_env`).
+  std::string sentinel_password_file;
+  /// The Sentinels' password read from `sentinel_password_file` ("" = none). A secret:
+  /// never shown (/admin/config) or logged.
+  std::string sentinel_password;
   /// `sentinel_timeout`: deadline of one Sentinel's answer (connect included).
   std::chrono::milliseconds sentinel_timeout{200};
   std::chrono::milliseconds timeout{5};  ///< deadline of one check
   std::string password_env;              ///< name of the env variable holding the password
-  double local_share = 1.0;              ///< `local` policy: share of each limit per instance
+  /// `password_file`: the file holding the password (relative paths from the rules file's
+  /// directory), read with the rules file at start-up and on every reload: a regular file
+  /// its owner alone may read (mode 0600 or 0400), one trailing newline dropped. "" = none;
+  /// never with `password_env`.
+  std::string password_file;
+  /// The password read from `password_file` ("" = none). A secret: never shown
+  /// (/admin/config) or logged.
+  std::string password;
+  double local_share = 1.0;  ///< `local` policy: share of each limit per instance
   /// `layout`: how buckets are kept in Redis. hash (default): as fields of `hash_groups`
   /// hashes per limit and identity namespace (~4x less memory per bucket); key: one key per
   /// bucket. Read at start (a reload does not move existing buckets).

@@ -52,7 +52,9 @@ std::string key_hash(std::string_view key, std::string_view secret);
 /// Formats `r` as one line without its newline: `plain` is
 /// `TIME CLIENT "METHOD TARGET" STATUS route=R decision=D limit=L remaining=N upstream=U
 /// upstream_status=S upstream_ms=X total_ms=Y in=B out=B key=H` (absent values as `-`), TIME
-/// in UTC RFC 3339 with milliseconds; `json` is one object with the same names.
+/// in UTC RFC 3339 with milliseconds; `json` is one object with the same names, always valid
+/// JSON (RFC 8259): a byte of the target that is not well-formed UTF-8 is written `%XX` (as a
+/// URI writes it; a client may send such bytes), in any other value U+FFFD.
 std::string format_access_line(const access_record& r, access_format f);
 
 /// The access log: an asynchronous spdlog logger over a file sink that reopens its file on

@@ -21,10 +21,12 @@ void loader::parse_plans(const entry& e) {
 }
 
 void loader::parse_api_keys(const entry& e) {
-  auto m = mapping(e.value, "api_keys", e.line, nullptr, true);
+  // API keys are credentials, and diagnostics reach logs and the admin endpoints: an entry
+  // is named by its line, never by its key (as in api_keys_file).
+  auto m = mapping(e.value, "api_keys", e.line, nullptr, true, true);
   if (!m) return;
   for (const entry& ke : m->entries) {
-    const std::string path = join("api_keys", ke.key);
+    const std::string path = "api_keys";
     if (ke.key.empty()) {
       error(ke.key_line, "api_keys", "an API key must not be empty");
       continue;

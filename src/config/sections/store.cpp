@@ -1,5 +1,6 @@
 // The `store:` section: memory, redis, redis-sentinel and redis-cluster, with their fields.
 
+#include "config/file.hpp"
 #include "config/loader_internal.hpp"
 
 namespace sluice::config::detail {
@@ -10,6 +11,7 @@ void loader::parse_store(const entry& e, rules& r) {
                                              "nodes",
                                              "timeout",
                                              "password_env",
+                                             "password_file",
                                              "local_share",
                                              "layout",
                                              "hash_groups",
@@ -18,6 +20,7 @@ void loader::parse_store(const entry& e, rules& r) {
                                              "sentinels",
                                              "master",
                                              "sentinel_password_env",
+                                             "sentinel_password_file",
                                              "sentinel_timeout"};
   auto m = fields(e.value, "store", e.line, keys, true);
   if (!m) return;
@@ -47,6 +50,13 @@ void loader::parse_store(const entry& e, rules& r) {
   }
   if (const entry* p = m->find("password_env")) {
     if (auto s = env_name(*p, "store.password_env")) r.store.password_env = *s;
+  }
+  if (const entry* p = m->find("password_file")) {
+    if (m->find("password_env"))
+      error(p->key_line, "store.password_file",
+            "password_env and password_file both give the password: keep one");
+    else
+      password_file(*p, "store.password_file", r.store.password_file, r.store.password);
   }
   if (const entry* ls = m->find("local_share")) {
     if (auto s = string(ls->value, "store.local_share", ls->line)) {
@@ -112,7 +122,8 @@ void loader::parse_cluster_fields(const entry& e, const map_view& m, rules& r) {
 
 void loader::parse_sentinel_fields(const entry& e, const map_view& m, rules& r) {
   const bool sentinel = r.store.type == store_settings::kind::redis_sentinel;
-  for (const char* key : {"sentinels", "master", "sentinel_password_env", "sentinel_timeout"}) {
+  for (const char* key : {"sentinels", "master", "sentinel_password_env", "sentinel_password_file",
+                          "sentinel_timeout"}) {
     if (const entry* f = m.find(key); f && !sentinel)
       error(f->key_line, std::string("store.") + key, "applies only to type redis-sentinel");
   }
@@ -160,10 +171,49 @@ void loader::parse_sentinel_fields(const entry& e, const map_view& m, rules& r) 
   if (const entry* p = m.find("sentinel_password_env")) {
     if (auto s = env_name(*p, "store.sentinel_password_env")) r.store.sentinel_password_env = *s;
   }
+  if (const entry* p = m.find("sentinel_password_file")) {
+    if (m.find("sentinel_password_env"))
+      error(p->key_line, "store.sentinel_password_file",
+            "sentinel_password_env and sentinel_password_file both give the Sentinels' "
+            "password: keep one");
+    else
+      password_file(*p, "store.sentinel_password_file", r.store.sentinel_password_file,
+                    r.store.sentinel_password);
+  }
   if (const entry* t = m.find("sentinel_timeout")) {
     if (auto d =
             duration(*t, "store.sentinel_timeout", "sentinel_timeout", std::chrono::seconds{10}))
       r.store.sentinel_timeout = *d;
+  }
+}
+
+void loader::password_file(const entry& e, const std::string& path, std::string& file_out,
+                           std::string& password_out) {
+  auto s = non_empty(e, path);
+  if (!s) return;
+  std::string file = *s;
+  const auto slash = file_.rfind('/');
+  if (file.front() != '/' && slash != std::string::npos)
+    file = file_.substr(0, slash + 1) + file;  // relative to the rules file, as api_keys_file
+  std::string content;
+  // A password is short; the bound only keeps a wrong path (a log file) from being read.
+  if (std::string why = file::read_private(file, 64 * 1024, content); !why.empty()) {
+    error(e.line, path, "password file '" + file + "': " + why);
+    return;
+  }
+  // One trailing newline is what `echo` and editors leave; it is not part of the password.
+  if (!content.empty() && content.back() == '\n') content.pop_back();
+  if (!content.empty() && content.back() == '\r') content.pop_back();
+  // The password itself is never echoed: diagnostics reach logs and the admin endpoints.
+  if (content.empty()) {
+    error(e.line, path, "password file '" + file + "': the file is empty");
+  } else if (content.find_first_of(std::string_view("\n\r\0", 3)) != std::string::npos) {
+    error(e.line, path,
+          "password file '" + file + "': more than one line (or a NUL): write the password " +
+              "alone");
+  } else {
+    file_out = std::move(file);
+    password_out = std::move(content);
   }
 }
 

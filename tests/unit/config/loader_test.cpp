@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -958,8 +959,17 @@ const mistake mistake_table[] = {
     {"unknown_plan_in_api_keys",
      UP "plans: {free: {limits: []}}\n"
         "api_keys: {key-a: fre, key-b: platinum}\n",
-     {"rules.yaml:3: api_keys.key-a: unknown plan 'fre'; did you mean 'free'?",
-      "rules.yaml:3: api_keys.key-b: unknown plan 'platinum'; plans are free, anonymous"}},
+     {"rules.yaml:3: api_keys: unknown plan 'fre'; did you mean 'free'?",
+      "rules.yaml:3: api_keys: unknown plan 'platinum'; plans are free, anonymous"}},
+    // An API key is a credential: its entry is named by its line, never by the key.
+    {"api_keys_are_never_echoed",
+     UP "plans: {free: {limits: []}}\n"
+        "api_keys:\n"
+        "  sk-live-4f9a: free\n"
+        "  sk-live-4f9a: free\n"
+        "  sk-live-77b1: {plan: free}\n",
+     {"rules.yaml:5: api_keys: duplicate key (first at line 4)",
+      "rules.yaml:6: api_keys: expected a string, got a mapping"}},
     {"unknown_plan_in_a_limit_override",
      UP "plans: {free: {limits: []}}\n"
         "routes:\n"
@@ -1159,6 +1169,43 @@ const mistake mistake_table[] = {
      "- a\n- b\n",
      {"rules.yaml:1: expected a mapping at the top level, got a list"}},
     {"two_documents", UP "---\n" UP, {"rules.yaml:3: expected one YAML document, found 2"}},
+    {"three_documents",
+     UP "---\n" UP "---\n" UP,
+     {"rules.yaml:3: expected one YAML document, found 3"}},
+    // A ',' where no value can start: yaml-cpp's LoadAll reported empty documents there
+    // forever (found by fuzzing: a 1-byte file took all memory; fuzz/regressions/rules_loader).
+    {"stray_comma",
+     ",",
+     {"rules.yaml:1: invalid YAML: ',' at column 1 cannot start a value "
+      "here (quote it, or put it inside [ ] or { })"}},
+    {"stray_comma_after_a_comment",
+     "# rules\n,\n" UP,
+     {"rules.yaml:2: invalid YAML: ',' at column 1 cannot start a value here (quote it, or put "
+      "it inside [ ] or { })"}},
+    {"stray_comma_after_a_tag",
+     "!t ,",
+     {"rules.yaml:1: invalid YAML: ',' at column 4 cannot start a value here (quote it, or put "
+      "it inside [ ] or { })"}},
+    {"stray_comma_in_a_second_document",
+     UP "---\n,\n",
+     {"rules.yaml:3: invalid YAML: ',' at column 1 cannot start a value here (quote it, or put "
+      "it inside [ ] or { })"}},
+    // YAML is Unicode: ill-formed UTF-8 (a Latin-1 file, a stray byte) is refused before
+    // parsing, naming line, column and the byte in hex (found by fuzzing: such a
+    // route name made /admin/config invalid JSON; fuzz/regressions/rules_loader).
+    {"not_utf8",
+     UP "routes:\n"
+        "  - {name: caf\xE9, match: {path_prefix: /}, upstream: api}\n",
+     {"rules.yaml:3: not UTF-8: byte 0xE9 at column 15 does not begin a well-formed UTF-8 "
+      "sequence (save the file as UTF-8)"}},
+    {"not_utf8_overlong_slash",
+     "\xC0\xAF: x\n",
+     {"rules.yaml:1: not UTF-8: byte 0xC0 at column 1 does not begin a well-formed UTF-8 "
+      "sequence (save the file as UTF-8)"}},
+    {"utf8_is_text",
+     UP "routes:\n"
+        "  - {name: caf\xC3\xA9, match: {path_prefix: /}, upstream: apí}\n",
+     {"rules.yaml:3: routes[0].upstream: unknown upstream 'ap\xC3\xAD'; upstreams are api"}},
     {"burst_on_a_window_algorithm",
      UP "routes:\n"
         "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: a, algorithm: "
@@ -1923,6 +1970,177 @@ TEST(issue12, cors_origins_that_cannot_match_are_errors) {
             std::vector<std::string>{
                 "rules.yaml:6: routes[0].cors.origin: unknown key 'origin'; did you mean "
                 "'origins'?"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets (issue 12, item 6): the store's and the Sentinels' passwords from a file its owner
+// alone may read, one trailing newline dropped; every way the file can be wrong is a config
+// error naming the file and never echoing the password.
+
+struct secret_dir {
+  secret_dir() {
+    path = std::filesystem::path(::testing::TempDir()) /
+           ("sluice-secret-" + std::to_string(::getpid()) + "-" + std::to_string(next++));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~secret_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  /// Writes `content` to `name` with permission bits `mode`; returns its path.
+  std::string write(const std::string& name, const std::string& content, mode_t mode = 0600) {
+    const auto p = path / name;
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << content;
+    ::chmod(p.c_str(), mode);
+    return p.string();
+  }
+  std::filesystem::path path;
+  static inline int next = 0;
+};
+
+std::string redis_with(const std::string& extra) {
+  return "store: {type: redis, address: 127.0.0.1:6379" + extra + "}\n";
+}
+
+TEST(password_file, reads_the_password_without_its_trailing_newline) {
+  secret_dir d;
+  const struct {
+    const char* content;
+    const char* password;
+  } rows[] = {
+      {"s3cret\n", "s3cret"},
+      {"s3cret\r\n", "s3cret"},
+      {"s3cret", "s3cret"},
+      {" with blanks \t\n", " with blanks \t"},  // only the newline goes
+      {"p\xC3\xA4ss\n", "p\xC3\xA4ss"},
+  };
+  for (const auto& row : rows) {
+    const auto file = d.write("redis.pass", row.content, 0600);
+    auto r = load_ok(redis_with(", password_file: \"" + file + "\""));
+    ASSERT_TRUE(r) << row.content;
+    EXPECT_EQ(r->store.password, row.password);
+    EXPECT_EQ(r->store.password_file, file);
+    EXPECT_EQ(r->store.password_env, "");
+  }
+  const auto file = d.write("readonly.pass", "ro\n", 0400);
+  auto r = load_ok(redis_with(", password_file: \"" + file + "\""));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->store.password, "ro");
+  // A symbolic link is followed (Kubernetes mounts secrets so): the target's mode counts.
+  const auto link = (d.path / "link.pass").string();
+  std::filesystem::create_symlink(file, link);
+  r = load_ok(redis_with(", password_file: \"" + link + "\""));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->store.password, "ro");
+}
+
+TEST(password_file, a_file_others_may_read_or_write_is_refused_naming_it) {
+  secret_dir d;
+  const struct {
+    mode_t mode;
+    const char* why;
+  } rows[] = {
+      {0644, "readable by group or others (mode 0644)"},
+      {0640, "readable by group or others (mode 0640)"},
+      {0604, "readable by group or others (mode 0604)"},
+      {0620, "writable by group or others (mode 0620)"},
+      {0602, "writable by group or others (mode 0602)"},
+      {0601, "writable by group or others (mode 0601)"},
+  };
+  for (const auto& row : rows) {
+    const auto file = d.write("redis.pass", "s3cret\n", row.mode);
+    EXPECT_EQ(diags("\n" + redis_with(", password_file: \"" + file + "\"")),
+              std::vector<std::string>{"rules.yaml:2: store.password_file: password file '" + file +
+                                       "': " + row.why +
+                                       "; it holds a secret: make it its owner's alone "
+                                       "(chmod 600)"});
+  }
+}
+
+TEST(password_file, missing_empty_or_odd_files_are_errors_without_the_password) {
+  secret_dir d;
+  const auto at = [](const std::string& file, const std::string& why) {
+    return std::vector<std::string>{"rules.yaml:1: store.password_file: password file '" + file +
+                                    "': " + why};
+  };
+  const auto missing = (d.path / "missing.pass").string();
+  EXPECT_EQ(diags(redis_with(", password_file: \"" + missing + "\"")),
+            at(missing, "cannot read file: No such file or directory"));
+  EXPECT_EQ(diags(redis_with(", password_file: \"" + d.path.string() + "\"")),
+            at(d.path.string(), "cannot read file: not a regular file (a directory)"));
+  for (const char* empty : {"", "\n", "\r\n"}) {
+    const auto file = d.write("empty.pass", empty);
+    EXPECT_EQ(diags(redis_with(", password_file: \"" + file + "\"")),
+              at(file, "the file is empty"));
+  }
+  for (const std::string& two : {std::string("hunter2\nhunter3\n"), std::string("hunter2\n\n"),
+                                 std::string("hun\0ter2", 8)}) {
+    const auto file = d.write("two.pass", two);
+    const auto got = diags(redis_with(", password_file: \"" + file + "\""));
+    EXPECT_EQ(got, at(file, "more than one line (or a NUL): write the password alone"));
+    for (const auto& line : got) EXPECT_EQ(line.find("hunter"), std::string::npos);
+  }
+  const auto big = d.write("big.pass", std::string(70 * 1024, 'x'));
+  EXPECT_EQ(diags(redis_with(", password_file: \"" + big + "\"")),
+            at(big, "cannot read file: larger than 65536 bytes (71680 bytes)"));
+  EXPECT_EQ(diags(redis_with(", password_file: \"\"")),
+            std::vector<std::string>{"rules.yaml:1: store.password_file: must not be empty"});
+}
+
+TEST(password_file, one_source_of_each_password) {
+  secret_dir d;
+  const auto file = d.write("redis.pass", "s3cret\n");
+  EXPECT_EQ(
+      diags("store:\n  type: redis\n  password_env: REDIS_PW\n  password_file: \"" + file + "\"\n"),
+      std::vector<std::string>{"rules.yaml:4: store.password_file: password_env and "
+                               "password_file both give the password: keep one"});
+  const std::string sentinel =
+      "store:\n  type: redis-sentinel\n  sentinels: [\"127.0.0.1:26379\"]\n  master: m\n";
+  auto r = load_ok(sentinel + "  sentinel_password_file: \"" + file + "\"\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->store.sentinel_password, "s3cret");
+  EXPECT_EQ(r->store.sentinel_password_file, file);
+  EXPECT_EQ(r->store.password, "");
+  EXPECT_EQ(diags(sentinel + "  sentinel_password_env: S_PW\n  sentinel_password_file: \"" + file +
+                  "\"\n"),
+            std::vector<std::string>{
+                "rules.yaml:6: store.sentinel_password_file: sentinel_password_env and "
+                "sentinel_password_file both give the Sentinels' password: keep one"});
+  EXPECT_EQ(
+      diags(redis_with(", sentinel_password_file: \"" + file + "\"")),
+      std::vector<std::string>{"rules.yaml:1: store.sentinel_password_file: applies only to type "
+                               "redis-sentinel"});
+  const auto open = d.write("open.pass", "s3cret\n", 0644);
+  EXPECT_EQ(diags(sentinel + "  sentinel_password_file: \"" + open + "\"\n"),
+            std::vector<std::string>{"rules.yaml:5: store.sentinel_password_file: password "
+                                     "file '" +
+                                     open +
+                                     "': readable by group or others (mode 0644); it holds a "
+                                     "secret: make it its owner's alone (chmod 600)"});
+}
+
+// Relative to the rules file's directory (as api_keys_file), and read again on every load:
+// a reload sees a file made readable by others since.
+TEST(password_file, relative_to_the_rules_file_and_read_at_every_load) {
+  secret_dir d;
+  d.write("redis.pass", "first\n");
+  const auto rules = d.write("rules.yaml", redis_with(", password_file: redis.pass"), 0644);
+  auto r = load_file(rules);
+  ASSERT_TRUE(r.ok()) << (r.diagnostics.empty() ? "" : r.diagnostics[0].to_string());
+  EXPECT_EQ(r.value->store.password, "first");
+  EXPECT_EQ(r.value->store.password_file, (d.path / "redis.pass").string());
+  d.write("redis.pass", "second\n");
+  r = load_file(rules);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value->store.password, "second");
+  ::chmod((d.path / "redis.pass").c_str(), 0644);
+  r = load_file(rules);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.diagnostics.at(0).to_string(),
+            rules + ":1: store.password_file: password file '" + (d.path / "redis.pass").string() +
+                "': readable by group or others (mode 0644); it holds a secret: make it its "
+                "owner's alone (chmod 600)");
 }
 
 }  // namespace
