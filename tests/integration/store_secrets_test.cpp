@@ -75,7 +75,7 @@ TEST(store_secrets, the_password_comes_from_a_private_file_and_is_reread_on_relo
                     fs::perms::others_read);
   const auto generation = rt.gateway().current().generation;
   auto reload = rt.admin("/admin/reload", "POST");
-  EXPECT_EQ(reload.status, 422u);
+  EXPECT_EQ(reload.status, 400u);
   const auto answer = json::parse(reload.body).as_object();
   ASSERT_FALSE(answer.at("diagnostics").as_array().empty());
   const std::string first(answer.at("diagnostics").as_array().at(0).as_string());
@@ -90,7 +90,7 @@ TEST(store_secrets, the_password_comes_from_a_private_file_and_is_reread_on_relo
   // Gone: refused likewise.
   fs::remove(secret);
   reload = rt.admin("/admin/reload", "POST");
-  EXPECT_EQ(reload.status, 422u);
+  EXPECT_EQ(reload.status, 400u);
   EXPECT_NE(reload.body.find("password file '" + secret.string() +
                              "': cannot read file: No such file or directory"),
             std::string::npos);
