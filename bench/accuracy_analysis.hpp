@@ -9,6 +9,10 @@
 // - sliding log and sliding counter: in any rolling window of P (t_j − t_i < P), units / N;
 // - fixed window: in each aligned window [kP, (k+1)P), units / N ("aligned"), and separately
 //   the worst rolling window of P ("rolling"), which shows the edge burst honestly.
+// The overshoot, in units: the same measures as a difference instead of a quotient, the largest
+// number of units admitted above the promise (0 when never above it): for the approximate
+// modes whose bound is stated in units (token leasing: "at most lease × workers × instances
+// units above the limit in any window").
 // Times are the store's decision times (the gateway's `decision_time_header`), so no network
 // latency between the decision and the upstream blurs a window edge.
 //
@@ -63,6 +67,9 @@ struct accuracy_result {
   std::int64_t steady_units = 0;
   std::string steady_worst_key;
   rolling_window steady_worst_window;
+  // Overshoot in units (see above): whole run, and steady state.
+  double overshoot_units = 0;
+  double steady_overshoot_units = 0;
 };
 
 enum class algo { token_bucket, fixed_window, sliding_window, sliding_log };
@@ -154,6 +161,40 @@ inline double key_ratio(const std::vector<admitted>& ev, algo a, std::int64_t n,
   return best;
 }
 
+/// The overshoot of one key's admissions (sorted by time), in units: the most units admitted
+/// above the algorithm's promise (see key_ratio), 0 when never above it.
+inline double key_overshoot(const std::vector<admitted>& ev, algo a, std::int64_t n,
+                            std::int64_t period_ms, std::int64_t burst) {
+  double best = 0;
+  switch (a) {
+    case algo::token_bucket:
+      for (std::size_t i = 0; i < ev.size(); ++i) {
+        std::int64_t sum = 0;
+        for (std::size_t j = i; j < ev.size(); ++j) {
+          sum += ev[j].units;
+          const double promised =
+              static_cast<double>(burst) + static_cast<double>(n) *
+                                               static_cast<double>(ev[j].t_ms - ev[i].t_ms) /
+                                               static_cast<double>(period_ms);
+          best = std::max(best, static_cast<double>(sum) - promised);
+          if (promised > 4.0 * static_cast<double>(sum + burst)) break;  // cannot matter later
+        }
+      }
+      return best;
+    case algo::fixed_window: {
+      std::map<std::int64_t, std::int64_t> per_window;
+      for (const auto& e : ev) per_window[e.t_ms / period_ms] += e.units;
+      for (const auto& [k, units] : per_window)
+        best = std::max(best, static_cast<double>(units - n));
+      return best;
+    }
+    case algo::sliding_window:
+    case algo::sliding_log:
+      return std::max(0.0, static_cast<double>(worst_rolling_window(ev, period_ms).units - n));
+  }
+  return best;
+}
+
 /// Ratios over every key (the worst key's), for the whole run and for the steady state after
 /// `warmup_ms` (0: the steady figures equal the whole run's).
 inline accuracy_result analyse(std::map<std::string, std::vector<admitted>> per_key, algo a,
@@ -166,6 +207,7 @@ inline accuracy_result analyse(std::map<std::string, std::vector<admitted>> per_
     std::sort(ev.begin(), ev.end(),
               [](const admitted& x, const admitted& y) { return x.t_ms < y.t_ms; });
     for (const auto& e : ev) out.units += e.units;
+    out.overshoot_units = std::max(out.overshoot_units, key_overshoot(ev, a, n, period_ms, burst));
     const double r = key_ratio(ev, a, n, period_ms, burst);
     if (r > out.ratio) {
       out.ratio = r;
@@ -179,6 +221,8 @@ inline accuracy_result analyse(std::map<std::string, std::vector<admitted>> per_
     for (const auto& e : ev)
       if (e.t_ms >= from) steady.push_back(e);
     for (const auto& e : steady) out.steady_units += e.units;
+    out.steady_overshoot_units =
+        std::max(out.steady_overshoot_units, key_overshoot(steady, a, n, period_ms, burst));
     const double s = key_ratio(steady, a, n, period_ms, burst);
     if (s > out.steady_ratio) {
       out.steady_ratio = s;

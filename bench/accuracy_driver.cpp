@@ -5,6 +5,7 @@
 //                   --rate N --period-ms P [--burst B] [--clients C] [--keys M] [--seconds T]
 //                   [--mode greedy|even|edge] [--offered X] [--edge-ms E]
 //                   [--warmup-ms W] [--start-phase-ms S] [--dump FILE]
+//                   [--global 1] [--bound-units U]
 //
 // It is the upstream (a keep-alive HTTP/1.1 server on 127.0.0.1:PORT that records, for every
 // forwarded request, its X-Client key, its units (path /b costs 3, any other path 1) and the
@@ -33,6 +34,12 @@
 // is even only if that stays near g). --dump FILE writes every send
 // ("send KEY CLOCK_MS UNITS STATUS", host clock at the send) and every admission ("admit KEY
 // STORE_MS UNITS") for reading a worst window request by request.
+// --global 1 measures every admission as one key (a `by: global` limit: one bucket, or S
+// sharded buckets that together promise the limit) whatever X-Client the clients send.
+// Every line also has `overshoot_units` and `steady_overshoot_units` (the most units admitted
+// above the promise, bench/accuracy_analysis.hpp); with --bound-units U, the stated bound of an
+// approximate mode in units (token leasing's lease × workers × instances), `bound_units=U` and
+// `within_bound=yes|no` (the whole run's overshoot against U).
 
 #include "accuracy_analysis.hpp"
 
@@ -65,6 +72,7 @@ struct recorder {
   std::mutex mutex;
   std::map<std::string, std::vector<sluice::bench::admitted>> per_key;
   std::atomic<std::uint64_t> requests{0}, without_time{0};
+  bool global = false;  // set before the upstream starts
 };
 
 void serve_connection(tcp::socket socket, recorder& rec) {
@@ -74,7 +82,7 @@ void serve_connection(tcp::socket socket, recorder& rec) {
     bhttp::request<bhttp::string_body> req;
     bhttp::read(socket, buf, req, ec);
     if (ec) return;
-    const std::string key(req["X-Client"]);
+    const std::string key = rec.global ? std::string("global") : std::string(req["X-Client"]);
     const auto decided = req["X-Sluice-Decided-At"];
     const std::int64_t units = req.target().starts_with("/b") ? 3 : 1;
     ++rec.requests;
@@ -111,6 +119,8 @@ struct options {
   std::int64_t warmup_ms = -1;       // -1: two windows
   std::int64_t start_phase_ms = -1;  // -1: start at once
   std::string dump;                  // file for every send and admission, or empty
+  bool global = false;               // every admission counted as one key
+  double bound_units = -1;           // the stated bound in units, or -1: none stated
 };
 
 /// One send of one key: ms since the common start (for max_send_gap_ms), the host clock.
@@ -166,6 +176,10 @@ int main(int argc, char** argv) {
       o.start_phase_ms = std::stoll(v);
     } else if (k == "--dump") {
       o.dump = v;
+    } else if (k == "--global") {
+      o.global = v == "1";
+    } else if (k == "--bound-units") {
+      o.bound_units = std::stod(v);
     } else {
       std::cerr << "sluice-accuracy: unknown option " << k << '\n';
       return 2;
@@ -193,6 +207,7 @@ int main(int argc, char** argv) {
 
   // The upstream.
   recorder rec;
+  rec.global = o.global;
   asio::io_context ioc;
   tcp::acceptor acceptor(ioc, {asio::ip::make_address("127.0.0.1"), o.upstream_port});
   std::thread([&] {
@@ -332,11 +347,19 @@ int main(int argc, char** argv) {
                       static_cast<double>(o.rate));
     offered = buf;
   }
+  std::string bound;
+  if (o.bound_units >= 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " bound_units=%g within_bound=%s", o.bound_units,
+                  r.overshoot_units <= o.bound_units ? "yes" : "no");
+    bound = buf;
+  }
   std::printf(
       "algorithm=%s K=%zu C=%d M=%d T=%d mode=%s offered=%s rate=%lld/%lldms burst=%lld "
       "sent=%llu admitted=%llu refused=%llu other=%llu untimed=%llu units=%lld ratio=%.3f "
       "rolling_ratio=%.3f worst_key=%s worst_window=%s warmup_ms=%lld steady_ratio=%.3f "
-      "steady_rolling=%.3f steady_worst_key=%s steady_window=%s max_send_gap_ms=%.1f\n",
+      "steady_rolling=%.3f steady_worst_key=%s steady_window=%s max_send_gap_ms=%.1f "
+      "overshoot_units=%.1f steady_overshoot_units=%.1f%s\n",
       o.algorithm.c_str(), o.gateways.size(), o.clients, o.keys, o.seconds, o.mode.c_str(),
       offered.c_str(), static_cast<long long>(o.rate), static_cast<long long>(o.period_ms),
       static_cast<long long>(o.burst), static_cast<unsigned long long>(sent.load()),
@@ -345,7 +368,8 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(rec.without_time.load()), static_cast<long long>(r.units),
       r.ratio, r.rolling_ratio, r.worst_key.c_str(), where(r.worst_window).c_str(),
       static_cast<long long>(r.warmup_ms), r.steady_ratio, r.steady_rolling_ratio,
-      r.steady_worst_key.c_str(), where(r.steady_worst_window).c_str(), max_gap);
+      r.steady_worst_key.c_str(), where(r.steady_worst_window).c_str(), max_gap, r.overshoot_units,
+      r.steady_overshoot_units, bound.c_str());
   std::fflush(stdout);
   std::_Exit(0);  // detached upstream threads may still be blocked in read
 }

@@ -1,5 +1,6 @@
 -- wrk script for bench/compare.sh. Every request carries X-API-Key: key-<i>, i cycling over
--- COMPARE_KEYS keys (default 10,000; each wrk thread starts at its own offset). With
+-- COMPARE_KEYS keys (default 10,000; each wrk thread starts at its own offset), on the path
+-- COMPARE_PATH (default "/"; bench/cluster.sh sends each case to its own route). With
 -- COMPARE_RATE set (requests/s over all threads), delay() paces each thread onto a fixed
 -- schedule of COMPARE_RATE / COMPARE_THREADS requests/s (LuaJIT's ffi reads the monotonic
 -- clock; wrk only takes whole milliseconds, the schedule keeps the average exact). done()
@@ -7,6 +8,7 @@
 local keys = tonumber(os.getenv("COMPARE_KEYS") or "10000")
 local rate = tonumber(os.getenv("COMPARE_RATE") or "0")
 local nthreads = tonumber(os.getenv("COMPARE_THREADS") or "1")
+local path = os.getenv("COMPARE_PATH") or "/"
 local percentiles = {50, 75, 90, 95, 97, 98, 99, 99.5, 99.7, 99.8, 99.9, 99.95, 99.97, 99.99}
 
 local made = 0
@@ -22,7 +24,7 @@ end
 
 function request()
   i = (i + 1) % keys
-  return wrk.format("GET", "/", {["X-API-Key"] = "key-" .. i})
+  return wrk.format("GET", path, {["X-API-Key"] = "key-" .. i})
 end
 
 if rate > 0 then

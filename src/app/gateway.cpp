@@ -563,6 +563,7 @@ observability::metrics_sample gateway::sample() const {
     s.store.sentinel_unreachable += st.sentinel_unreachable;
     s.store.sentinel_unknown_master += st.sentinel_unknown_master;
     s.store.master_switches += st.master_switches;
+    s.store.sentinels_learned += st.sentinels_learned;
     s.store.topology_refreshes += st.topology_refreshes;
     s.store.topology_failures += st.topology_failures;
     s.store.split_checks += st.split_checks;

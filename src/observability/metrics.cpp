@@ -355,6 +355,10 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                         "+switch-master announcements of the store's master received from Redis "
                         "Sentinel (the connection then moves to the new master).",
                         d(st.master_switches)));
+  out.push_back(counter("sluice_store_sentinels_learned_total",
+                        "redis-sentinel: Sentinels learned through SENTINEL SENTINELS beyond the "
+                        "configured ones (each worker learns them; summed over workers).",
+                        d(st.sentinels_learned)));
   {
     auto f = family("sluice_store_cluster_topology_refreshes_total",
                     "redis-cluster: slot map refreshes, by result (ok: a node gave the map; "

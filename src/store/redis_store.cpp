@@ -121,7 +121,7 @@ struct atomic_stats {
   std::atomic<std::uint64_t> checks{0}, timeouts{0}, errors{0}, unavailable{0}, script_loads{0},
       reconnects{0}, late_replies{0}, connect_failures{0}, breaker_opens{0}, breaker_reopens{0},
       breaker_half_opens{0}, breaker_closes{0}, clock_resends{0}, wrong_node_drops{0},
-      sentinel_unreachable{0}, sentinel_unknown_master{0}, master_switches{0};
+      sentinel_unreachable{0}, sentinel_unknown_master{0}, master_switches{0}, sentinels_learned{0};
   std::array<std::atomic<std::uint64_t>, error_kind_count> error_replies{};
   std::atomic<bool> connected{false};
   std::atomic<breaker_state> breaker{breaker_state::closed};
@@ -145,6 +145,7 @@ struct atomic_stats {
     s.sentinel_unreachable = sentinel_unreachable.load(std::memory_order_relaxed);
     s.sentinel_unknown_master = sentinel_unknown_master.load(std::memory_order_relaxed);
     s.master_switches = master_switches.load(std::memory_order_relaxed);
+    s.sentinels_learned = sentinels_learned.load(std::memory_order_relaxed);
     for (std::size_t i = 0; i < error_kind_count; ++i) {
       s.error_replies[i] = error_replies[i].load(std::memory_order_relaxed);
     }
@@ -295,8 +296,12 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   void locate_master() {
     if (!locator) {
       locator = std::make_unique<detail::sentinel_locator>(
-          ex, *settings.sentinel, [w = weak_from_this()](std::string host, std::uint16_t port) {
+          ex, *settings.sentinel,
+          [w = weak_from_this()](std::string host, std::uint16_t port) {
             if (auto self = w.lock()) self->master_switched(std::move(host), port);
+          },
+          [w = weak_from_this()](std::size_t added) {
+            if (auto self = w.lock()) self->counters.sentinels_learned += added;
           });
       locator->watch();
     }

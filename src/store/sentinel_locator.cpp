@@ -17,6 +17,16 @@
 // `+switch-master` once the new master is promoted; the old master (if alive) is reconfigured
 // as a replica right after, and until then still takes writes: the sooner connections leave
 // it, the fewer counts a failover forgets.
+//
+// The list of Sentinels grows past the configured ones (the seeds): every lookup sends
+// `SENTINEL SENTINELS <master>` pipelined before `GET-MASTER-ADDR-BY-NAME` on the same
+// connection, so the answering Sentinel names the other Sentinels it knows (it learns them from
+// their hello messages) at no extra round trip, and the reply comes before the address. A
+// Sentinel named for the first time joins the lookup order (after the ones known) and gets its
+// own `+switch-master` subscription; one a later answer no longer names is set aside (not asked,
+// its subscription closed) until it is named again. The seeds are never set aside, so a gateway
+// whose learned Sentinels all went away still starts from its configuration. The list is
+// bounded (max_sentinels): a Sentinel naming hundreds of peers cannot grow it without limit.
 #include "store/sentinel_locator.hpp"
 
 #include "store/hiredis_asio.hpp"
@@ -47,6 +57,10 @@ namespace {
 
 constexpr std::uintptr_t tag_auth = 1;
 constexpr std::uintptr_t tag_query = 2;
+constexpr std::uintptr_t tag_peers = 3;
+
+// Configured plus learned Sentinels one locator keeps (a Sentinel group has a handful).
+constexpr std::size_t max_sentinels = 16;
 
 constexpr std::chrono::milliseconds watch_backoff_first{100};
 constexpr std::chrono::milliseconds watch_backoff_max{2000};
@@ -67,22 +81,29 @@ std::optional<std::uint16_t> parse_port(std::string_view s) {
 struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
   using kind = located::kind;
 
-  impl(asio::any_io_executor e, sentinel_settings s, switch_handler sw)
+  impl(asio::any_io_executor e, sentinel_settings s, switch_handler sw, learned_handler lh)
       : ex(std::move(e)),
         settings(std::move(s)),
         on_switch(std::move(sw)),
+        on_learned(std::move(lh)),
         q_timer(ex),
         q_resolver(ex),
         rng(std::random_device{}()) {
+    seeds = settings.sentinels.size();
     for (std::size_t i = 0; i < settings.sentinels.size(); ++i) {
       order.push_back(i);
+      active.push_back(true);
       subs.push_back(std::make_unique<subscription>(ex, i));
     }
   }
 
   asio::any_io_executor ex;
+  // settings.sentinels: the seeds (the configured ones, [0, seeds)), then the learned ones.
   sentinel_settings settings;
   switch_handler on_switch;
+  learned_handler on_learned;
+  std::size_t seeds = 0;
+  std::vector<bool> active;        // per Sentinel: asked and watched (seeds: always)
   std::vector<std::size_t> order;  // indices of settings.sentinels; the last to answer first
   bool stopped = false;
   // The address of the last `+switch-master` of our master, returned by the next lookup if it
@@ -212,6 +233,7 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
 
   void ask_next() {
     if (stopped || !locating) return;
+    while (tried < order.size() && !active[order[tried]]) ++tried;  // set aside
     if (tried >= order.size()) {
       located l;
       l.what = answered_nil > 0 ? kind::unknown_master : kind::unreachable;
@@ -242,7 +264,13 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
                 self->attempt_failed(std::move(why));
                 return;
               }
+              // The other Sentinels first: their reply comes before the address, which ends
+              // the exchange.
               const auto& name = self->settings.master_name;
+              const char* peers[] = {"SENTINEL", "SENTINELS", name.c_str()};
+              const std::size_t peer_lens[] = {8, 9, name.size()};
+              redisAsyncCommandArgv(self->q_ac, &impl::on_peers_reply,
+                                    reinterpret_cast<void*>(tag_peers), 3, peers, peer_lens);
               const char* argv[] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", name.c_str()};
               const std::size_t lens[] = {8, 23, name.size()};
               redisAsyncCommandArgv(self->q_ac, &impl::on_query_reply,
@@ -347,6 +375,87 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
     }
   }
 
+  // `SENTINEL SENTINELS <master>`: an array with one entry per other Sentinel, each a flat
+  // list of field names and values (`name`, `ip`, `port`, `runid`, `flags`, ...; Sentinel
+  // documentation, "Sentinel API"). An error (the name is unknown) teaches nothing; the address
+  // query after it says what the Sentinel knows.
+  static void on_peers_reply(redisAsyncContext* c, void* r, void* /*privdata*/) noexcept {
+    try {
+      impl* self = owner(c);
+      if (self == nullptr || self->q_ac != c || r == nullptr || !self->locating) return;
+      const auto* reply = static_cast<const redisReply*>(r);
+      if (reply->type != REDIS_REPLY_ARRAY) return;
+      std::vector<sentinel_settings::address> named;
+      for (std::size_t i = 0; i < reply->elements && named.size() < max_sentinels; ++i) {
+        const redisReply* e = reply->element[i];
+        if (e == nullptr || e->type != REDIS_REPLY_ARRAY) continue;
+        std::string_view ip;
+        std::optional<std::uint16_t> port;
+        for (std::size_t k = 0; k + 1 < e->elements; k += 2) {
+          const auto field = text_of(e->element[k]);
+          if (field == "ip") ip = text_of(e->element[k + 1]);
+          if (field == "port") port = parse_port(text_of(e->element[k + 1]));
+        }
+        if (!ip.empty() && port) named.push_back({std::string(ip), *port});
+      }
+      // Subscriptions are made and closed from a posted step, never inside a hiredis callback.
+      asio::post(self->ex, [w = self->weak_from_this(), named = std::move(named),
+                            from = self->order[self->tried]] {
+        if (auto me = w.lock(); me && !me->stopped) me->learn(named, from);
+      });
+    } catch (...) {
+      // No exception crosses a hiredis callback.
+    }
+  }
+
+  std::optional<std::size_t> index_of(const sentinel_settings::address& a) const {
+    for (std::size_t i = 0; i < settings.sentinels.size(); ++i)
+      if (settings.sentinels[i].host == a.host && settings.sentinels[i].port == a.port) return i;
+    return std::nullopt;
+  }
+
+  // The Sentinels `from` names besides itself: learned ones it names are asked and watched,
+  // learned ones it no longer names are set aside, new ones are added (up to max_sentinels).
+  void learn(const std::vector<sentinel_settings::address>& named, std::size_t from) {
+    std::vector<bool> named_now(settings.sentinels.size(), false);
+    std::size_t added = 0;
+    std::string added_text;
+    for (const auto& a : named) {
+      auto i = index_of(a);
+      if (!i) {
+        if (settings.sentinels.size() >= max_sentinels) continue;
+        i = settings.sentinels.size();
+        settings.sentinels.push_back(a);
+        active.push_back(false);
+        named_now.push_back(false);
+        order.push_back(*i);
+        subs.push_back(std::make_unique<subscription>(ex, *i));
+        ++added;
+        added_text += (added_text.empty() ? "" : ", ") + name_of(*i);
+      }
+      named_now[*i] = true;
+    }
+    for (std::size_t i = seeds; i < settings.sentinels.size(); ++i) {
+      const bool keep = named_now[i] || i == from;
+      if (keep == active[i]) continue;
+      active[i] = keep;
+      if (keep) {
+        if (watch_on) subscribe(*subs[i]);
+      } else {
+        spdlog::info(
+            "redis sentinel: {} no longer names Sentinel {} for master '{}': set aside (not "
+            "asked, not watched) until a Sentinel names it again",
+            name_of(from), name_of(i), settings.master_name);
+        close_subscription(*subs[i]);
+      }
+    }
+    if (added > 0) {
+      spdlog::info("redis sentinel: learned {} Sentinel(s) of master '{}' from {}: {}", added,
+                   settings.master_name, name_of(from), added_text);
+      if (on_learned) on_learned(added);
+    }
+  }
+
   static void on_auth_reply(redisAsyncContext* c, void* r, void* /*privdata*/) noexcept {
     try {
       impl* self = owner(c);
@@ -401,11 +510,12 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
   void watch() {
     if (watch_on || stopped) return;
     watch_on = true;
-    for (auto& sub : subs) subscribe(*sub);
+    for (auto& sub : subs)
+      if (active[sub->index]) subscribe(*sub);
   }
 
   void subscribe(subscription& sub) {
-    if (stopped) return;
+    if (stopped || !active[sub.index]) return;
     const auto& s = settings.sentinels[sub.index];
     const std::uint64_t gen = ++sub.gen;
     sub.timer.expires_after(settings.timeout);
@@ -501,7 +611,7 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
 
   // A subscription is gone (or never came up): make it again after a jittered delay.
   void watch_lost(subscription& sub, std::string why) {
-    if (stopped) return;
+    if (stopped || !active[sub.index]) return;
     const bool was_subscribed = sub.subscribed;
     sub.subscribed = false;
     ++sub.gen;
@@ -527,28 +637,34 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
     });
   }
 
+  // Closes a subscription and whatever attempt or delay of it is pending.
+  void close_subscription(subscription& sub) {
+    ++sub.gen;
+    sub.timer.cancel();
+    sub.resolver.cancel();
+    sub.subscribed = false;
+    sub.backoff = watch_backoff_first;
+    sub.last_failure.clear();
+    if (redisAsyncContext* c = sub.ac) {
+      sub.ac = nullptr;
+      sub.io.reset();
+      redisAsyncFree(c);
+    }
+  }
+
   void stop() {
     if (stopped) return;
     if (locating) finish(located{kind::stopped, {}, 0, {}, {}});
     stopped = true;
     end_query();
-    for (auto& sub : subs) {
-      ++sub->gen;
-      sub->timer.cancel();
-      sub->resolver.cancel();
-      sub->subscribed = false;
-      if (redisAsyncContext* c = sub->ac) {
-        sub->ac = nullptr;
-        sub->io.reset();
-        redisAsyncFree(c);
-      }
-    }
+    for (auto& sub : subs) close_subscription(*sub);
   }
 };
 
 sentinel_locator::sentinel_locator(asio::any_io_executor ex, sentinel_settings settings,
-                                   switch_handler on_switch)
-    : impl_(std::make_shared<impl>(std::move(ex), std::move(settings), std::move(on_switch))) {}
+                                   switch_handler on_switch, learned_handler on_learned)
+    : impl_(std::make_shared<impl>(std::move(ex), std::move(settings), std::move(on_switch),
+                                   std::move(on_learned))) {}
 
 sentinel_locator::~sentinel_locator() {
   impl_->stop();
@@ -564,6 +680,12 @@ void sentinel_locator::watch() {
 
 void sentinel_locator::stop() {
   impl_->stop();
+}
+
+std::size_t sentinel_locator::known() const {
+  std::size_t n = 0;
+  for (const bool a : impl_->active) n += a ? 1 : 0;
+  return n;
 }
 
 std::size_t sentinel_locator::watching() const {

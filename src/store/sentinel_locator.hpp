@@ -13,6 +13,11 @@
 //   (within a few seconds) returns the new address without asking (the Sentinel that sent it
 //   has switched already; another one may still name the old master for a while). Each
 //   subscription is made again, with backoff, when it is lost.
+// - discovery: each lookup also asks `SENTINEL SENTINELS <master>` (pipelined, no extra round
+//   trip); Sentinels named for the first time join the list (asked after the known ones, and
+//   watched); a learned Sentinel a later answer does not name is set aside (neither asked nor
+//   watched) until one names it again. The configured Sentinels (the seeds) always stay. At
+//   most 16 Sentinels are kept.
 // Everything runs on the executor given at construction; nothing locks.
 
 #include "sluice/store/redis_store.hpp"
@@ -45,10 +50,13 @@ class sentinel_locator {
   using locate_handler = std::function<void(located)>;
   /// Called (posted, never inline) for each `+switch-master` of our master: the new address.
   using switch_handler = std::function<void(std::string host, std::uint16_t port)>;
+  /// Called (on the executor) with the number of Sentinels just learned, when a Sentinel names
+  /// ones not known before.
+  using learned_handler = std::function<void(std::size_t added)>;
 
   /// `settings.sentinels` must not be empty. Does nothing until locate() or watch().
   sentinel_locator(boost::asio::any_io_executor ex, sentinel_settings settings,
-                   switch_handler on_switch);
+                   switch_handler on_switch, learned_handler on_learned = {});
   /// Stops (see stop()).
   ~sentinel_locator();
   sentinel_locator(const sentinel_locator&) = delete;
@@ -63,6 +71,9 @@ class sentinel_locator {
   void watch();
   /// Closes every connection; a lookup in flight completes with `stopped`.
   void stop();
+  /// How many Sentinels are asked and watched now (the configured ones and the learned ones not
+  /// set aside).
+  std::size_t known() const;
   /// How many of the subscriptions are up now.
   std::size_t watching() const;
 

@@ -4,7 +4,10 @@
 // fail_open and a fail_closed route under steady traffic. Every answer is a decision (200 with
 // quota fields), a fail-open forward (200 without them) or a fail-closed 503, never another
 // 5xx; the fail-open and 503 answers are counted and reported; within the failover time plus
-// 1 s every request is decided by the store again, on the buckets written before.
+// 1 s every request is decided by the store again, on the buckets written before. A gateway
+// configured with one Sentinel learns the other two (SENTINEL SENTINELS) and, with that one
+// Sentinel killed, finds the master again after a lost connection and follows a failover
+// through the Sentinels it learned.
 
 #include "support/gateway_fixture.hpp"
 #include "support/http_client.hpp"
@@ -16,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <future>
 #include <mutex>
 #include <string>
@@ -192,6 +196,85 @@ TEST(sentinel_failover, fail_open_and_fail_closed_routes_through_a_sentinel_fail
               static_cast<unsigned long long>(stats_after.fail_open - stats_before.fail_open),
               static_cast<unsigned long long>(stats_after.fail_closed - stats_before.fail_closed),
               static_cast<unsigned long long>(stats_after.store.master_switches));
+}
+
+// The check scripts a node has run (FCALL and EVALSHA calls in INFO commandstats).
+long long script_calls(const redis_server& node) {
+  const auto info = node.command({"INFO", "commandstats"}).str;
+  long long n = 0;
+  for (const char* name : {"cmdstat_fcall:calls=", "cmdstat_evalsha:calls="}) {
+    const auto at = info.find(name);
+    if (at != std::string::npos) n += std::stoll(info.substr(at + std::strlen(name)));
+  }
+  return n;
+}
+
+// Waits until a request to `target` is decided by the store (quota fields), or `limit` passes;
+// returns the time it took, or -1.
+long long decided_within(std::uint16_t port, const char* target, ms limit) {
+  const auto t0 = clock_type::now();
+  while (clock_type::now() - t0 < limit) {
+    const auto r = get(port, target, {{"X-API-Key", "key-a"}});
+    if (r.status == 200 && r.has("X-RateLimit-Remaining"))
+      return std::chrono::duration_cast<ms>(clock_type::now() - t0).count();
+    std::this_thread::sleep_for(20ms);
+  }
+  return -1;
+}
+
+TEST(sentinel_failover, one_configured_sentinel_killed_the_gateway_goes_on_through_learned_ones) {
+  redis_sentinel_group group;
+  upstream_server upstream;
+  const std::size_t seed = 2;  // (the fixture's failover() asks Sentinel 0)
+  gateway_fixture gw(
+      substitute(rules, {{"SENTINELS",
+                          "[\"127.0.0.1:" + std::to_string(group.sentinel_port(seed)) + "\"]"},
+                         {"MASTER", group.master_name()},
+                         {"UPSTREAM_URL", upstream.url()}}),
+      2);
+  ASSERT_TRUE(gw.gateway().wait_for_store(3s));
+  // Each of the 2 workers learns the 2 other Sentinels from its first lookup.
+  const auto learn_deadline = clock_type::now() + 3s;
+  while (gw.gateway().stats().store.sentinels_learned < 4 && clock_type::now() < learn_deadline)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(gw.gateway().stats().store.sentinels_learned, 4u);
+  ASSERT_GE(decided_within(gw.port(), "/v1/closed", 1s), 0);
+
+  // The only configured Sentinel goes away; the store's connections to the master are cut, so
+  // each worker looks the master up again: the seed refuses, a learned Sentinel answers.
+  group.stop_sentinel(seed);
+  const auto killed = group.primary().command({"CLIENT", "KILL", "TYPE", "normal"});
+  ASSERT_EQ(killed.type, redis_reply::kind::integer) << killed.str;
+  EXPECT_GE(killed.integer, 2) << "one connection per worker";
+  for (int i = 0; i < 4; ++i) {  // both workers (connections round robin)
+    const auto took = decided_within(gw.port(), "/v1/closed", 3s);
+    ASSERT_GE(took, 0) << "no decision after the connections were cut: the master not found";
+    std::printf("decided again %lld ms after the cut (request %d)\n", took, i + 1);
+  }
+  auto st = gw.gateway().stats();
+  EXPECT_EQ(st.store.sentinel_unreachable, 0u) << "every lookup found the master";
+  EXPECT_EQ(st.store.sentinel_unknown_master, 0u);
+
+  // A failover announced by the learned Sentinels only: followed, decided by the new master.
+  ASSERT_EQ(group.primary().command({"WAIT", "1", "2000"}).integer, 1);
+  const auto promoted = group.failover(20s);
+  const auto took = decided_within(gw.port(), "/v1/closed", 3s);
+  ASSERT_GE(took, 0) << "no decision after the failover";
+  const auto t0 = clock_type::now();
+  while (gw.gateway().stats().store.master_switches < 2 && clock_type::now() - t0 < 3s)
+    std::this_thread::sleep_for(20ms);
+  st = gw.gateway().stats();
+  EXPECT_GE(st.store.master_switches, 2u) << "+switch-master from a learned Sentinel, per worker";
+  // The decisions are the new master's: its bucket is the one that changes.
+  const auto& next = promoted == group.replica().port() ? group.replica() : group.primary();
+  const auto before = script_calls(next);
+  for (int i = 0; i < 4; ++i) {
+    const auto r = get(gw.port(), "/v1/closed", {{"X-API-Key", "key-a"}});
+    EXPECT_EQ(r.status, 200u);
+    EXPECT_TRUE(r.has("X-RateLimit-Remaining"));
+  }
+  EXPECT_GE(script_calls(next), before + 4)
+      << "the checks after the failover ran on the promoted node";
 }
 
 }  // namespace

@@ -82,6 +82,9 @@ struct store_stats {
   /// master name.
   std::uint64_t sentinel_unreachable = 0, sentinel_unknown_master = 0;
   std::uint64_t master_switches = 0;  ///< Sentinel store: `+switch-master` of our master followed
+  /// Sentinel store: Sentinels learned through `SENTINEL SENTINELS` beyond the configured ones
+  /// (each worker learns them for itself; summed over workers).
+  std::uint64_t sentinels_learned = 0;
   /// Cluster store: slot maps read and applied, and refreshes where no node gave one.
   std::uint64_t topology_refreshes = 0, topology_failures = 0;
   /// Cluster store: checks whose limits live in several slots (decided in two steps); of

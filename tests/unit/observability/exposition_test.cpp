@@ -80,6 +80,7 @@ metrics_sample example() {
   s.store.sentinel_unreachable = 30;
   s.store.sentinel_unknown_master = 31;
   s.store.master_switches = 32;
+  s.store.sentinels_learned = 4;
   s.store.topology_refreshes = 33;
   s.store.topology_failures = 34;
   s.store.split_checks = 35;
@@ -210,6 +211,8 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_store_sentinel_lookup_failures_total{reason=\"unknown_master\"} 31\n",
            "# TYPE sluice_store_master_switches_total counter\n",
            "sluice_store_master_switches_total 32\n",
+           "# TYPE sluice_store_sentinels_learned_total counter\n",
+           "sluice_store_sentinels_learned_total 4\n",
            "sluice_store_cluster_topology_refreshes_total{result=\"ok\"} 33\n",
            "sluice_store_cluster_topology_refreshes_total{result=\"failed\"} 34\n",
            "# TYPE sluice_store_split_checks_total counter\n",
@@ -248,7 +251,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 52u);
+  EXPECT_EQ(help, 53u);
   EXPECT_EQ(text.back(), '\n');
 }
 

@@ -1,0 +1,138 @@
+# shellcheck shell=bash
+# Helpers shared by bench/accuracy.sh and bench/cluster.sh (sourced, not run): free loopback
+# ports, waiting for a port, CPU ticks of a process tree, and a real Redis Cluster started and
+# stopped by pid. Every wait has a bound. The caller sets BENCH_PIDS=() and stops them on exit
+# (bench_stop_all); BENCH_WORK is its temporary directory.
+
+# A free 127.0.0.1 port: the kernel's pick for port 0, on which nothing listens now.
+bench_free_port() {
+  local p
+  for _ in $(seq 50); do
+    p=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
+    echo "$p"
+    return 0
+  done
+  echo "no free port found" >&2
+  return 1
+}
+
+# bench_wait_port PORT: until 127.0.0.1:PORT accepts a connection (10 s at most).
+bench_wait_port() {
+  for _ in $(seq 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "port $1 never opened" >&2
+  return 1
+}
+
+# bench_tree_ticks PID: utime + stime of the process and its descendants, in clock ticks.
+bench_tree_ticks() {
+  local queue=("$1") p t=0 v
+  while ((${#queue[@]})); do
+    p=${queue[0]}
+    queue=("${queue[@]:1}")
+    [[ -d /proc/$p ]] || continue
+    v=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | awk '{ print $12 + $13 }') || v=0
+    t=$((t + ${v:-0}))
+    for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do queue+=("$c"); done
+  done
+  echo "$t"
+}
+
+# Stops every pid in BENCH_PIDS (last started first), SIGKILL after 5 s.
+bench_stop_all() {
+  local i p alive
+  for ((i = ${#BENCH_PIDS[@]} - 1; i >= 0; i--)); do kill "${BENCH_PIDS[$i]}" 2>/dev/null || true; done
+  for _ in $(seq 50); do
+    alive=0
+    for p in "${BENCH_PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.1
+  done
+  for p in "${BENCH_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  BENCH_PIDS=()
+}
+
+# bench_redis NAME: a plain redis-server (no persistence) on a free port; sets REDIS_PORT and
+# REDIS_PID (also in BENCH_PIDS).
+bench_redis() {
+  REDIS_PORT=$(bench_free_port)
+  mkdir -p "$BENCH_WORK/$1"
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$BENCH_WORK/$1" >"$BENCH_WORK/$1/redis.log" 2>&1 &
+  REDIS_PID=$!
+  BENCH_PIDS+=("$REDIS_PID")
+  bench_wait_port "$REDIS_PORT"
+}
+
+# bench_cluster MASTERS: a Redis Cluster of MASTERS masters and no replicas on free ports (each
+# node its own dir, cluster config file and bus port `cluster-port`), made with
+# `redis-cli --cluster create`; returns once every node reports cluster_state:ok (30 s at most).
+# Sets CLUSTER_PORTS and CLUSTER_PIDS (also in BENCH_PIDS) and CLUSTER_SEEDS (a YAML list).
+bench_cluster() {
+  local n=$1 i port bus addrs=()
+  CLUSTER_PORTS=() CLUSTER_PIDS=() CLUSTER_SEEDS=""
+  for ((i = 0; i < n; i++)); do
+    port=$(bench_free_port)
+    bus=$(bench_free_port)
+    mkdir -p "$BENCH_WORK/node$port"
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+      --dir "$BENCH_WORK/node$port" --cluster-enabled yes --cluster-config-file nodes.conf \
+      --cluster-port "$bus" --cluster-node-timeout 2000 \
+      >"$BENCH_WORK/node$port/redis.log" 2>&1 &
+    CLUSTER_PIDS+=($!)
+    BENCH_PIDS+=($!)
+    CLUSTER_PORTS+=("$port")
+    addrs+=("127.0.0.1:$port")
+    CLUSTER_SEEDS+="${CLUSTER_SEEDS:+, }\"127.0.0.1:$port\""
+  done
+  CLUSTER_SEEDS="[$CLUSTER_SEEDS]"
+  for port in "${CLUSTER_PORTS[@]}"; do bench_wait_port "$port"; done
+  timeout 30 redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes \
+    >"$BENCH_WORK/cluster-create.log" 2>&1 ||
+    { cat "$BENCH_WORK/cluster-create.log" >&2; return 1; }
+  for _ in $(seq 300); do
+    local ok=1
+    for port in "${CLUSTER_PORTS[@]}"; do
+      redis-cli -p "$port" CLUSTER INFO 2>/dev/null | grep -q '^cluster_state:ok' || ok=0
+    done
+    ((ok)) && return 0
+    sleep 0.1
+  done
+  echo "the cluster never reported cluster_state:ok" >&2
+  return 1
+}
+
+# bench_cluster_flush: FLUSHALL on every master of the cluster.
+bench_cluster_flush() {
+  local port
+  for port in "${CLUSTER_PORTS[@]}"; do redis-cli -p "$port" FLUSHALL >/dev/null; done
+}
+
+# bench_keys_per_node PORT...: "a/b/c", the sluice keys (sl:*) each node holds.
+bench_keys_per_node() {
+  local port out=""
+  for port in "$@"; do
+    out+="${out:+/}$(redis-cli -p "$port" --scan --pattern 'sl:*' | wc -l)"
+  done
+  echo "$out"
+}
+
+# bench_supports FIELD LIMIT_YAML: whether this build's rules loader accepts a limit with that
+# field (a rules-file check, nothing started); prints the loader's error when it does not.
+bench_supports() {
+  local f="$BENCH_WORK/supports-$1.yaml"
+  cat >"$f" <<YAML
+listen: 127.0.0.1:0
+store: {type: redis-cluster, nodes: ["127.0.0.1:1"]}
+upstreams: {api: {url: "http://127.0.0.1:1"}}
+routes:
+  - {name: r, match: {path_prefix: /}, upstream: api, limits: [$2]}
+YAML
+  local err
+  if err=$("$SLUICE" --check-config "$f" 2>&1); then return 0; fi
+  BENCH_UNSUPPORTED_WHY=$(tr '\n' ' ' <<<"$err" | cut -c1-300)
+  return 1
+}
