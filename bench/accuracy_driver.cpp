@@ -34,6 +34,8 @@
 // is even only if that stays near g). --dump FILE writes every send
 // ("send KEY CLOCK_MS UNITS STATUS", host clock at the send) and every admission ("admit KEY
 // STORE_MS UNITS") for reading a worst window request by request.
+// An admitted request without `X-Sluice-Decided-At` is measured at its arrival at the upstream
+// (host clock) and counted in `untimed`.
 // --global 1 measures every admission as one key (a `by: global` limit: one bucket, or S
 // sharded buckets that together promise the limit) whatever X-Client the clients send.
 // Every line also has `overshoot_units` and `steady_overshoot_units` (the most units admitted
@@ -86,11 +88,21 @@ void serve_connection(tcp::socket socket, recorder& rec) {
     const auto decided = req["X-Sluice-Decided-At"];
     const std::int64_t units = req.target().starts_with("/b") ? 3 : 1;
     ++rec.requests;
+    std::int64_t at = 0;
     if (decided.empty()) {
+      // Admitted without a store decision (a token spent from a local lease, if the gateway
+      // sends no time for it): measured at its arrival here, on the host clock, which is the
+      // store's on loopback. Counted as `untimed`.
       ++rec.without_time;
+      at = std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
     } else {
+      at = std::stoll(std::string(decided));
+    }
+    {
       std::lock_guard lock(rec.mutex);
-      rec.per_key[key].push_back({std::stoll(std::string(decided)), units});
+      rec.per_key[key].push_back({at, units});
     }
     bhttp::response<bhttp::string_body> res{bhttp::status::ok, req.version()};
     res.body() = "ok";

@@ -2,7 +2,8 @@
 # Redis Cluster benchmarks (issue 11), all in one run, loopback only:
 #
 #  A. one Redis vs a three-master cluster at the same load: wrk (bench/compare/wrk.lua, 10,000
-#     API keys, a per-key token bucket no key reaches) against sluice on `type: redis` and on
+#     API keys, a per-key token bucket no key reaches: 1/1h, burst 1,000,000, so every bucket
+#     lives through the run) against sluice on `type: redis` and on
 #     `type: redis-cluster`: req/s, latency, and per Redis node the checks it ran and its CPU
 #     (INFO cpu and INFO commandstats of each master, before and after each run).
 #  B. one hot global key (every request charged to one `by: global` bucket, never reached) on
@@ -15,6 +16,10 @@
 #     more than a single slot (the two steps of a split check), not three. The limit names
 #     are picked by a probe: a gateway with 24 candidate limits answers one request each, then
 #     every master is asked which buckets it holds.
+#  D. C again with every master behind a reply delay of 1 ms (bench/delay_proxy.py; each master
+#     announces the proxy's port with `cluster-announce-port`): on loopback a round trip costs
+#     CPU only, so C cannot tell parallel from sequential on 2 cores; with each round trip 1 ms
+#     long, three groups one after another would cost three times one group.
 #
 #   bench/cluster.sh [--build-dir DIR] [--seconds S] [--rounds R] [--connections C] [--record]
 #
@@ -52,8 +57,8 @@ for t in wrk redis-server redis-cli taskset curl python3; do
 done
 if [[ -z ${CLUSTER_GUARDED:-} ]]; then
   export CLUSTER_GUARDED=1
-  # 11 cases of (ROUNDS runs + one warm-up) plus start-up and the probe.
-  exec timeout -k 15 $((180 + 11 * (ROUNDS + 1) * (SECS + 5))) "$SELF" "${ORIG_ARGS[@]}"
+  # 14 cases of (ROUNDS runs + one warm-up) plus start-up and the probe.
+  exec timeout -k 15 $((180 + 14 * (ROUNDS + 1) * (SECS + 5))) "$SELF" "${ORIG_ARGS[@]}"
 fi
 
 source bench/lib.sh
@@ -136,7 +141,7 @@ for s in single cluster; do
   if [[ $s == single ]]; then store="{type: redis, address: 127.0.0.1:$SINGLE_PORT, timeout: 50ms}"
   else store="{type: redis-cluster, nodes: $CLUSTER_SEEDS, timeout: 50ms}"; fi
   sed -e "s|@STORE@|$store|" -e "s|@HEADERS@|[x-ratelimit, ietf]|" -e "s|@UPSTREAM_PORT@|$UP|" \
-    -e "s|@SLUICE_RATE@|1000000/1s|" -e "s|@SLUICE_BURST@|1000000|" bench/compare/sluice.yaml \
+    -e "s|@SLUICE_RATE@|1/1h|" -e "s|@SLUICE_BURST@|1000000|" bench/compare/sluice.yaml \
     >"$BENCH_WORK/$s.yaml"
   api_keys_yaml >>"$BENCH_WORK/$s.yaml"
   start_gateway "$s" "$BENCH_WORK/$s.yaml"
@@ -151,7 +156,7 @@ done
   echo "upstreams: {api: {url: \"http://127.0.0.1:$UP\"}}"
   echo "routes:"
   for i in $(seq 0 23); do
-    echo "  - {name: p$i, match: {path_prefix: /p$i/}, upstream: api, limits: [{name: three_$i, by: global, rate: 1000000/1s, burst: 1000000}]}"
+    echo "  - {name: p$i, match: {path_prefix: /p$i/}, upstream: api, limits: [{name: three_$i, by: global, rate: 1/1h, burst: 100000000}]}"
   done
 } >"$BENCH_WORK/probe.yaml"
 start_gateway probe "$BENCH_WORK/probe.yaml"
@@ -184,29 +189,32 @@ bench_cluster_flush
 
 # --- sections B and C: one gateway on the cluster ---------------------------------------------
 declare -A SKIPPED
-if ! bench_supports lease "{name: l, by: global, rate: 1000000/1s, burst: 1000000, lease: 100}"; then
+if ! bench_supports lease "{name: l, by: global, rate: 1/1h, burst: 100000000, lease: 100}"; then
   SKIPPED[hot-lease]="skipped: this build's rules loader does not accept \`lease: 100\` ($BENCH_UNSUPPORTED_WHY)"
 fi
-if ! bench_supports shards "{name: s, by: global, rate: 1000000/1s, burst: 1000000, shards: 3}"; then
+if ! bench_supports shards "{name: s, by: global, rate: 1/1h, burst: 100000000, shards: 3}"; then
   SKIPPED[hot-shards]="skipped: this build's rules loader does not accept \`shards: 3\` ($BENCH_UNSUPPORTED_WHY)"
 fi
-glimit() { echo "{name: $1, by: global, rate: 1000000/1s, burst: 1000000${2:+, $2}}"; }
-{
-  echo "listen: 127.0.0.1:@PORT@"
-  echo "admin: 127.0.0.1:@ADMIN_PORT@"
-  echo "workers: 1"
-  echo "store: {type: redis-cluster, nodes: $CLUSTER_SEEDS, timeout: 50ms}"
-  echo "upstreams: {api: {url: \"http://127.0.0.1:$UP\"}}"
-  echo "routes:"
-  echo "  - {name: hot, match: {path_prefix: /hot/}, upstream: api, limits: [$(glimit hot)]}"
-  [[ -z ${SKIPPED[hot-lease]:-} ]] &&
-    echo "  - {name: hot_lease, match: {path_prefix: /hot-lease/}, upstream: api, limits: [$(glimit hot_lease "lease: 100")]}"
-  [[ -z ${SKIPPED[hot-shards]:-} ]] &&
-    echo "  - {name: hot_shards, match: {path_prefix: /hot-shards/}, upstream: api, limits: [$(glimit hot_shards "shards: 3")]}"
-  echo "  - {name: one, match: {path_prefix: /one/}, upstream: api, limits: [$(glimit "${SPREAD[0]}")]}"
-  echo "  - {name: same, match: {path_prefix: /same/}, upstream: api, limits: [$(glimit "${SAME[0]}"), $(glimit "${SAME[1]}"), $(glimit "${SAME[2]}")]}"
-  echo "  - {name: spread, match: {path_prefix: /spread/}, upstream: api, limits: [$(glimit "${SPREAD[0]}"), $(glimit "${SPREAD[1]}"), $(glimit "${SPREAD[2]}")]}"
-} >"$BENCH_WORK/hot.yaml"
+glimit() { echo "{name: $1, by: global, rate: 1/1h, burst: 100000000${2:+, $2}}"; }
+hot_rules() {  # hot_rules SEEDS: sections B, C and D's routes
+  {
+    echo "listen: 127.0.0.1:@PORT@"
+    echo "admin: 127.0.0.1:@ADMIN_PORT@"
+    echo "workers: 1"
+    echo "store: {type: redis-cluster, nodes: $1, timeout: 50ms}"
+    echo "upstreams: {api: {url: \"http://127.0.0.1:$UP\"}}"
+    echo "routes:"
+    echo "  - {name: hot, match: {path_prefix: /hot/}, upstream: api, limits: [$(glimit hot)]}"
+    [[ -z ${SKIPPED[hot-lease]:-} ]] &&
+      echo "  - {name: hot_lease, match: {path_prefix: /hot-lease/}, upstream: api, limits: [$(glimit hot_lease "lease: 100")]}"
+    [[ -z ${SKIPPED[hot-shards]:-} ]] &&
+      echo "  - {name: hot_shards, match: {path_prefix: /hot-shards/}, upstream: api, limits: [$(glimit hot_shards "shards: 3")]}"
+    echo "  - {name: one, match: {path_prefix: /one/}, upstream: api, limits: [$(glimit "${SPREAD[0]}")]}"
+    echo "  - {name: same, match: {path_prefix: /same/}, upstream: api, limits: [$(glimit "${SAME[0]}"), $(glimit "${SAME[1]}"), $(glimit "${SAME[2]}")]}"
+    echo "  - {name: spread, match: {path_prefix: /spread/}, upstream: api, limits: [$(glimit "${SPREAD[0]}"), $(glimit "${SPREAD[1]}"), $(glimit "${SPREAD[2]}")]}"
+  }
+}
+hot_rules "$CLUSTER_SEEDS" >"$BENCH_WORK/hot.yaml"
 start_gateway hot "$BENCH_WORK/hot.yaml"
 
 # --- measurement ---------------------------------------------------------------------------------
@@ -256,7 +264,7 @@ run_case() {
   awk -v sec="$sec" -v case="$case" -v round="$round" -v ticks=$((t1 - t0)) \
     -v cs="$(awk -v a="$c0" -v b="$c1" 'BEGIN { print b - a }')" \
     -v cn="$(awk -v a="$n0" -v b="$n1" 'BEGIN { print b - a }')" \
-    -v split="$(awk -v a="$s0" -v b="$s1" 'BEGIN { print b - a }')" '
+    -v nsplit="$(awk -v a="$s0" -v b="$s1" 'BEGIN { print b - a }')" '
     $1 == "cmp" && $2 == "requests" { n = $3 }
     $1 == "cmp" && $2 == "rps" { rps = $3 }
     $1 == "cmp" && $2 == "non2xx" { non2xx = $3 }
@@ -264,7 +272,7 @@ run_case() {
     $1 == "cmp" && $2 == "lat" && $3 == "50" { p50 = $4 }
     $1 == "cmp" && $2 == "lat" && $3 == "99" { p99 = $4 }
     END { printf "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", sec, case, round, rps, p50, p99,
-      non2xx, sock, ticks, n, cs, cn, split }' "$f" >>"$RESULTS"
+      non2xx, sock, ticks, n, cs, cn, nsplit }' "$f" >>"$RESULTS"
   tail -1 "$RESULTS" | awk -F'\t' '{ printf "  [%s round %s] %-12s %8.0f req/s  p50 %.2f ms  p99 %.2f ms  non-2xx %d  socket errors %d\n",
     $1, $3, $2, $4, $5 / 1000, $6 / 1000, $7, $8 }' >&2
 }
@@ -277,11 +285,17 @@ LOADAVG=()
 declare -A CASE_GW CASE_PATH CASE_CONNS
 # shellcheck disable=SC2034 # (used through declare -n)
 CASES_A=(single cluster) CASES_B=(hot hot-lease hot-shards) CASES_C=(one same spread)
-CASE_GW=([single]=single [cluster]=cluster [hot]=hot [hot-lease]=hot [hot-shards]=hot [one]=hot [same]=hot [spread]=hot)
-CASE_PATH=([single]=/ [cluster]=/ [hot]=/hot/ [hot-lease]=/hot-lease/ [hot-shards]=/hot-shards/ [one]=/one/ [same]=/same/ [spread]=/spread/)
+# shellcheck disable=SC2034
+CASES_D=(d-one d-same d-spread)
+CASE_GW=([single]=single [cluster]=cluster [hot]=hot [hot-lease]=hot [hot-shards]=hot [one]=hot [same]=hot [spread]=hot
+  [d-one]=delayed [d-same]=delayed [d-spread]=delayed)
+CASE_PATH=([single]=/ [cluster]=/ [hot]=/hot/ [hot-lease]=/hot-lease/ [hot-shards]=/hot-shards/ [one]=/one/ [same]=/same/ [spread]=/spread/
+  [d-one]=/one/ [d-same]=/same/ [d-spread]=/spread/)
 for c in single cluster hot hot-lease hot-shards; do CASE_CONNS[$c]=$CONNS; done
-for c in one same spread; do CASE_CONNS[$c]=4; done
-for sec in A B C; do
+for c in one same spread d-one d-same d-spread; do CASE_CONNS[$c]=4; done
+DELAY_MS=1
+run_sections() {  # run_sections SECTION...
+for sec in "$@"; do
   declare -n cases="CASES_$sec"
   LOADAVG+=("$sec $(cut -d' ' -f1 /proc/loadavg)")
   echo "section $sec: ${cases[*]}" >&2
@@ -298,6 +312,42 @@ for sec in A B C; do
   done
   unset -n cases
 done
+}
+run_sections A B C
+
+# --- section D: C again behind a reply delay of DELAY_MS ms on every master ----------------------
+# Every master announces a delay proxy's port (cluster-announce-port), so a gateway started now
+# reaches each master through it and every round trip to a master takes DELAY_MS more: three
+# groups sent one after another would take three times as long as one, in parallel about as
+# long. The other gateways are stopped first (they would follow the announced ports too).
+for g in single cluster hot; do stop_gateway "$g"; done
+PROXY_PORTS=() pairs=() PROXY_SEEDS=""
+for p in "${CLUSTER_PORTS[@]}"; do
+  q=$(bench_free_port)
+  PROXY_PORTS+=("$q")
+  pairs+=("$q:$p")
+  PROXY_SEEDS+="${PROXY_SEEDS:+, }\"127.0.0.1:$q\""
+done
+on_load_cpu python3 bench/delay_proxy.py --delay-ms "$DELAY_MS" "${pairs[@]}" >"$BENCH_WORK/proxy.log" 2>&1 &
+BENCH_PIDS+=($!)
+for q in "${PROXY_PORTS[@]}"; do bench_wait_port "$q"; done
+for i in "${!CLUSTER_PORTS[@]}"; do
+  redis-cli -p "${CLUSTER_PORTS[$i]}" CONFIG SET cluster-announce-port "${PROXY_PORTS[$i]}" >/dev/null
+done
+announced=0
+for _ in $(seq 100); do
+  announced=1
+  for n in "${CLUSTER_PORTS[@]}"; do
+    slots=$(redis-cli -p "$n" CLUSTER SLOTS)
+    for p in "${CLUSTER_PORTS[@]}"; do grep -qx "$p" <<<"$slots" && announced=0; done
+  done
+  ((announced)) && break
+  sleep 0.1
+done
+((announced)) || { echo "cluster.sh: the masters never announced the proxies' ports" >&2; exit 1; }
+hot_rules "[$PROXY_SEEDS]" >"$BENCH_WORK/delayed.yaml"
+start_gateway delayed "$BENCH_WORK/delayed.yaml"
+run_sections D
 
 # --- report --------------------------------------------------------------------------------------
 # summary: per section and case, median req/s, p50, p99 over the rounds; totals of the rest.
@@ -375,6 +425,15 @@ REPORT=$BENCH_WORK/report.md
   echo "| case | req/s | p50 ms | p99 ms | errors | store check mean µs | split checks/req | sluice CPU µs/req |"
   echo "|---|---|---|---|---|---|---|---|"
   awk -F'\t' '$1 == "C" { printf "| %s | %s | %.2f | %.2f | %d | %.1f | %.2f | %.1f |\n", $2 == "one" ? "one limit" : $2 == "same" ? "three limits, one master" : "three limits, three masters", $3, $4, $5, $6, $9, $10, $7 }' "$SUMMARY"
+  echo
+  echo "### D. The same three cases, every master behind a reply delay of $DELAY_MS ms (bench/delay_proxy.py, \`cluster-announce-port\`)"
+  echo
+  echo "A split check is two steps (peek every group, then commit), so one limit costs one delayed round trip and three" \
+    "limits at least two; three groups sent one after another would cost six."
+  echo
+  echo "| case | req/s | p50 ms | p99 ms | errors | store check mean ms | ÷ delay | split checks/req |"
+  echo "|---|---|---|---|---|---|---|---|"
+  awk -F'\t' -v d="$DELAY_MS" '$1 == "D" { printf "| %s | %s | %.2f | %.2f | %d | %.2f | %.1f | %.2f |\n", $2 == "d-one" ? "one limit" : $2 == "d-same" ? "three limits, one master" : "three limits, three masters", $3, $4, $5, $6, $9 / 1000, $9 / 1000 / d, $10 }' "$SUMMARY"
 } >"$REPORT"
 cat "$REPORT"
 if ((RECORD)); then
