@@ -21,7 +21,9 @@
 #   20/1s.
 # On a Redis Cluster of three masters (no replicas; started by the script on free loopback
 # ports, stopped by pid), K = 3 gateways on `store.type: redis-cluster` with every master as a
-# seed; after each run, the sluice keys each master holds ("keys per master a/b/c"):
+# seed; after each run, the sluice keys each master held during it ("keys per master a/b/c",
+# sampled every 0.5 s):
+# M is M_CLUSTER (default 8) for these runs:
 # - cluster: greedy for every algorithm at 20/1s, even for the sliding counter at 100/1s (the
 #   exact modes: ratio <= 1.00, the sliding counter's cold start excepted);
 # - lease: the token bucket (20/1s, burst 10) with `lease: 4`, greedy: the overshoot in units
@@ -113,10 +115,27 @@ YAML
     # pause is enough on loopback (a check before it fails closed and shows as "other").
     sleep 0.5
   fi
+  local sampler=""
+  if [[ $store_kind == cluster ]]; then
+    # Buckets expire soon after their last check: the keys each master holds, sampled every
+    # 0.5 s during the run.
+    rm -f "$WORK"/keys.*
+    ( for _ in $(seq $(( 2 * T + 4 ))); do
+        for p in "${CLUSTER_PORTS[@]}"; do redis-cli -p "$p" --scan --pattern 'sl:*' >>"$WORK/keys.$p"; done
+        sleep 0.5
+      done ) &
+    sampler=$!
+  fi
   "$DRIVER" --gateways "$gateways" --upstream-port "$up" --algorithm "$algo" --rate "$n" \
     --period-ms 1000 --burst $(( n / 2 )) --clients "$C" --keys "$M" --seconds "$T" --mode "$mode" \
     --edge-ms 100 --warmup-ms 2000 "${extra[@]}"
-  [[ $store_kind == cluster ]] && echo "  keys per master $(bench_keys_per_node "${CLUSTER_PORTS[@]}")${fields:+ ($fields)}"
+  if [[ -n $sampler ]]; then
+    kill "$sampler" 2>/dev/null || true
+    wait "$sampler" 2>/dev/null || true
+    local per=""
+    for p in "${CLUSTER_PORTS[@]}"; do per+="${per:+/}$(sort -u "$WORK/keys.$p" 2>/dev/null | wc -l)"; done
+    echo "  keys per master $per${fields:+ ($fields)}"
+  fi
   for p in "${GW_PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   GW_PIDS=()
 }
@@ -134,6 +153,15 @@ if [[ ,$RUNS, == *,even,* ]]; then
 fi
 if [[ ,$RUNS, == *,edge,* ]]; then
   for algo in fixed_window sliding_window sliding_log; do run "$algo" 2 edge 20; done
+fi
+# On the cluster, 8 keys (M_CLUSTER): with the hash layout, client-0 .. client-3's buckets of a
+# limit land on two masters only, whatever its name (the group keys differ only in their
+# `#<g>` ends, and CRC16 is linear, so their slots stay as far apart for every name);
+# client-0 .. client-7's are on all three.
+M_CLUSTER=${M_CLUSTER:-8}
+if [[ ,$RUNS, == *,cluster,* || ,$RUNS, == *,lease,* || ,$RUNS, == *,shards,* ]]; then
+  (( C % M_CLUSTER == 0 )) || { echo "C ($C) must be a multiple of M_CLUSTER ($M_CLUSTER)" >&2; exit 1; }
+  M=$M_CLUSTER
 fi
 if [[ ,$RUNS, == *,cluster,* ]]; then
   need_cluster
