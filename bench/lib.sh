@@ -133,6 +133,8 @@ routes:
 YAML
   local err
   if err=$("$SLUICE" --check-config "$f" 2>&1); then return 0; fi
-  BENCH_UNSUPPORTED_WHY=$(tr '\n' ' ' <<<"$err" | cut -c1-300)
+  # The loader's diagnostics without the temporary file's path and the error count.
+  BENCH_UNSUPPORTED_WHY=$(grep -v ' error(s)$' <<<"$err" | sed 's|^[^ ]*\.yaml:[0-9]*: ||' |
+    tr '\n' ' ' | sed 's/ *$//' | cut -c1-200)
   return 1
 }
