@@ -12,10 +12,11 @@
 -- now, now) give the same level at every later time. It writes when the read changed the
 -- state: a rescaled or clamped level, a stamp in the future (a clock stepped back), text.
 
--- Reads the bucket at (key, field) at `now`; returns whether `need` units fit, then the level
+-- Reads the bucket at (key, field) at `now`, with `refund` units of an earlier lease returned
+-- to it first (never above the capacity); returns whether `need` units fit, then the level
 -- (units), whether a state is stored, and whether the read changed it (dirty: it must be
 -- written even by a refusal).
-local function tb_read(key, field, refill, upt, cap, need, now)
+local function tb_read(key, field, refill, upt, cap, need, now, refund)
   local raw, at, stored = get_state(key, field, now)
   local l, s, u
   local dirty = false
@@ -48,16 +49,30 @@ local function tb_read(key, field, refill, upt, cap, need, now)
     end
     if elapsed < ceil_div(cap - l, refill) then lvl = l + elapsed * refill end
   end
+  if refund > 0 and lvl < cap then
+    lvl = lvl + refund
+    if lvl > cap then lvl = cap end
+    dirty = true
+  end
   return lvl >= need, lvl, stored, dirty
 end
 
--- Debits `need` units from `level` (what tb_read found) when `debit`, writes (or, for an
--- unchanged refusal, only makes sure of the expiry; nothing at all when `peek`); returns
--- remaining, reset_ms, retry_after_ms, next_ms.
+-- Debits `need` units from `level` (what tb_read found) when `debit` — with a lease of
+-- `lease` units (> need), as many whole tokens up to the lease as the level holds — writes
+-- (or, for an unchanged refusal, only makes sure of the expiry; nothing at all when `peek`);
+-- returns remaining, reset_ms, retry_after_ms, next_ms and the units taken.
 local function tb_write(key, field, refill, upt, cap, need, debit, peek, now, level, stored,
-                        dirty)
+                        dirty, lease)
   local after = level
-  if debit then after = level - need end
+  local take = 0
+  if debit then
+    take = need
+    if lease > need then
+      take = level - fmod(level, upt)
+      if take > lease then take = lease end
+    end
+    after = level - take
+  end
   local reset = 0
   if after < cap then reset = ceil_div(cap - after, refill) end
   if peek then
@@ -70,5 +85,5 @@ local function tb_write(key, field, refill, upt, cap, need, debit, peek, now, le
   if level < need then retry = ceil_div(need - level, refill) end
   local nxt = 0
   if after < cap then nxt = ceil_div(upt - fmod(after, upt), refill) end
-  return floor_div(after, upt), reset, retry, nxt
+  return floor_div(after, upt), reset, retry, nxt, take
 end

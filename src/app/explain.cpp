@@ -168,8 +168,9 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
     const config::limit& l = *prepared.limits[i];
     json::object o = observability::limit_json(l);
     o["bucket"] = check.limits[i].key;
-    o["stated_guarantee"] =
-        limiter::guarantee(l.algorithm, *l.find_params(id.who.plan)) + limiter::cluster_caveat(l);
+    o["stated_guarantee"] = limiter::guarantee(l.algorithm, *l.find_params(id.who.plan)) +
+                            limiter::hot_key_caveats(l, *l.find_params(id.who.plan)) +
+                            limiter::cluster_caveat(l);
     if (decided) {
       const auto& lo = decided->limits[i];
       json::object state;

@@ -60,8 +60,11 @@ compiled_route::plan_limits limits_for(const config::rules& rules, const config:
       if (seen->name == l.name) return;
     }
     out.limits.push_back(&l);
-    out.applied.push_back({l.name, l.algorithm, limiter::bucket_params::from(*l.find_params(plan)),
+    out.applied.push_back({l.name, l.algorithm,
+                           limiter::bucket_params::for_limit(l, *l.find_params(plan)),
                            l.mode == config::limit_mode::shadow});
+    out.leases = out.leases || l.lease > 0;
+    out.lease_time.push_back(l.lease_time);
   };
   if (auto p = rules.plans.find(plan); p != rules.plans.end()) {
     for (const auto& l : p->second.limits) add(l);
@@ -100,6 +103,8 @@ snapshot::snapshot(std::shared_ptr<const config::rules> r, std::uint64_t g,
       if (!anonymous.limits[i]->preflight) continue;
       c.preflight.limits.push_back(anonymous.limits[i]);
       c.preflight.applied.push_back(anonymous.applied[i]);
+      c.preflight.lease_time.push_back(anonymous.lease_time[i]);
+      c.preflight.leases = c.preflight.leases || anonymous.limits[i]->lease > 0;
     }
     routes.push_back(std::move(c));
   }
@@ -161,12 +166,18 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   if (auto v = prepare_check(*snap, head, ctx, r, id, check)) co_return with_cors(std::move(*v));
   boost::system::result<limiter::check_outcome> decided{
       make_error_code(sluice::errc::store_unavailable)};
+  limiter::lease_split leased;
   if (!id.directory_down) {  // (down: the store is known to be failing)
     const auto asked = std::chrono::steady_clock::now();
     limiter::check_outcome now;
     if (store_->decide_now(check, now)) {
       decided = std::move(now);
       counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
+    } else if (id.limits->leases && lease(*id.limits, check) &&
+               leases_.split(check, id.limits->lease_time, snap->generation,
+                             store_->connection_epoch(), asked, leased)) {
+      // Token leasing: the limits a lease of this worker covers are out of `check`.
+      decided = co_await decide_leased(*snap, *r.route, check, leased, asked);
     } else if (rules.store.over_limit_cache &&
                refusals_.recall(check, snap->generation, asked, now, store_->connection_epoch())) {
       decided = std::move(now);  // the store's refusal of this key and cost still stands
@@ -457,10 +468,62 @@ std::optional<http::verdict> gateway_handler::prepare_check(const snapshot& snap
                          identity::describe(identity::caller_error::conflicting_values));
     }
     const auto& a = prepared.applied[i];
+    if (l.shards > 1) {
+      // A sharded global limit: one of its S buckets, each its own key (so its own slot).
+      const auto shard = static_cast<unsigned>(jitter_() % l.shards);
+      check.limits.push_back(
+          {limiter::bucket_key(l.name, key->first, limiter::shard_value(key->second, shard)),
+           l.algorithm, a.bucket, rt.cost, a.shadow});
+      continue;
+    }
     check.limits.push_back({limiter::bucket_key(l.name, key->first, key->second), l.algorithm,
                             a.bucket, rt.cost, a.shadow});
   }
   return std::nullopt;
+}
+
+bool gateway_handler::lease(const compiled_route::plan_limits& prepared,
+                            limiter::check_request& check) {
+  if (check.limits.size() != prepared.limits.size()) return false;
+  for (std::size_t i = 0; i < check.limits.size(); ++i)
+    check.limits[i].lease = prepared.limits[i]->lease;
+  return true;
+}
+
+asio::awaitable<boost::system::result<limiter::check_outcome>> gateway_handler::decide_leased(
+    const snapshot& snap, const compiled_route& r, limiter::check_request& check,
+    limiter::lease_split& leased, std::chrono::steady_clock::time_point asked) {
+  const config::rules& rules = *snap.rules;
+  if (check.limits.empty()) {  // every limit paid from a lease: no round trip
+    auto out = leases_.settle(leased, nullptr, asked);
+    check.limits = leased.all;
+    co_return out;
+  }
+  limiter::check_outcome now;
+  bool refunds = false;
+  for (const auto& l : check.limits) refunds = refunds || l.refund > 0;
+  // The over-limit cache, as for any check, unless returned tokens ride on this one.
+  if (rules.store.over_limit_cache && !refunds &&
+      refusals_.recall(check, snap.generation, asked, now, store_->connection_epoch())) {
+    auto out = leases_.settle(leased, &now, asked);
+    check.limits = leased.all;
+    co_return out;
+  }
+  std::optional<limiter::limit_check> lone;
+  if (rules.store.over_limit_cache && check.limits.size() == 1 && !check.limits.front().shadow)
+    lone = check.limits.front();
+  limiter::check_request sent = check;
+  auto decided = co_await store_->check(std::move(sent));
+  counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
+  if (!decided) {
+    leases_.failed(leased, check);  // (`check`: the whole request again, for `local`)
+    co_return decided;
+  }
+  if (lone) refusals_.remember(*lone, *decided, snap.generation, asked, store_->connection_epoch());
+  (void)r;
+  auto out = leases_.settle(leased, &*decided, std::chrono::steady_clock::now());
+  check.limits = leased.all;
+  co_return out;
 }
 
 http::verdict gateway_handler::respond(const snapshot& snap, http::request_head& head,

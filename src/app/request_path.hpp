@@ -12,6 +12,7 @@
 #include "sluice/identity/plan_cache.hpp"
 #include "sluice/limiter/check.hpp"
 #include "sluice/limiter/decision.hpp"
+#include "sluice/limiter/lease_book.hpp"
 #include "sluice/limiter/refusal_cache.hpp"
 #include "sluice/observability/access_log.hpp"
 #include "sluice/observability/log.hpp"
@@ -43,6 +44,9 @@ struct compiled_route {
   struct plan_limits {
     std::vector<const config::limit*> limits;
     std::vector<limiter::applied_limit> applied;
+    /// Token leasing: whether any of the limits leases, and each one's lease time.
+    bool leases = false;
+    std::vector<std::chrono::milliseconds> lease_time;
   };
   std::unordered_map<std::string, plan_limits> by_plan;
   /// The limits a CORS preflight is charged to: the anonymous plan's and the route's that
@@ -134,6 +138,8 @@ class gateway_handler final : public http::request_handler {
   const request_counters& counters() const { return counters_; }
   /// Refusals answered from the over-limit cache, without a store round trip. Worker thread.
   std::uint64_t cached_refusals() const { return refusals_.hits(); }
+  /// This worker's token leases (lease: N). Worker thread.
+  const limiter::lease_book& leases() const { return leases_; }
   /// This worker's plan directory cache counters. Worker thread only.
   identity::plan_cache::counters plan_cache_stats() const {
     return cache_ ? cache_->stats() : identity::plan_cache::counters{};
@@ -197,6 +203,16 @@ class gateway_handler final : public http::request_handler {
   std::optional<http::verdict> prepare_check(const snapshot& snap, http::request_head& head,
                                              const http::request_context& ctx, const routed& r,
                                              const identified& id, limiter::check_request& check);
+  /// Token leasing, step 3b: sets each limit's lease size on `check` (false, when `check`
+  /// is not parallel to `prepared`, as never happens).
+  static bool lease(const compiled_route::plan_limits& prepared, limiter::check_request& check);
+  /// Token leasing, step 3c: decides `check`, from which lease_book::split() took the limits
+  /// a lease covers (`leased`), with one store check for the rest (none when nothing is left;
+  /// the over-limit cache as for any check), and settles the leases. `check` holds the whole
+  /// request again afterwards (for the `local` failure policy).
+  boost::asio::awaitable<boost::system::result<limiter::check_outcome>> decide_leased(
+      const snapshot& snap, const compiled_route& r, limiter::check_request& check,
+      limiter::lease_split& leased, std::chrono::steady_clock::time_point asked);
   /// Step 4: answers from the decided outcome (429 with the quota fields, or forward), or
   /// from the failure policy when the store could not decide.
   http::verdict respond(const snapshot& snap, http::request_head& head,
@@ -231,6 +247,7 @@ class gateway_handler final : public http::request_handler {
   shared_state& shared_;
   std::shared_ptr<store::counter_store> store_;
   limiter::refusal_cache refusals_;  // the store's standing refusals (Redis store only)
+  limiter::lease_book leases_;       // tokens this worker took ahead (Redis store only)
   request_counters counters_;        // this worker's; summed by gateway::stats() and sample()
   std::mt19937_64 jitter_{std::random_device{}()};     // Retry-After jitter; this worker's only
   std::shared_ptr<store::redis_directory> directory_;  // null without a redis store

@@ -84,8 +84,9 @@ param_src loader::params(const entry* rate_e, const entry* burst_e, const param_
 
 std::optional<limit_src> loader::parse_limit(const YAML::Node& n, const std::string& path,
                                              int line) {
-  static const std::vector<std::string> keys{"name",  "by",    "algorithm", "rate",
-                                             "burst", "plans", "mode",      "preflight"};
+  static const std::vector<std::string> keys{"name",  "by",         "algorithm", "rate",
+                                             "burst", "plans",      "mode",      "preflight",
+                                             "lease", "lease_time", "shards",    "region_share"};
   auto m = fields(n, path, line, keys);
   if (!m) return std::nullopt;
   limit_src l;
@@ -220,7 +221,101 @@ std::optional<limit_src> loader::parse_limit(const YAML::Node& n, const std::str
   if (l.defaults) l.value.params = l.defaults->value;
   l.value.has_default_params = l.defaults.has_value();
   for (const auto& [plan, p] : l.overrides) l.value.plan_overrides[plan] = p.value;
+  parse_hot_key_fields(*m, l);
   return l;
+}
+
+void loader::parse_hot_key_fields(const map_view& m, limit_src& l) {
+  limit& v = l.value;
+  const bool bucket = v.algorithm == algorithm::token_bucket;
+  v.region_share = region_share_;
+  if (const entry* e = m.find("region_share")) {
+    if (auto s = share(*e, join(l.path, "region_share"), "region_share"))
+      v.region_share = *s;
+    else
+      l.usable = false;
+  }
+  if (const entry* e = m.find("shards")) {
+    l.shards_path = join(l.path, "shards");
+    l.shards_line = e->line;
+    if (auto n = integer(*e, l.shards_path, "shards", 1, 1024)) {
+      if (v.by != identity_kind::global) {
+        error(e->line, l.shards_path,
+              "shards apply only to a by: global limit (the buckets of a per-caller limit are "
+              "already spread over the store, one per caller)");
+        l.usable = false;
+      } else if (!bucket) {
+        error(e->line, l.shards_path,
+              std::string("shards apply only to token_bucket; a ") + algorithm_name(v.algorithm) +
+                  " limit cannot be split into buckets of a share of the rate each");
+        l.usable = false;
+      } else {
+        v.shards = static_cast<std::uint32_t>(*n);
+      }
+    } else {
+      l.usable = false;
+    }
+  }
+  const entry* lease_e = m.find("lease");
+  if (lease_e) {
+    l.lease_path = join(l.path, "lease");
+    l.lease_line = lease_e->line;
+    if (auto n = integer(*lease_e, l.lease_path, "lease", 1, max_exact_integer)) {
+      if (!bucket) {
+        error(lease_e->line, l.lease_path,
+              std::string("lease applies only to token_bucket; a ") + algorithm_name(v.algorithm) +
+                  " limit has no tokens to hand out ahead");
+        l.usable = false;
+      } else {
+        v.lease = *n;
+      }
+    } else {
+      l.usable = false;
+    }
+  }
+  if (const entry* e = m.find("lease_time")) {
+    const std::string p = join(l.path, "lease_time");
+    if (!lease_e) {
+      error(e->line, p, "lease_time needs a lease (lease: N)");
+      l.usable = false;
+    } else if (auto d = duration(*e, p, "lease_time", std::chrono::milliseconds{60'000})) {
+      v.lease_time = *d;
+    } else {
+      l.usable = false;
+    }
+  }
+  // Every bucket the limit makes (its own parameters and each plan's), as enforced.
+  auto each_bucket = [&](const param_src& p) {
+    if (!p.usable || p.value.rate.count <= 0) return;
+    const limit_params b = v.enforced(p.value);
+    if (!bucket) return;
+    const std::int64_t period = b.rate.period.count();
+    const std::int64_t units = period / std::gcd(b.rate.count, period);
+    if (b.burst > max_exact_integer / units) {
+      error(p.burst_line, p.burst_path,
+            "burst " + std::to_string(p.value.burst) + " with rate " + p.rate_text +
+                " cannot be counted exactly once split by shards or region_share: one token is " +
+                std::to_string(units) + " units and the burst " + std::to_string(b.burst));
+      l.usable = false;
+    }
+    if (v.shards > 1 && p.value.burst < static_cast<std::int64_t>(v.shards)) {
+      error(l.shards_line, l.shards_path,
+            "shards " + std::to_string(v.shards) + " leave each shard no token of burst " +
+                std::to_string(p.value.burst) + " (each shard holds burst / shards)");
+      l.usable = false;
+    }
+    if (v.lease > b.burst) {
+      error(l.lease_line, l.lease_path,
+            "lease " + std::to_string(v.lease) + " is larger than the burst " +
+                std::to_string(b.burst) + " of " +
+                (v.shards > 1 || v.region_share < 1.0 ? "one bucket of " : "") + "rate " +
+                p.rate_text + (&p == &*l.defaults ? std::string() : " (" + p.burst_path + ")") +
+                ": a worker cannot take more than the bucket holds");
+      l.usable = false;
+    }
+  };
+  if (l.defaults) each_bucket(*l.defaults);
+  for (const auto& [plan, p] : l.overrides) each_bucket(p);
 }
 
 std::vector<limit_src> loader::parse_limits(const entry& e, const std::string& path) {
@@ -254,10 +349,21 @@ void loader::check_cost(const limit_src& l, std::int64_t cost, const std::string
         error(p.rate_line, p.rate_path,
               "cost " + std::to_string(cost) + " can never be admitted by rate " + p.rate_text +
                   where);
+      else if (const std::int64_t n = l.value.enforced(p.value).rate.count;
+               p.value.rate.count > 0 && cost > n)
+        error(p.rate_line, p.rate_path,
+              "cost " + std::to_string(cost) + " can never be admitted by rate " + p.rate_text +
+                  " at region_share " + std::to_string(l.value.region_share) + " (" +
+                  std::to_string(n) + " per window)" + where);
     } else if (cost > p.value.burst) {
       error(p.burst_line, p.burst_path,
             "cost " + std::to_string(cost) + " can never be admitted by burst " +
                 std::to_string(p.value.burst) + where);
+    } else if (const std::int64_t b = l.value.enforced(p.value).burst; cost > b) {
+      error(p.burst_line, p.burst_path,
+            "cost " + std::to_string(cost) + " can never be admitted by burst " +
+                std::to_string(b) + " of one bucket (burst " + std::to_string(p.value.burst) +
+                " split by shards or region_share)" + where);
     }
   };
   if (l.defaults) check(*l.defaults);
@@ -280,6 +386,9 @@ std::optional<std::string> loader::difference(const limit& a, const limit& b) {
   }
   if (a.mode != b.mode) return "mode";
   if (a.preflight != b.preflight) return "preflight";
+  if (a.lease != b.lease || a.lease_time != b.lease_time) return "lease";
+  if (a.shards != b.shards) return "shards";
+  if (a.region_share != b.region_share) return "region_share";
   return std::nullopt;
 }
 

@@ -115,6 +115,8 @@ struct limit_src {
     int line;
   };
   std::vector<plan_ref> plan_refs;
+  std::string shards_path, lease_path;  ///< for cost messages ("" when not written)
+  int shards_line = 0, lease_line = 0;
 };
 
 struct route_src {
@@ -191,6 +193,9 @@ class loader {
                                                     std::string_view field,
                                                     std::chrono::milliseconds max);
 
+  /// A share in (0, 1], written as a plain number (`local_share`, `region_share`).
+  std::optional<double> share(const entry& e, const std::string& path, std::string_view field);
+
   /// One of `table`'s names; `what` names the kind of value in the message.
   template <class E>
   std::optional<E> choice(const YAML::Node& n, const std::string& path, int line,
@@ -246,6 +251,10 @@ class loader {
   /// lies (DESIGN.md, "Semantics"; case c04): it is a config error. `where` names the route
   /// for plan limits, whose paths do not.
   void check_cost(const limit_src& l, std::int64_t cost, const std::string& where);
+
+  /// `lease`, `lease_time`, `shards` and `region_share` of limit `l` (fields `m`), checked
+  /// against its key, algorithm and every bucket it makes (limits.cpp).
+  void parse_hot_key_fields(const map_view& m, limit_src& l);
 
   /// The first field in which two definitions of one limit name differ, if any.
   static std::optional<std::string> difference(const limit& a, const limit& b);
@@ -357,6 +366,8 @@ class loader {
   std::vector<route_src> routes_;
   std::vector<api_key_src> api_keys_;
   int directory_line_ = 0;
+  /// `store.region_share` (parsed before any limit): a limit's region_share by default.
+  double region_share_ = 1.0;
 };
 
 /// On redis-cluster: marks the enforced limits a request can carry with another enforced one

@@ -4,6 +4,8 @@
 
 #include "config/loader_internal.hpp"
 
+#include <cstdlib>
+
 #include <boost/asio/ip/address.hpp>
 
 namespace sluice::config::detail {
@@ -249,6 +251,23 @@ std::optional<std::uint64_t> loader::size(const entry& e, const std::string& pat
       return std::nullopt;
   }
   return std::nullopt;
+}
+
+std::optional<double> loader::share(const entry& e, const std::string& path,
+                                    std::string_view field) {
+  auto s = string(e.value, path, e.line);
+  if (!s) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(s->c_str(), &end);
+  if (s->empty() || end != s->c_str() + s->size()) {
+    error(e.line, path, "expected a number, got '" + *s + "'");
+    return std::nullopt;
+  }
+  if (!(v > 0.0 && v <= 1.0)) {
+    error(e.line, path, std::string(field) + " must be in (0, 1], got " + *s);
+    return std::nullopt;
+  }
+  return v;
 }
 
 std::optional<std::chrono::milliseconds> loader::duration(const entry& e, const std::string& path,

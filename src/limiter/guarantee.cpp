@@ -82,12 +82,43 @@ std::string guarantee(config::algorithm a, const config::limit_params& p) {
 
 std::string guarantee(const config::limit& l) {
   std::string out = l.mode == config::limit_mode::shadow ? "shadow (never refuses): " : "";
-  if (l.has_default_params) out += guarantee(l.algorithm, l.params);
+  if (l.has_default_params) out += guarantee(l.algorithm, l.params) + hot_key_caveats(l, l.params);
   for (const auto& [plan, p] : l.plan_overrides) {
     if (!out.empty() && out.back() != ' ') out += "; ";
-    out += "plan " + plan + ": " + guarantee(l.algorithm, p);
+    out += "plan " + plan + ": " + guarantee(l.algorithm, p) + hot_key_caveats(l, p);
   }
   return out + cluster_caveat(l);
+}
+
+std::string hot_key_caveats(const config::limit& l, const config::limit_params& p) {
+  std::string out;
+  const config::limit_params b = l.enforced(p);
+  if (l.region_share < 1.0) {
+    config::limit region = l;
+    region.shards = 1;
+    const config::limit_params r = region.enforced(p);
+    out += "; in this region: share " + std::to_string(l.region_share).substr(0, 6) +
+           " of it against this region's own store (" + guarantee(l.algorithm, r) +
+           "); across regions the limit holds while their shares add up to at most 1, and a "
+           "caller whose traffic all reaches one region gets only that region's share";
+  }
+  if (l.shards > 1) {
+    out += "; split into " + std::to_string(l.shards) + " shards of rate " +
+           std::to_string(b.rate.count) + "/" + duration_text(b.rate.period) + " and burst " +
+           std::to_string(b.burst) +
+           ", each request charged to one at random: never above the limit (the shards add up "
+           "to at most it), but a request may be refused while other shards hold tokens (up to " +
+           std::to_string(static_cast<std::int64_t>(l.shards - 1) * b.burst) + ")";
+  }
+  if (l.lease > 0) {
+    out += "; with token leases of up to " + std::to_string(l.lease) +
+           " tokens per worker (lease_time " + duration_text(l.lease_time) + "): at most " +
+           std::to_string(l.lease) +
+           " x workers x instances units above that in any interval (tokens a worker took "
+           "ahead and spends itself); tokens a lease leaves unused go back with that worker's "
+           "next check of the bucket, or are lost (refusing early, never admitting late)";
+  }
+  return out;
 }
 
 std::string cluster_caveat(const config::limit& l) {

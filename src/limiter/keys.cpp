@@ -37,6 +37,10 @@ std::string hashed(std::string_view value) {
 
 }  // namespace
 
+std::string shard_value(std::string_view /*value*/, unsigned shard) {
+  return "shard-" + std::to_string(shard);
+}
+
 std::string bucket_key(std::string_view limit_name, key_namespace ns, std::string_view value) {
   // Injectivity: the limit name is validated to [A-Za-z0-9_-], so '|' delimits it; the
   // namespace is one letter; the value part is either `r`+plain text or `x`+32 hex digits,

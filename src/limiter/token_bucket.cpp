@@ -33,6 +33,19 @@ std::int64_t refilled_level(const bucket_state* state, const bucket_params& p,
   return level + elapsed * p.refill_per_ms;
 }
 
+std::int64_t refunded_level(std::int64_t level, const bucket_params& p, std::int64_t refund) {
+  if (refund <= 0 || level >= p.capacity()) return level;
+  // refund <= burst (validated), so refund * units_per_token <= capacity <= 2^53.
+  return std::min(p.capacity(), level + refund * p.units_per_token);
+}
+
+std::int64_t leased_units(std::int64_t level, const bucket_params& p, std::int64_t cost,
+                          std::int64_t lease) {
+  const std::int64_t upt = p.units_per_token;
+  if (lease <= cost) return cost * upt;
+  return std::min(lease * upt, level - level % upt);
+}
+
 limit_outcome describe(std::int64_t level, const bucket_params& p, std::int64_t cost, bool admits) {
   const std::int64_t cap = p.capacity();
   const std::int64_t upt = p.units_per_token;

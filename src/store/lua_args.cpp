@@ -41,6 +41,14 @@ std::string pack_limit(int id, std::int64_t a, std::int64_t b, std::int64_t c, s
   return out;
 }
 
+std::string pack_leased_limit(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t cost,
+                              bool shadow, bool peek, std::int64_t lease, std::int64_t refund) {
+  std::string out = pack_limit(0, a, b, c, cost, shadow, peek);
+  const double v[2] = {static_cast<double>(lease), static_cast<double>(refund)};
+  out.append(reinterpret_cast<const char*>(v), sizeof v);
+  return out;
+}
+
 std::string redis_key(const limiter::limit_check& l, const key_layout& layout) {
   if (layout.packed && l.algorithm != config::algorithm::sliding_log)
     return limiter::packed_address(l.key, layout.hash_groups).key;
@@ -68,7 +76,11 @@ std::size_t append_check_command(const limiter::check_request& req, const key_la
   out.push_back(std::to_string(req.stale_after_ms));
   for (std::size_t i = 0; i < n; ++i) {
     const auto& l = req.limits[i];
-    if (l.algorithm == config::algorithm::token_bucket) {
+    if (l.algorithm == config::algorithm::token_bucket && (l.lease > 0 || l.refund > 0)) {
+      out.push_back(pack_leased_limit(l.bucket.refill_per_ms, l.bucket.units_per_token,
+                                      l.bucket.burst, l.cost, l.shadow, req.peek, l.lease,
+                                      l.refund));
+    } else if (l.algorithm == config::algorithm::token_bucket) {
       out.push_back(pack_limit(algorithm_id(l.algorithm), l.bucket.refill_per_ms,
                                l.bucket.units_per_token, l.bucket.burst, l.cost, l.shadow,
                                req.peek));

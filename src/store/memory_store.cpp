@@ -249,6 +249,7 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       admits[i] = limiter::log_wait(*r.log, l.bucket, r.now_eff, l.cost) == 0;
     } else {
       r.level = limiter::refilled_level(found ? &found->state : nullptr, l.bucket, now);
+      r.level = limiter::refunded_level(r.level, l.bucket, l.refund);
       admits[i] = r.level >= l.cost * l.bucket.units_per_token;
     }
     if (!l.shadow && !admits[i]) out.allowed = false;
@@ -297,7 +298,9 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       }
       out.limits.push_back(o);
     } else {
-      const std::int64_t after = r.level - (debit ? l.cost * l.bucket.units_per_token : 0);
+      const std::int64_t taken =
+          debit ? limiter::leased_units(r.level, l.bucket, l.cost, l.lease) : 0;
+      const std::int64_t after = r.level - taken;
       if (req.peek) {
         // (decided as if: nothing written)
       } else if (after >= l.bucket.capacity()) {
@@ -311,6 +314,7 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
         sh.min_expires_ms = std::min(sh.min_expires_ms, e.expires_at_ms);
       }
       out.limits.push_back(limiter::describe(after, l.bucket, l.cost, admits[i]));
+      if (l.lease > 0 || l.refund > 0) out.limits.back().granted = taken / l.bucket.units_per_token;
     }
   }
   locks.clear();

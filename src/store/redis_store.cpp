@@ -169,6 +169,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   struct pending {
     std::vector<std::string> argv;  // kept for the one NOSCRIPT retry
     std::vector<std::int64_t> bursts;
+    std::vector<std::size_t> leased;  // limits packed with a lease: their granted ends the reply
     check_handler handler;
     std::uint64_t loads_at_send = 0;  // loads_sent when it was (last) sent
     bool retried = false;
@@ -804,7 +805,12 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     p.argv.push_back(call_target);
     // KEYS and ARGV (lua_scripts.hpp)
     p.stale_arg = lua::append_check_command(req, settings.layout, p.argv);
-    for (const auto& l : req.limits) p.bursts.push_back(l.bucket.quota(l.algorithm));
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& l = req.limits[i];
+      p.bursts.push_back(l.bucket.quota(l.algorithm));
+      if (l.algorithm == config::algorithm::token_bucket && (l.lease > 0 || l.refund > 0))
+        p.leased.push_back(i);
+    }
     p.handler = std::move(handler);
     p.probe = probe;
     p.asking = how.asking;
@@ -983,8 +989,9 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       return;
     }
     const auto& bursts = it->second.bursts;
+    const auto& leased = it->second.leased;
     const std::size_t n = bursts.size();
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 + 5 * n) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 + 5 * n + leased.size()) {
       ++counters.errors;
       complete(it, errc::store_protocol, {}, verdict::answered);
       return;
@@ -1014,6 +1021,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       lo.next_ms = e[4]->integer;
       out.limits.push_back(lo);
     }
+    for (std::size_t j = 0; j < leased.size(); ++j)
+      out.limits[leased[j]].granted = r->element[2 + 5 * n + j]->integer;
     ++counters.checks;
     wrong_node_streak = 0;
     if (logged_error) {

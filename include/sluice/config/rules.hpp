@@ -76,6 +76,20 @@ struct limit {
   /// so such a request is decided in two steps (store/redis_cluster_store.hpp), and the
   /// limit's stated guarantee says what that costs.
   bool split_on_cluster = false;
+  /// `lease:` token leasing (token_bucket only; limiter/lease_book.hpp): the most tokens a
+  /// worker takes from the bucket in one store round trip and then spends itself; 0 = none.
+  /// At most the burst of every plan's bucket (after `shards` and `region_share`).
+  std::int64_t lease = 0;
+  /// `lease_time:` how long a worker spends a lease before its tokens go back (default 250ms).
+  std::chrono::milliseconds lease_time{250};
+  /// `shards:` a `by: global` token bucket split into this many buckets, each with 1/S of
+  /// the rate (N per S × P, exact) and ⌊burst / S⌋ of the burst, spread over the store's
+  /// keys (so over a cluster's masters); each request is charged to one of them. 1 = one.
+  std::uint32_t shards = 1;
+  /// `region_share:` the share of the limit this region's gateways enforce against their own
+  /// store (0 < share <= 1; default `store.region_share`): the rate is N per ⌈P / share⌉ and
+  /// the burst ⌊burst × share⌋.
+  double region_share = 1.0;
 
   /// The parameters that apply to a caller on plan `plan` (the override, or the defaults).
   /// Check `applies_to(plan)` first when `has_default_params` may be false.
@@ -91,6 +105,13 @@ struct limit {
     if (it != plan_overrides.end()) return &it->second;
     return has_default_params ? &params : nullptr;
   }
+
+  /// `p` (this limit's own parameters or a plan's) as one bucket of this limit enforces
+  /// it: scaled to `region_share` (token bucket: rate N per ⌈P / share⌉ ms and burst
+  /// ⌊burst × share⌋; window: count ⌊N × share⌋; each at least 1), then for `shards` S one
+  /// shard's part (rate N per S × P, exact; burst ⌊burst / S⌋, at least 1). `p` itself when
+  /// the limit has neither.
+  limit_params enforced(const limit_params& p) const;
 
   /// Whether this limit applies to callers on plan `plan`.
   bool applies_to(const std::string& plan) const { return find_params(plan) != nullptr; }
@@ -337,6 +358,9 @@ struct store_settings {
   /// (/admin/config) or logged.
   std::string password;
   double local_share = 1.0;  ///< `local` policy: share of each limit per instance
+  /// `region_share`: the share of every limit this region's gateways enforce against this
+  /// store (0 < share <= 1), unless a limit says its own (limit::region_share). 1 = all.
+  double region_share = 1.0;
   /// `layout`: how buckets are kept in Redis. hash (default): as fields of `hash_groups`
   /// hashes per limit and identity namespace (~4x less memory per bucket); key: one key per
   /// bucket. Read at start (a reload does not move existing buckets).

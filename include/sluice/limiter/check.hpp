@@ -45,6 +45,12 @@ struct bucket_params {
   /// window_limit = N. Expects validated parameters (count, period >= 1; capacity <= 2^53);
   /// never throws.
   static bucket_params from(const config::limit_params& p);
+
+  /// The bucket one store check of limit `l` uses for parameters `p` (`l`'s own or a plan's
+  /// override): from(l.enforced(p)), the region share and the shards applied.
+  static bucket_params for_limit(const config::limit& l, const config::limit_params& p) {
+    return from(l.enforced(p));
+  }
 };
 
 /// One limit to check for one caller.
@@ -54,6 +60,14 @@ struct limit_check {
   bucket_params bucket;
   std::int64_t cost = 1;  ///< units this request spends, 1 .. Limit
   bool shadow = false;    ///< evaluated on its own; never refuses the request
+  /// Token leasing (token bucket only; `lease:` of the limit, limiter/lease_book.hpp). When
+  /// > cost, an admitted limit takes up to this many tokens at once — as many as the bucket
+  /// holds, never fewer than `cost` — and limit_outcome::granted says how many: the worker
+  /// spends the ones beyond `cost` itself. 0: take `cost`.
+  std::int64_t lease = 0;
+  /// Token leasing: tokens of an earlier lease returned to the bucket before it is read
+  /// (added to its level, which never exceeds the capacity), whatever the decision. 0: none.
+  std::int64_t refund = 0;
 };
 
 /// The outcome of one limit in a decided check. All times are milliseconds of store time.
@@ -64,6 +78,9 @@ struct limit_outcome {
   std::int64_t reset_ms = 0;        ///< until Remaining would equal Limit again (bucket full)
   std::int64_t retry_after_ms = 0;  ///< until `cost` would be admitted (0 when admits)
   std::int64_t next_ms = 0;         ///< until Remaining grows by one (0 when at Limit)
+  /// Tokens taken from the bucket by a check with limit_check::lease (cost included); 0 when
+  /// nothing was taken or the check asked for no lease.
+  std::int64_t granted = 0;
 };
 
 /// The outcome of a whole check: `limits` is parallel to the request's `limit_check`s.

@@ -21,9 +21,16 @@ namespace sluice::limiter {
 std::string guarantee(config::algorithm a, const config::limit_params& p);
 
 /// The guarantee of a limit: its default parameters, then each plan override
-/// ("; plan pro: ..."), prefixed "shadow (never refuses): " for `mode: shadow`, followed by
-/// cluster_caveat(l).
+/// ("; plan pro: ..."), each followed by its hot_key_caveats(), prefixed "shadow (never
+/// refuses): " for `mode: shadow`, followed by cluster_caveat(l).
 std::string guarantee(const config::limit& l);
+
+/// What `region_share`, `shards` and `lease` of `l` do to the guarantee of parameters `p`
+/// (one of `l`'s), each as "; ..." with its bound: a region enforces its share against its
+/// own store; shards never go above the limit but may refuse while another shard holds
+/// tokens; leases may run ahead of the bucket by the tokens held, at most
+/// lease × workers × instances units. "" when `l` uses none of them.
+std::string hot_key_caveats(const config::limit& l, const config::limit_params& p);
 
 /// "" unless `l.split_on_cluster`: then what a request decided over several hash slots of a
 /// Redis Cluster can cost this limit (store/redis_cluster_store.hpp, two steps), starting

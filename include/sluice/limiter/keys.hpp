@@ -31,6 +31,11 @@ enum class key_namespace : char {
 /// bucket identity is the hash tag, so every key of a bucket lands in one cluster slot.
 std::string bucket_key(std::string_view limit_name, key_namespace ns, std::string_view value);
 
+/// The identity value of shard `shard` of a sharded `by: global` limit (`shards: S`):
+/// "shard-<shard>", so each shard is its own bucket_key() (and, on a cluster, lands in a slot
+/// of its own); `value` (the global identity) is not part of it.
+std::string shard_value(std::string_view value, unsigned shard);
+
 /// The prefix every sluice key starts with (for SCAN in tests and operations).
 inline constexpr std::string_view key_prefix = "sl:";
 

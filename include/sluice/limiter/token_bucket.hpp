@@ -25,6 +25,16 @@ struct bucket_state {
 /// (`state == nullptr`) is full.
 std::int64_t refilled_level(const bucket_state* state, const bucket_params& p, std::int64_t now_ms);
 
+/// Token leasing: `level` (units) with `refund` tokens of an earlier lease returned to it,
+/// never above the capacity (lua/token_bucket.lua's tb_read).
+std::int64_t refunded_level(std::int64_t level, const bucket_params& p, std::int64_t refund);
+
+/// Units an admitted request of `cost` tokens takes from a bucket at `level` (units): `cost`
+/// tokens, or with a lease of `lease` > cost tokens, as many whole tokens as the level holds
+/// up to the lease (lua/token_bucket.lua's tb_write). Expects level >= cost tokens.
+std::int64_t leased_units(std::int64_t level, const bucket_params& p, std::int64_t cost,
+                          std::int64_t lease);
+
 /// Fills `out` from a bucket at level `level` after the decision for a request of `cost`
 /// tokens. `admits` says whether the level before debiting held `cost` tokens.
 limit_outcome describe(std::int64_t level, const bucket_params& p, std::int64_t cost, bool admits);

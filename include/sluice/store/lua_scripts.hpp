@@ -28,11 +28,12 @@ namespace sluice::lua {
 /// units_per_token, burst) for the token bucket and (window_ms, window limit, 0) for the window
 /// algorithms.
 /// Reply: an array of integers {allowed, now_ms, then per limit: admits, remaining, reset_ms,
-/// retry_after_ms, next_ms}. Bad arguments are an error reply before anything is written.
-/// State per bucket, packed as little-endian doubles (struct.pack('<d...'), exact integers up
-/// to 2^53); every write arms the expiry to the limit's Reset, or deletes the bucket when
-/// Reset is 0; a refused request that leaves a state as it read it writes nothing and only
-/// raises the expiry when it is below the Reset (a key without one gets one):
+/// retry_after_ms, next_ms, then per limit packed by pack_leased_limit(), in order: the
+/// tokens it took (limit_outcome::granted)}. Bad arguments are an error reply before anything is
+/// written. State per bucket, packed as little-endian doubles (struct.pack('<d...'), exact integers
+/// up to 2^53); every write arms the expiry to the limit's Reset, or deletes the bucket when Reset
+/// is 0; a refused request that leaves a state as it read it writes nothing and only raises the
+/// expiry when it is below the Reset (a key without one gets one):
 /// - token bucket: (level units, stamp ms, units per token), 24 bytes;
 /// - fixed window: (window index, count), 16 bytes;
 /// - sliding window: (window index, current, previous), 24 bytes;
@@ -60,6 +61,13 @@ std::string_view check_function() noexcept;
 /// at most 2^53 to arrive exact.
 std::string pack_limit(int id, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t cost,
                        bool shadow, bool peek = false);
+
+/// The 64-byte parameter argument of a token bucket limit with a lease (limit_check::lease
+/// and ::refund): pack_limit(0, ...) followed by the lease and the refund, in tokens, as two
+/// more doubles. An admitted limit then takes up to `lease` tokens (never fewer than `cost`)
+/// after `refund` tokens are returned to it, and the reply ends with the tokens it took.
+std::string pack_leased_limit(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t cost,
+                              bool shadow, bool peek, std::int64_t lease, std::int64_t refund);
 
 /// The script's algorithm id of `a`: token_bucket 0, fixed_window 1, sliding_window 2,
 /// sliding_log 3 (gcra is not offered: -1).

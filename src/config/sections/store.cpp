@@ -13,6 +13,7 @@ void loader::parse_store(const entry& e, rules& r) {
                                              "password_env",
                                              "password_file",
                                              "local_share",
+                                             "region_share",
                                              "layout",
                                              "hash_groups",
                                              "max_buckets",
@@ -59,15 +60,12 @@ void loader::parse_store(const entry& e, rules& r) {
       password_file(*p, "store.password_file", r.store.password_file, r.store.password);
   }
   if (const entry* ls = m->find("local_share")) {
-    if (auto s = string(ls->value, "store.local_share", ls->line)) {
-      char* end = nullptr;
-      const double v = std::strtod(s->c_str(), &end);
-      if (s->empty() || end != s->c_str() + s->size())
-        error(ls->line, "store.local_share", "expected a number, got '" + *s + "'");
-      else if (!(v > 0.0 && v <= 1.0))
-        error(ls->line, "store.local_share", "local_share must be in (0, 1], got " + *s);
-      else
-        r.store.local_share = v;
+    if (auto v = share(*ls, "store.local_share", "local_share")) r.store.local_share = *v;
+  }
+  if (const entry* rs = m->find("region_share")) {
+    if (auto v = share(*rs, "store.region_share", "region_share")) {
+      r.store.region_share = *v;
+      region_share_ = *v;
     }
   }
   if (const entry* l = m->find("layout")) {

@@ -225,7 +225,11 @@ std::optional<check_outcome> run_lua(test::redis_server& server, const check_req
   timed.now_ms_override = now_ms;
   lua::append_check_command(timed, layout, argv);
   redis_reply r = server.command(argv);
-  if (r.type != redis_reply::kind::array || r.elements.size() != 2 + 5 * req.limits.size()) {
+  std::vector<std::size_t> leased;  // limits packed with a lease: their granted ends the reply
+  for (std::size_t i = 0; i < req.limits.size(); ++i)
+    if (req.limits[i].lease > 0 || req.limits[i].refund > 0) leased.push_back(i);
+  if (r.type != redis_reply::kind::array ||
+      r.elements.size() != 2 + 5 * req.limits.size() + leased.size()) {
     *error = "unexpected reply: " + r.str;
     return std::nullopt;
   }
@@ -249,6 +253,8 @@ std::optional<check_outcome> run_lua(test::redis_server& server, const check_req
     lo.next_ms = e[4].integer;
     out.limits.push_back(lo);
   }
+  for (std::size_t j = 0; j < leased.size(); ++j)
+    out.limits[leased[j]].granted = r.elements[2 + 5 * req.limits.size() + j].integer;
   return out;
 }
 
@@ -881,6 +887,160 @@ TEST_F(token_bucket_table, script_uses_redis_time_without_override) {
                            .count();
   EXPECT_NEAR(static_cast<double>(r.elements[1].integer), static_cast<double>(host_ms), 2'000.0);
   EXPECT_EQ(r.elements[3].integer, 1);  // remaining
+}
+
+// ---- token leasing (limit_check::lease and ::refund) -------------------------------------------
+
+// One step of a leasing sequence on one limit: the request's cost, the lease it asks for and
+// the tokens it returns, and what the store answers, `granted` included.
+struct lease_step {
+  std::int64_t t_ms;
+  std::int64_t cost, lease, refund;
+  expect e;
+  std::int64_t granted;
+};
+struct lease_case {
+  std::string name;
+  limit_spec limit;
+  std::vector<lease_step> steps;
+};
+
+const std::vector<lease_case>& lease_table() {
+  static const std::vector<lease_case> cases = {
+      // 10/10s burst 10 (one token per 1,000 ms; 1 unit per ms, 1,000 units per token): a
+      // lease takes as many whole tokens as the bucket holds, up to the lease, never fewer
+      // than the cost; an empty bucket refuses and takes nothing.
+      {"lease_takes_what_the_bucket_holds",
+       {"hot_key", 10, 10'000, 10},
+       {{0, 1, 4, 0, {true, 6, 4'000, 0, 1'000}, 4},
+        {0, 1, 4, 0, {true, 2, 8'000, 0, 1'000}, 4},
+        {0, 1, 4, 0, {true, 0, 10'000, 0, 1'000}, 2},
+        {0, 1, 4, 0, {false, 0, 10'000, 1'000, 1'000}, 0},
+        // 3 tokens returned 500 ms later: 3.5 tokens, the 3 whole ones leased.
+        {500, 1, 4, 3, {true, 0, 9'500, 0, 500}, 3},
+        // A refund alone (no lease): the level never goes above the burst, the cost is taken.
+        {600, 1, 0, 10, {true, 9, 1'000, 0, 1'000}, 1}}},
+      // 1/1s burst 2: returned tokens stay in the bucket even when the request is refused.
+      {"refund_kept_by_a_refusal",
+       {"hot_key", 1, 1'000, 2},
+       {{0, 2, 0, 0, {true, 0, 2'000, 0, 1'000}, 0},
+        {100, 2, 0, 1, {false, 1, 900, 900, 900}, 0},
+        {200, 1, 0, 0, {true, 0, 1'800, 0, 800}, 0}}},
+      // A lease no larger than the cost takes the cost.
+      {"lease_of_the_cost",
+       {"hot_key", 5, 5'000, 5},
+       {{0, 2, 2, 0, {true, 3, 2'000, 0, 1'000}, 2}}},
+  };
+  return cases;
+}
+
+check_request make_lease_request(const lease_case& c, const lease_step& st,
+                                 const std::string& prefix) {
+  limiter::limit_check lc;
+  lc.key = limiter::bucket_key(c.limit.name, limiter::key_namespace::global, prefix + "." + c.name);
+  lc.bucket = c.limit.params();
+  lc.cost = st.cost;
+  lc.lease = st.lease;
+  lc.refund = st.refund;
+  check_request req;
+  req.limits.push_back(lc);
+  return req;
+}
+
+void expect_lease_step(const lease_case& c, std::size_t s, const std::string& backend,
+                       const check_outcome& got) {
+  const lease_step& st = c.steps[s];
+  SCOPED_TRACE(backend + " " + c.name + " step " + std::to_string(s));
+  EXPECT_EQ(got.allowed, st.e.admits);
+  ASSERT_EQ(got.limits.size(), 1u);
+  const limit_outcome& g = got.limits[0];
+  EXPECT_EQ(g.admits, st.e.admits);
+  EXPECT_EQ(g.limit, c.limit.burst);
+  EXPECT_EQ(g.remaining, st.e.remaining);
+  EXPECT_EQ(g.reset_ms, st.e.reset_ms);
+  EXPECT_EQ(g.retry_after_ms, st.e.retry_after_ms);
+  EXPECT_EQ(g.next_ms, st.e.next_ms);
+  // A step that asks for no lease and returns nothing is the plain 48-byte form: no granted.
+  if (st.lease > 0 || st.refund > 0) {
+    EXPECT_EQ(g.granted, st.granted);
+  } else {
+    EXPECT_EQ(g.granted, 0);
+  }
+}
+
+TEST_F(token_bucket_table, leases_on_every_store) {
+  for (const auto& c : lease_table()) {
+    std::int64_t now = 0;
+    store::memory_store mem([&now] { return now; });
+    for (std::size_t s = 0; s < c.steps.size(); ++s) {
+      now = epoch_ms + c.steps[s].t_ms;
+      expect_lease_step(c, s, "memory", mem.decide(make_lease_request(c, c.steps[s], "lmem")));
+    }
+  }
+  for (const auto& layout : {per_key, packed, all_in_one_hash}) {
+    const std::string name = "lease-lua-" + layout_name(layout);
+    for (const auto& c : lease_table()) {
+      for (std::size_t s = 0; s < c.steps.size(); ++s) {
+        std::string error;
+        auto got = run_lua(*server_, make_lease_request(c, c.steps[s], name),
+                           epoch_ms + c.steps[s].t_ms, &error, layout);
+        ASSERT_TRUE(got) << c.name << " step " << s << ": " << error;
+        expect_lease_step(c, s, name, *got);
+      }
+    }
+  }
+  for (const auto& layout : {per_key, packed}) {
+    boost::asio::io_context ioc;
+    store::redis_settings settings;
+    settings.port = server_->port();
+    settings.command_timeout = std::chrono::milliseconds(1000);
+    settings.layout = layout;
+    store::redis_store rs(ioc.get_executor(), settings);
+    rs.start();
+    ASSERT_TRUE(run(ioc, wait_connected(rs)));
+    const std::string name = "lease-rs-" + layout_name(layout);
+    for (const auto& c : lease_table()) {
+      for (std::size_t s = 0; s < c.steps.size(); ++s) {
+        check_request req = make_lease_request(c, c.steps[s], name);
+        req.now_ms_override = epoch_ms + c.steps[s].t_ms;
+        auto got = run(ioc, rs.check(req));
+        ASSERT_TRUE(got.has_value()) << c.name << " step " << s << ": " << got.error().message();
+        expect_lease_step(c, s, name, *got);
+      }
+    }
+    rs.stop();
+  }
+}
+
+// A lease or a refund on a window limit, or one above the burst, is a bad argument: an error
+// reply before anything is written.
+TEST_F(token_bucket_table, script_rejects_bad_leases) {
+  limiter::limit_check lc;
+  lc.key = limiter::bucket_key("bad_lease", limiter::key_namespace::global, "x");
+  lc.bucket = limit_spec{"bad_lease", 5, 5'000, 5}.params();
+  for (const auto& [lease, refund] :
+       {std::pair<std::int64_t, std::int64_t>{6, 0}, {0, 6}, {-1, 0}}) {
+    std::vector<std::string> argv = {
+        "EVAL",
+        std::string(lua::check()),
+        "1",
+        lc.key,
+        "-1",
+        "-1",
+        lua::pack_leased_limit(1, 1'000, 5, 1, false, false, lease, refund),
+        ""};
+    const auto r = server_->command(argv);
+    EXPECT_EQ(r.type, redis_reply::kind::error) << lease << " " << refund;
+    EXPECT_NE(r.str.find("bad lease"), std::string::npos) << r.str;
+  }
+  std::string window = lua::pack_limit(1, 1'000, 5, 0, 1, false);
+  const double extra[2] = {2.0, 0.0};
+  window.append(reinterpret_cast<const char*>(extra), sizeof extra);
+  const auto r =
+      server_->command({"EVAL", std::string(lua::check()), "1", lc.key, "-1", "-1", window, ""});
+  EXPECT_EQ(r.type, redis_reply::kind::error);
+  EXPECT_NE(r.str.find("a lease needs a token bucket"), std::string::npos) << r.str;
+  EXPECT_EQ(server_->command({"EXISTS", lc.key}).integer, 0);
 }
 
 }  // namespace
