@@ -169,7 +169,8 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
   }
   out.push_back(counter("sluice_bad_requests_total",
                         "Requests the gateway refused before any limit was decided (400 "
-                        "malformed or ambiguous, 401 unknown API key, 404 no route).",
+                        "malformed or ambiguous, 401 unknown API key, 403 upgrade not allowed "
+                        "on the route, 404 no route, 413 declared body over max_request_body).",
                         d(s.bad_requests)));
 
   {
