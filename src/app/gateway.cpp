@@ -206,7 +206,20 @@ struct gateway::impl {
     store::store_stats store;
     identity::plan_cache::counters plan_cache;
     std::uint64_t cached_refusals = 0;  ///< the worker's over-limit cache hits
+    /// The worker's token leases: requests decided from leases alone, leases taken, tokens
+    /// leased beyond the requests' costs, tokens returned.
+    std::uint64_t leased_decisions = 0, lease_grants = 0, tokens_leased = 0, tokens_returned = 0;
   };
+  static worker_sample read_sample(worker& w) {
+    const auto& leases = w.handler->leases();
+    return {w.store->stats(),
+            w.handler->plan_cache_stats(),
+            w.handler->cached_refusals(),
+            leases.local_decisions(),
+            leases.grants(),
+            leases.tokens_leased(),
+            leases.tokens_returned()};
+  }
   std::mutex sample_mutex;                  // one scrape at a time; guards last_samples
   std::vector<worker_sample> last_samples;  // per worker: the last read (counters never go back)
 
@@ -215,15 +228,9 @@ struct gateway::impl {
   worker_sample sample_of(std::size_t i) {
     worker& w = *workers[i];
     if (last_samples.size() < workers.size()) last_samples.resize(workers.size());
-    if (!started) {
-      return last_samples[i] = {w.store->stats(), w.handler->plan_cache_stats(),
-                                w.handler->cached_refusals()};
-    }
+    if (!started) return last_samples[i] = read_sample(w);
     if (stopped) return last_samples[i];
-    auto read = on_worker(w, [wp = &w] {
-      return worker_sample{wp->store->stats(), wp->handler->plan_cache_stats(),
-                           wp->handler->cached_refusals()};
-    });
+    auto read = on_worker(w, [wp = &w] { return read_sample(*wp); });
     if (!read) return last_samples[i];
     return last_samples[i] = *read;
   }
@@ -542,6 +549,10 @@ observability::metrics_sample gateway::sample() const {
     s.plan_cache_misses += ws.plan_cache.misses;
     s.plan_cache_evictions += ws.plan_cache.evictions;
     s.cached_refusals += ws.cached_refusals;
+    s.leased_decisions += ws.leased_decisions;
+    s.lease_grants += ws.lease_grants;
+    s.tokens_leased += ws.tokens_leased;
+    s.tokens_returned += ws.tokens_returned;
     if (impl_->memory && i > 0) continue;  // one shared memory store: count it once
     const auto& st = ws.store;
     s.store.checks += st.checks;

@@ -107,11 +107,17 @@ json::object limit_json(const config::limit& l) {
     json::object plans;
     for (const auto& [plan, p] : l.plan_overrides) {
       auto po = params_json(p);
-      po["guarantee"] = limiter::guarantee(l.algorithm, p);
+      po["guarantee"] = limiter::guarantee(l.algorithm, p) + limiter::hot_key_caveats(l, p);
       plans[plan] = std::move(po);
     }
     o["plans"] = std::move(plans);
   }
+  if (l.lease > 0) {
+    o["lease"] = l.lease;
+    o["lease_time_ms"] = l.lease_time.count();
+  }
+  if (l.shards > 1) o["shards"] = l.shards;
+  if (l.region_share < 1.0) o["region_share"] = l.region_share;
   // The limit's stated guarantee (DESIGN.md: "every limit states what it guarantees"), in
   // the limiter room's words: defaults, then each plan override.
   o["guarantee"] = limiter::guarantee(l);

@@ -169,7 +169,8 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
   }
   out.push_back(counter("sluice_bad_requests_total",
                         "Requests the gateway refused before any limit was decided (400 "
-                        "malformed or ambiguous, 401 unknown API key, 404 no route).",
+                        "malformed or ambiguous, 401 unknown API key, 403 upgrade not allowed "
+                        "on the route, 404 no route, 413 declared body over max_request_body).",
                         d(s.bad_requests)));
 
   {
@@ -386,6 +387,22 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                         "Refusals answered from the over-limit cache while the store's refusal "
                         "of that key still stood (no store round trip).",
                         d(s.cached_refusals)));
+  out.push_back(counter("sluice_lease_decisions_total",
+                        "Requests decided from token leases alone (lease: N), without a store "
+                        "round trip.",
+                        d(s.leased_decisions)));
+  out.push_back(counter("sluice_lease_grants_total",
+                        "Token leases taken from the store (lease: N).", d(s.lease_grants)));
+  {
+    MetricFamily f = family("sluice_lease_tokens_total",
+                            "Tokens of token leases (lease: N) by kind: leased, taken ahead "
+                            "beyond the requests' costs; returned, given back to their buckets "
+                            "when a lease ended unused.",
+                            MetricType::Counter);
+    add_counter(f, d(s.tokens_leased), {{"kind", "leased"}});
+    add_counter(f, d(s.tokens_returned), {{"kind", "returned"}});
+    out.push_back(std::move(f));
+  }
   out.push_back(counter("sluice_store_clock_resends_total",
                         "Checks re-sent once after a STALE answer to a timely check (the "
                         "store's clock moved).",

@@ -647,8 +647,13 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
       // the true one).
       for (std::size_t i = 0; i < req.limits.size(); ++i) {
         auto& lo = out.limits[i];
-        if (req.limits[i].shadow || !lo.admits) continue;
-        lo.remaining = std::min(lo.remaining + req.limits[i].cost, lo.limit);
+        if (req.limits[i].shadow) continue;
+        // (with a lease, the peek took `granted`; a peek writes nothing, so no lease was
+        // taken and no refund kept)
+        const std::int64_t taken = lo.granted > 0 ? lo.granted : req.limits[i].cost;
+        lo.granted = 0;
+        if (!lo.admits) continue;
+        lo.remaining = std::min(lo.remaining + taken, lo.limit);
       }
       // Refused as step 1 decided. A shadow limit's own outcome is taken from its commit
       // when it arrived (a failed one changes nothing: the request is refused either way).

@@ -58,6 +58,19 @@ routes:
       - {name: LIMIT_A, by: api_key, rate: 5/1h, burst: 5}
       - {name: LIMIT_B, by: ip, rate: 5/1h, burst: 5}
       - {name: LIMIT_C, by: global, rate: 1/1h, burst: 1}
+  - name: sharded
+    match: {path_prefix: /v1/sharded}
+    upstream: api
+    on_store_failure: fail_open
+    limits:
+      - {name: cluster_shards, by: global, rate: 40/1h, burst: 40, shards: 4}
+  - name: leased
+    match: {path_prefix: /v1/leased}
+    upstream: api
+    on_store_failure: fail_open
+    limits:
+      - {name: LEASED, by: global, rate: 50/1h, burst: 50, lease: 10}
+      - {name: LIMIT_B, by: ip, rate: 5/1h, burst: 5}
 )";
 
 std::string key_name(int i) {
@@ -112,13 +125,23 @@ class cluster_gateway : public ::testing::Test {
       }
     }
     ASSERT_EQ(used.size(), 3u) << "no three limit names on three masters";
+    // A leased global limit on another master than LIMIT_B's bucket (two slots, two steps).
+    const auto b_master =
+        cluster_.master_of_slot(slot_of(three_[1], limiter::key_namespace::ip, "127.0.0.1"));
+    for (int i = 0; i < 100 && leased_.empty(); ++i) {
+      const std::string name = "leased_" + std::to_string(i);
+      const auto m = cluster_.master_of_slot(slot_of(name, limiter::key_namespace::global, "*"));
+      if (m && m != b_master) leased_ = name;
+    }
+    ASSERT_FALSE(leased_.empty());
     gateway_ =
         std::make_unique<gateway_fixture>(substitute(c09_rules, {{"NODES", nodes},
                                                                  {"KEYS", keys},
                                                                  {"UPSTREAM_URL", upstream_.url()},
                                                                  {"LIMIT_A", three_[0]},
                                                                  {"LIMIT_B", three_[1]},
-                                                                 {"LIMIT_C", three_[2]}}),
+                                                                 {"LIMIT_C", three_[2]},
+                                                                 {"LEASED", leased_}}),
                                           2);
     const auto deadline = clock_type::now() + 5s;
     while (!gateway_->gateway().stats().store.connected && clock_type::now() < deadline)
@@ -135,6 +158,7 @@ class cluster_gateway : public ::testing::Test {
   upstream_server upstream_;
   std::unique_ptr<gateway_fixture> gateway_;
   std::string three_[3];
+  std::string leased_;
 };
 
 TEST_F(cluster_gateway, c09_exact_429s_on_every_master_and_a_moved_slot_keeps_its_refusal) {
@@ -239,6 +263,62 @@ TEST_F(cluster_gateway, three_limits_on_three_masters_through_http_are_all_or_no
     std::memcpy(&units, v.str.data() + 8 + 16, 8);
     EXPECT_NEAR(level / units, 4.0, 0.01) << three_[w] << " charged by a refused request";
   }
+}
+
+// A sharded global limit on the cluster: its shards are buckets of their own slots, spread
+// over at least two masters, and together they never admit more than the limit.
+TEST_F(cluster_gateway, sharded_global_limit_spreads_over_masters_and_stays_within_it) {
+  std::set<std::size_t> masters;
+  for (unsigned i = 0; i < 4; ++i) {
+    const auto m = cluster_.master_of_slot(
+        slot_of("cluster_shards", limiter::key_namespace::global, limiter::shard_value("*", i)));
+    ASSERT_TRUE(m);
+    masters.insert(*m);
+  }
+  EXPECT_GE(masters.size(), 2u) << "every shard on one master";
+  int admitted = 0;
+  for (int n = 0; n < 80; ++n) {
+    const auto r = get("/v1/sharded", "key-01");
+    if (r.status == 200u) {
+      ++admitted;
+    } else {
+      ASSERT_EQ(r.status, 429u);
+    }
+  }
+  EXPECT_LE(admitted, 40);
+  EXPECT_GE(admitted, 30);  // 80 requests at random over 4 shards of 10
+  const auto st = gateway_->gateway().stats();
+  EXPECT_EQ(st.fail_open, 0u);
+  EXPECT_EQ(st.store.errors, 0u);
+}
+
+// A leased limit in a request decided in two steps (its bucket and LIMIT_B's on two
+// masters): LIMIT_B (burst 5) admits 5 requests; the refused ones take no lease and charge
+// nothing, so LEASED's bucket lost what the 5 admitted took (leases of up to 10), no more.
+TEST_F(cluster_gateway, a_leased_limit_split_over_two_masters_is_charged_only_when_admitted) {
+  int admitted = 0;
+  for (int n = 0; n < 15; ++n) admitted += get("/v1/leased", "key-01").status == 200u;
+  EXPECT_EQ(admitted, 5);
+  const auto st = gateway_->gateway().stats();
+  EXPECT_EQ(st.fail_open, 0u);
+  EXPECT_EQ(st.store.errors, 0u);
+  EXPECT_GT(st.store.split_checks, 0u);
+  const auto key = limiter::bucket_key(leased_, limiter::key_namespace::global, "*");
+  const auto at = limiter::packed_address(key, lua::key_layout{}.hash_groups);
+  const auto m = cluster_.master_of_slot(store::key_hash_slot(at.key));
+  ASSERT_TRUE(m);
+  const auto v = cluster_.command(*m, {"HGET", at.key, at.field});
+  ASSERT_EQ(v.type, redis_reply::kind::string);
+  ASSERT_GE(v.str.size(), 8u + 24u);
+  double level = 0, units = 0;
+  std::memcpy(&level, v.str.data() + 8, 8);
+  std::memcpy(&units, v.str.data() + 8 + 16, 8);
+  // Two workers: each may hold a lease of up to 10 taken by its first admitted request.
+  const double left = level / units;
+  EXPECT_GE(left, 50.0 - 2 * 10 - 0.01);
+  EXPECT_LE(left, 50.0 - 5 + 0.01);
+  const auto s = gateway_->gateway().sample();
+  EXPECT_GE(s.lease_grants, 1u);
 }
 
 }  // namespace

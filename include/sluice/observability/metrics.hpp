@@ -160,6 +160,10 @@ struct metrics_sample {
                 plan_cache_evictions = 0;
   /// Refusals answered by the workers' over-limit caches (limiter::refusal_cache).
   std::uint64_t cached_refusals = 0;
+  /// Token leases (`lease:`), summed over workers (limiter::lease_book): requests decided
+  /// from leases alone (no store round trip), leases taken, tokens taken in leases beyond
+  /// the requests' costs, and tokens of ended leases returned to their buckets.
+  std::uint64_t leased_decisions = 0, lease_grants = 0, tokens_leased = 0, tokens_returned = 0;
 };
 
 /// The Prometheus text exposition (format 0.0.4, exposition_content_type) of `sample`:
@@ -197,7 +201,8 @@ struct metrics_sample {
 ///   `sluice_store_cluster_topology_refreshes_total{result}` (ok, failed),
 ///   `sluice_store_split_checks_total`, `sluice_store_split_charged_unadmitted_total{reason}`
 ///   (commit_refused, commit_failed), `sluice_store_clock_resends_total`,
-///   `sluice_store_cached_refusals_total`, `sluice_store_connected`,
+///   `sluice_store_cached_refusals_total`, `sluice_lease_decisions_total`,
+///   `sluice_lease_grants_total`, `sluice_lease_tokens_total{kind}`, `sluice_store_connected`,
 ///   `sluice_store_breaker_state{state}` (closed, open, half_open: connections in that state),
 ///   `sluice_store_check_duration_seconds` (histogram);
 /// - `sluice_config_reloads_total{result}` (ok, failed), `sluice_config_generation`,

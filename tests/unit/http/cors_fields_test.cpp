@@ -7,6 +7,14 @@
 namespace sluice::http {
 namespace {
 
+// The `*` origin pattern (every origin).
+config::origin_pattern any_origin() {
+  config::origin_pattern p;
+  p.text = "*";
+  p.any = true;
+  return p;
+}
+
 config::origin_pattern pattern(std::string scheme, std::string host, std::string port = "",
                                bool sub = false) {
   config::origin_pattern p;
@@ -49,7 +57,7 @@ TEST(origin_allowed, pattern_table) {
   for (const auto& [origin, allowed] : cases)
     EXPECT_EQ(origin_allowed(c, origin), allowed) << origin;
   config::cors_policy any;
-  any.origins = {config::origin_pattern{"*", true}};
+  any.origins = {any_origin()};
   EXPECT_TRUE(origin_allowed(any, "https://whatever.test"));
 }
 
@@ -92,7 +100,7 @@ TEST(append_cors_fields, allowed_refused_and_wildcard) {
   EXPECT_EQ(value(f, "Access-Control-Allow-Credentials"), "true");
 
   config::cors_policy any;
-  any.origins = {config::origin_pattern{"*", true}};
+  any.origins = {any_origin()};
   f.clear();
   append_cors_fields(any, head("GET", "https://x.test"), f);
   EXPECT_EQ(value(f, "Access-Control-Allow-Origin"), "*");
