@@ -291,7 +291,9 @@ void loader::parse_hot_key_fields(const map_view& m, limit_src& l) {
     if (!bucket) return;
     const std::int64_t period = b.rate.period.count();
     const std::int64_t units = period / std::gcd(b.rate.count, period);
-    if (b.burst > max_exact_integer / units) {
+    // (Unsplit, the bucket is the limit's own, whose burst check has spoken already.)
+    const bool split = v.shards > 1 || v.region_share < 1.0;
+    if (split && b.burst > max_exact_integer / units) {
       error(p.burst_line, p.burst_path,
             "burst " + std::to_string(p.value.burst) + " with rate " + p.rate_text +
                 " cannot be counted exactly once split by shards or region_share: one token is " +
