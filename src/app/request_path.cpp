@@ -16,6 +16,7 @@
 #include "sluice/http/headers.hpp"
 #include "sluice/http/problem.hpp"
 #include "sluice/limiter/keys.hpp"
+#include "sluice/store/cluster_slots.hpp"
 
 #include <spdlog/spdlog.h>
 #include <boost/beast/http/field.hpp>
@@ -108,6 +109,18 @@ snapshot::snapshot(std::shared_ptr<const config::rules> r, std::uint64_t g,
     }
     routes.push_back(std::move(c));
   }
+  // Sharded limits: each shard's key, in its own part of the slot space.
+  lua::key_layout layout;
+  layout.packed = rules->store.layout == config::store_settings::layout_kind::hash;
+  layout.hash_groups = rules->store.hash_groups;
+  auto shard = [&](const config::limit& l) {
+    if (l.shards > 1 && !shard_keys.contains(l.name))
+      shard_keys.emplace(l.name, store::spread_shard_keys(l, layout));
+  };
+  for (const auto& [name, plan] : rules->plans)
+    for (const auto& l : plan.limits) shard(l);
+  for (const auto& route : rules->routes)
+    for (const auto& l : route.limits) shard(l);
 }
 
 http::verdict gateway_handler::bad_request(unsigned version, std::string_view detail) {
@@ -469,11 +482,10 @@ std::optional<http::verdict> gateway_handler::prepare_check(const snapshot& snap
     }
     const auto& a = prepared.applied[i];
     if (l.shards > 1) {
-      // A sharded global limit: one of its S buckets, each its own key (so its own slot).
-      const auto shard = static_cast<unsigned>(jitter_() % l.shards);
+      // A sharded global limit: one of its S buckets at random, each its own key (and slot).
+      const auto& keys = snap.shard_keys.at(l.name);
       check.limits.push_back(
-          {limiter::bucket_key(l.name, key->first, limiter::shard_value(key->second, shard)),
-           l.algorithm, a.bucket, rt.cost, a.shadow});
+          {keys[jitter_() % keys.size()], l.algorithm, a.bucket, rt.cost, a.shadow});
       continue;
     }
     check.limits.push_back({limiter::bucket_key(l.name, key->first, key->second), l.algorithm,

@@ -73,6 +73,10 @@ struct snapshot {
   http::router router;
   std::uint64_t generation;
   std::vector<compiled_route> routes;  ///< parallel to rules->routes
+  /// The bucket keys of each sharded limit's shards (`shards: S`), by limit name: shard i's
+  /// key lands in the i-th of min(S, 64) equal parts of the Redis Cluster slot space (under
+  /// the store's layout), so the shards spread over the masters of an evenly split cluster.
+  std::unordered_map<std::string, std::vector<std::string>> shard_keys;
 
   const compiled_route& compiled(const config::route& r) const {
     return routes[static_cast<std::size_t>(&r - rules->routes.data())];

@@ -37,8 +37,10 @@ std::string hashed(std::string_view value) {
 
 }  // namespace
 
-std::string shard_value(std::string_view /*value*/, unsigned shard) {
-  return "shard-" + std::to_string(shard);
+std::string shard_value(std::string_view /*value*/, unsigned shard, unsigned variant) {
+  std::string out = "shard-" + std::to_string(shard);
+  if (variant > 0) out += "." + std::to_string(variant);
+  return out;
 }
 
 std::string bucket_key(std::string_view limit_name, key_namespace ns, std::string_view value) {

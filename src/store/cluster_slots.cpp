@@ -4,6 +4,8 @@
 // RESP2).
 #include "sluice/store/cluster_slots.hpp"
 
+#include "sluice/limiter/keys.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <stdexcept>
@@ -350,6 +352,32 @@ key_routing route_keys(const slot_map& map, std::span<const std::string> keys) {
     s->keys.push_back(i);
   }
   return out;
+}
+
+std::vector<std::string> spread_shard_keys(const config::limit& l, const lua::key_layout& layout) {
+  std::vector<std::string> keys;
+  const unsigned parts = std::clamp(l.shards, 1u, 64u);
+  limiter::limit_check probe;
+  probe.algorithm = l.algorithm;
+  for (unsigned i = 0; i < l.shards; ++i) {
+    const unsigned part = i % parts;
+    // A part is hit within a few times `parts` tries; the cap only bounds a pathological
+    // layout (the shard then keeps its first key).
+    for (unsigned v = 0; v < 256 * parts; ++v) {
+      probe.key = limiter::bucket_key(l.name, limiter::key_namespace::global,
+                                      limiter::shard_value("*", i, v));
+      if (v == 0) keys.push_back(probe.key);
+      // The middle quarter of the part: whatever the master count, shard i lands near the
+      // middle of the i-th of `parts` equal parts, so the shards spread as evenly as they can.
+      const unsigned slot = key_hash_slot(lua::redis_key(probe, layout));
+      const unsigned eighth = slot * parts * 8 / cluster_slot_count;  // eighths of parts
+      if (eighth / 8 == part && (eighth % 8 == 3 || eighth % 8 == 4)) {
+        keys.back() = probe.key;
+        break;
+      }
+    }
+  }
+  return keys;
 }
 
 }  // namespace sluice::store

@@ -9,6 +9,7 @@
 #include "sluice/limiter/keys.hpp"
 #include "sluice/observability/admin.hpp"
 #include "sluice/observability/metrics.hpp"
+#include "sluice/store/cluster_slots.hpp"
 
 #include <thread>
 
@@ -157,11 +158,14 @@ TEST_P(sharded, never_above_the_limit_and_each_shard_is_a_bucket) {
   // 100 requests at random over 4 shards of 10: each shard gets fewer than 5 only rarely.
   EXPECT_GE(admitted, 30);
   if (GetParam() == store_kind::redis) {
-    for (unsigned s = 0; s < 4; ++s) {
-      const auto key = limiter::bucket_key("all_traffic", limiter::key_namespace::global,
-                                           limiter::shard_value("*", s));
-      EXPECT_NE(w.raw(key).type, redis_reply::kind::nil) << "shard " << s << " has no bucket";
-    }
+    config::limit l;
+    l.name = "all_traffic";
+    l.by = config::identity_kind::global;
+    l.shards = 4;
+    const auto keys = store::spread_shard_keys(l, lua::key_layout{});
+    ASSERT_EQ(keys.size(), 4u);
+    for (const auto& key : keys)
+      EXPECT_NE(w.raw(key).type, redis_reply::kind::nil) << key << " has no bucket";
   }
 }
 

@@ -31,10 +31,12 @@ enum class key_namespace : char {
 /// bucket identity is the hash tag, so every key of a bucket lands in one cluster slot.
 std::string bucket_key(std::string_view limit_name, key_namespace ns, std::string_view value);
 
-/// The identity value of shard `shard` of a sharded `by: global` limit (`shards: S`):
-/// "shard-<shard>", so each shard is its own bucket_key() (and, on a cluster, lands in a slot
-/// of its own); `value` (the global identity) is not part of it.
-std::string shard_value(std::string_view value, unsigned shard);
+/// An identity value of shard `shard` of a sharded `by: global` limit (`shards: S`):
+/// "shard-<shard>", or with `variant` > 0 "shard-<shard>.<variant>", so each shard is its own
+/// bucket_key(). app::snapshot picks for each shard the first variant whose store key lands
+/// in that shard's part of the Redis Cluster slot space, so that the shards spread over the
+/// masters; `value` (the global identity) is not part of it.
+std::string shard_value(std::string_view value, unsigned shard, unsigned variant = 0);
 
 /// The prefix every sluice key starts with (for SCAN in tests and operations).
 inline constexpr std::string_view key_prefix = "sl:";

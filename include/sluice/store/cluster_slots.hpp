@@ -9,6 +9,9 @@
 /// Rules follow the Redis Cluster specification ("Key distribution model", "Hash tags",
 /// "Redirection and resharding") and the command docs of CLUSTER SLOTS and CLUSTER SHARDS.
 
+#include "sluice/config/rules.hpp"
+#include "sluice/store/lua_scripts.hpp"
+
 #include <hiredis/hiredis.h>
 
 #include <boost/system/result.hpp>
@@ -38,6 +41,15 @@ std::uint16_t crc16(std::string_view data) noexcept;
 /// `user1000`, `foo{}{bar}` hashes the whole key (the first tag is empty), `foo{{bar}}` hashes
 /// `{bar`, and `foo{bar}{zap}` hashes `bar`. The view points into `key`.
 std::string_view hash_tag(std::string_view key) noexcept;
+
+/// The bucket keys of the `l.shards` shards of sharded limit `l` (`shards: S`, by: global):
+/// shard i's key is limiter::bucket_key() of the first limiter::shard_value(i, variant)
+/// whose Redis key under `layout` (lua::redis_key) has its slot in the middle quarter of the
+/// i-th of min(S, 64) equal parts of the slot space (i mod 64 beyond), so on a cluster whose
+/// masters hold equal contiguous slot ranges the shards spread over the masters as evenly as
+/// their number allows (S >= masters: every master). Deterministic: every gateway computes
+/// the same keys. About 4 × min(S, 64) tries per shard.
+std::vector<std::string> spread_shard_keys(const config::limit& l, const lua::key_layout& layout);
 
 /// The hash slot of `key`: crc16(hash_tag(key)) mod 16384 (the specification's
 /// HASH_SLOT). Agrees with `CLUSTER KEYSLOT key`.

@@ -85,6 +85,36 @@ TEST(cluster_slots, key_slots_of_known_keys) {
   EXPECT_EQ(key_hash_slot("123456789"), 0x31C3 & 16383);
 }
 
+// The shards of a sharded global limit: one key each, in its own part of the slot space
+// (under both layouts), the same on every call, and shard i's value is shard i's.
+TEST(cluster_slots, shard_keys_spread_over_the_slot_space) {
+  config::limit l;
+  l.name = "all_traffic";
+  l.by = config::identity_kind::global;
+  for (const bool packed : {true, false}) {
+    lua::key_layout layout;
+    layout.packed = packed;
+    for (const unsigned shards : {2u, 3u, 8u, 100u}) {
+      l.shards = shards;
+      const auto keys = spread_shard_keys(l, layout);
+      ASSERT_EQ(keys.size(), shards);
+      EXPECT_EQ(keys, spread_shard_keys(l, layout));
+      const unsigned parts = std::min(shards, 64u);
+      std::set<std::string> distinct(keys.begin(), keys.end());
+      EXPECT_EQ(distinct.size(), shards);
+      for (unsigned i = 0; i < shards; ++i) {
+        limiter::limit_check probe;
+        probe.key = keys[i];
+        const unsigned slot = key_hash_slot(lua::redis_key(probe, layout));
+        EXPECT_EQ(slot * parts / cluster_slot_count, i % parts) << shards << " shard " << i;
+        const unsigned eighth = slot * parts * 8 / cluster_slot_count % 8;
+        EXPECT_TRUE(eighth == 3 || eighth == 4) << "not in the middle of its part: " << slot;
+        EXPECT_NE(keys[i].find("shard-" + std::to_string(i)), std::string::npos) << keys[i];
+      }
+    }
+  }
+}
+
 TEST(cluster_slots, hash_tag_rules) {
   struct row {
     std::string_view key, hashed;
