@@ -84,6 +84,18 @@ struct world {
   std::unique_ptr<gateway_fixture> gateway;
 };
 
+/// Checks `redis` ran (INFO commandstats): FCALLs (the function library) plus EVALSHAs (the
+/// script fallback).
+inline long long check_calls(const redis_server& redis) {
+  const auto r = redis.command({"INFO", "commandstats"});
+  long long calls = 0;
+  for (const std::string mark : {"cmdstat_fcall:calls=", "cmdstat_evalsha:calls="}) {
+    if (const auto at = r.str.find(mark); at != std::string::npos)
+      calls += std::stoll(r.str.substr(at + mark.size()));
+  }
+  return calls;
+}
+
 /// Expects a response's status and rate-limit fields; -1 skips a field, and
 /// `retry_after` -1 on a 2xx also asserts that Retry-After is absent.
 inline void expect_row(const client_response& r, unsigned status, long long limit,

@@ -35,17 +35,6 @@ std::string leasing(const std::string& rate, const std::string& burst, const std
                     {{"RATE", rate}, {"BURST", burst}, {"LEASE", lease}, {"TIME", time}});
 }
 
-/// Checks Redis ran: FCALLs (the function library) plus EVALSHAs (the script fallback).
-long long check_calls(const redis_server& redis) {
-  const auto r = redis.command({"INFO", "commandstats"});
-  long long calls = 0;
-  for (const std::string mark : {"cmdstat_fcall:calls=", "cmdstat_evalsha:calls="}) {
-    if (const auto at = r.str.find(mark); at != std::string::npos)
-      calls += std::stoll(r.str.substr(at + mark.size()));
-  }
-  return calls;
-}
-
 TEST(token_leasing, one_round_trip_pays_for_a_lease_and_the_headers_count_down_as_without) {
   world w(store_kind::redis, leasing("100/1h", "100", "10"), 1);
   const long long before = check_calls(*w.redis);

@@ -29,17 +29,6 @@ std::string with_burst(const std::string& n) {
   return substitute(rules, {{"BURST", n}});
 }
 
-/// Checks Redis ran: FCALLs (the function library) plus EVALSHAs (the script fallback).
-long long check_calls(const redis_server& redis) {
-  const auto r = redis.command({"INFO", "commandstats"});
-  long long calls = 0;
-  for (const std::string mark : {"cmdstat_fcall:calls=", "cmdstat_evalsha:calls="}) {
-    if (const auto at = r.str.find(mark); at != std::string::npos)
-      calls += std::stoll(r.str.substr(at + mark.size()));
-  }
-  return calls;
-}
-
 TEST(over_limit_cache, refusals_repeat_without_a_round_trip_until_a_reload) {
   world w(store_kind::redis, with_burst("2"), 1);
   const header_list key{{"X-API-Key", "key-a"}};
