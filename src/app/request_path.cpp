@@ -186,30 +186,46 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
     if (store_->decide_now(check, now)) {
       decided = std::move(now);
       counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
-    } else if (id.limits->leases && lease(*id.limits, check) &&
-               leases_.split(check, id.limits->lease_time, snap->generation,
-                             store_->connection_epoch(), asked, leased)) {
-      // Token leasing: the limits a lease of this worker covers are out of `check`.
-      decided = co_await decide_leased(*snap, *r.route, check, leased, asked);
-    } else if (rules.store.over_limit_cache &&
-               refusals_.recall(check, snap->generation, asked, now, store_->connection_epoch())) {
-      decided = std::move(now);  // the store's refusal of this key and cost still stands
     } else {
-      // A refusal of a lone limit is remembered (limiter::refusal_cache).
-      std::optional<limiter::limit_check> lone;
-      if (rules.store.over_limit_cache && check.limits.size() == 1 &&
-          !check.limits.front().shadow) {
-        lone = check.limits.front();
+      // Token leasing: the limits a lease of this worker covers are taken out of `check`.
+      bool leasing = false;
+      if (id.limits->leases) {
+        set_leases(*id.limits, check);
+        leasing = leases_.split(check, id.limits->lease_time, snap->generation,
+                                store_->connection_epoch(), asked, leased);
       }
-      // The request is needed again only for a local decision after a failure. (A named
-      // local, not a conditional temporary inside co_await: GCC 12 miscompiles that.)
-      limiter::check_request sent =
-          r.route->route->on_store_failure == config::failure_policy::local ? check
-                                                                            : std::move(check);
-      decided = co_await store_->check(std::move(sent));
-      counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
-      if (decided && lone) {
-        refusals_.remember(*lone, *decided, snap->generation, asked, store_->connection_epoch());
+      if (leasing && check.limits.empty()) {
+        decided = leases_.settle(leased, nullptr, asked);  // paid from leases: no round trip
+      } else {
+        // The over-limit cache, unless tokens of an ended lease ride on this check.
+        if (rules.store.over_limit_cache && !carries_refund(check) &&
+            refusals_.recall(check, snap->generation, asked, now, store_->connection_epoch())) {
+          decided = std::move(now);  // the store's refusal of this key and cost still stands
+        } else {
+          // A refusal of a lone limit is remembered (limiter::refusal_cache).
+          std::optional<limiter::limit_check> lone;
+          if (rules.store.over_limit_cache && check.limits.size() == 1 &&
+              !check.limits.front().shadow) {
+            lone = check.limits.front();
+          }
+          // The request is needed again only for a local decision after a failure (with
+          // leases, lease_book::failed() gives it back). (A named local, not a conditional
+          // temporary inside co_await: GCC 12 miscompiles that.)
+          const bool keep =
+              !leasing && r.route->route->on_store_failure == config::failure_policy::local;
+          limiter::check_request sent = keep ? check : std::move(check);
+          decided = co_await store_->check(std::move(sent));
+          counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
+          if (decided && lone) {
+            refusals_.remember(*lone, *decided, snap->generation, asked,
+                               store_->connection_epoch());
+          }
+        }
+        if (leasing && decided) {
+          decided = leases_.settle(leased, &*decided, std::chrono::steady_clock::now());
+        } else if (leasing) {
+          leases_.failed(leased, check);  // `check`: the whole request again, for `local`
+        }
       }
     }
   }
@@ -494,48 +510,15 @@ std::optional<http::verdict> gateway_handler::prepare_check(const snapshot& snap
   return std::nullopt;
 }
 
-bool gateway_handler::lease(const compiled_route::plan_limits& prepared,
-                            limiter::check_request& check) {
-  if (check.limits.size() != prepared.limits.size()) return false;
+void gateway_handler::set_leases(const compiled_route::plan_limits& prepared,
+                                 limiter::check_request& check) {
   for (std::size_t i = 0; i < check.limits.size(); ++i)
     check.limits[i].lease = prepared.limits[i]->lease;
-  return true;
 }
 
-asio::awaitable<boost::system::result<limiter::check_outcome>> gateway_handler::decide_leased(
-    const snapshot& snap, const compiled_route& r, limiter::check_request& check,
-    limiter::lease_split& leased, std::chrono::steady_clock::time_point asked) {
-  const config::rules& rules = *snap.rules;
-  if (check.limits.empty()) {  // every limit paid from a lease: no round trip
-    auto out = leases_.settle(leased, nullptr, asked);
-    check.limits = leased.all;
-    co_return out;
-  }
-  limiter::check_outcome now;
-  bool refunds = false;
-  for (const auto& l : check.limits) refunds = refunds || l.refund > 0;
-  // The over-limit cache, as for any check, unless returned tokens ride on this one.
-  if (rules.store.over_limit_cache && !refunds &&
-      refusals_.recall(check, snap.generation, asked, now, store_->connection_epoch())) {
-    auto out = leases_.settle(leased, &now, asked);
-    check.limits = leased.all;
-    co_return out;
-  }
-  std::optional<limiter::limit_check> lone;
-  if (rules.store.over_limit_cache && check.limits.size() == 1 && !check.limits.front().shadow)
-    lone = check.limits.front();
-  limiter::check_request sent = check;
-  auto decided = co_await store_->check(std::move(sent));
-  counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
-  if (!decided) {
-    leases_.failed(leased, check);  // (`check`: the whole request again, for `local`)
-    co_return decided;
-  }
-  if (lone) refusals_.remember(*lone, *decided, snap.generation, asked, store_->connection_epoch());
-  (void)r;
-  auto out = leases_.settle(leased, &*decided, std::chrono::steady_clock::now());
-  check.limits = leased.all;
-  co_return out;
+bool gateway_handler::carries_refund(const limiter::check_request& check) {
+  return std::any_of(check.limits.begin(), check.limits.end(),
+                     [](const limiter::limit_check& l) { return l.refund > 0; });
 }
 
 http::verdict gateway_handler::respond(const snapshot& snap, http::request_head& head,

@@ -207,16 +207,13 @@ class gateway_handler final : public http::request_handler {
   std::optional<http::verdict> prepare_check(const snapshot& snap, http::request_head& head,
                                              const http::request_context& ctx, const routed& r,
                                              const identified& id, limiter::check_request& check);
-  /// Token leasing, step 3b: sets each limit's lease size on `check` (false, when `check`
-  /// is not parallel to `prepared`, as never happens).
-  static bool lease(const compiled_route::plan_limits& prepared, limiter::check_request& check);
-  /// Token leasing, step 3c: decides `check`, from which lease_book::split() took the limits
-  /// a lease covers (`leased`), with one store check for the rest (none when nothing is left;
-  /// the over-limit cache as for any check), and settles the leases. `check` holds the whole
-  /// request again afterwards (for the `local` failure policy).
-  boost::asio::awaitable<boost::system::result<limiter::check_outcome>> decide_leased(
-      const snapshot& snap, const compiled_route& r, limiter::check_request& check,
-      limiter::lease_split& leased, std::chrono::steady_clock::time_point asked);
+  /// Token leasing: sets each limit's lease size (`lease:`) on `check`, which is parallel to
+  /// `prepared` (prepare_check()), for lease_book::split().
+  static void set_leases(const compiled_route::plan_limits& prepared,
+                         limiter::check_request& check);
+  /// Whether a limit of `check` returns tokens of an ended lease (the over-limit cache must
+  /// not answer such a check: the store would not get them back).
+  static bool carries_refund(const limiter::check_request& check);
   /// Step 4: answers from the decided outcome (429 with the quota fields, or forward), or
   /// from the failure policy when the store could not decide.
   http::verdict respond(const snapshot& snap, http::request_head& head,

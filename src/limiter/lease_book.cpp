@@ -46,7 +46,7 @@ bool lease_book::split(check_request& req, const std::vector<std::chrono::millis
   bool any = false;
   for (const auto& l : req.limits) any = any || l.lease > 0;
   if (!any) return false;
-  s.all = req.limits;
+  s.all = std::move(req.limits);
   s.local.assign(n, false);
   s.covered.assign(n, limit_outcome{});
   s.lease_time.assign(n, std::chrono::milliseconds{0});
@@ -54,13 +54,13 @@ bool lease_book::split(check_request& req, const std::vector<std::chrono::millis
   std::vector<limit_check> rest;
   rest.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
-    limit_check l = req.limits[i];
-    s.all[i].lease = 0;
-    s.all[i].refund = 0;
-    if (l.lease <= 0) {
-      rest.push_back(std::move(l));
+    if (s.all[i].lease <= 0) {
+      rest.push_back(s.all[i]);
       continue;
     }
+    limit_check l = s.all[i];
+    s.all[i].lease = 0;  // (kept as the request was prepared: failed() gives it back)
+    s.all[i].refund = 0;
     auto it = entries_.find(l.key);
     if (it == entries_.end()) {
       make_room(now);
@@ -151,7 +151,7 @@ void lease_book::failed(lease_split& s, check_request& req) {
       entries_.erase(it);
     }
   }
-  req.limits = s.all;
+  req.limits = std::move(s.all);
 }
 
 }  // namespace sluice::limiter

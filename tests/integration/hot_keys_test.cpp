@@ -58,6 +58,20 @@ TEST(token_leasing, one_round_trip_pays_for_a_lease_and_the_headers_count_down_a
   EXPECT_NE(metrics.find("sluice_lease_tokens_total{kind=\"leased\"} 36\n"), std::string::npos);
 }
 
+// The memory store decides without a round trip, so there is nothing to lease: a leased limit
+// is decided as any other, every request by the store.
+TEST(token_leasing, the_memory_store_takes_no_lease) {
+  world w(store_kind::memory, leasing("100/1h", "100", "10"), 2);
+  for (int i = 0; i < 12; ++i) {
+    const auto r = w.get("/v1/hot");
+    ASSERT_EQ(r.status, 200u) << i;
+    EXPECT_EQ(r.header("X-RateLimit-Remaining"), std::to_string(99 - i)) << i;
+  }
+  const auto s = w.gateway->gateway().sample();
+  EXPECT_EQ(s.lease_grants, 0u);
+  EXPECT_EQ(s.leased_decisions, 0u);
+}
+
 // Two instances on one Redis, one worker each, no refill to speak of (30 per hour): however
 // the requests alternate, the two together admit exactly the bucket's 30 — taken in leases,
 // every leased token spent — and every refusal is an honest 429.
