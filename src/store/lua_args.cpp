@@ -76,7 +76,7 @@ std::size_t append_check_command(const limiter::check_request& req, const key_la
   out.push_back(std::to_string(req.stale_after_ms));
   for (std::size_t i = 0; i < n; ++i) {
     const auto& l = req.limits[i];
-    if (l.algorithm == config::algorithm::token_bucket && (l.lease > 0 || l.refund > 0)) {
+    if (packs_lease(l)) {
       out.push_back(pack_leased_limit(l.bucket.refill_per_ms, l.bucket.units_per_token,
                                       l.bucket.burst, l.cost, l.shadow, req.peek, l.lease,
                                       l.refund));

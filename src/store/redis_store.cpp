@@ -808,8 +808,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     for (std::size_t i = 0; i < n; ++i) {
       const auto& l = req.limits[i];
       p.bursts.push_back(l.bucket.quota(l.algorithm));
-      if (l.algorithm == config::algorithm::token_bucket && (l.lease > 0 || l.refund > 0))
-        p.leased.push_back(i);
+      if (lua::packs_lease(l)) p.leased.push_back(i);
     }
     p.handler = std::move(handler);
     p.probe = probe;

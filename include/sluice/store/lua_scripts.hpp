@@ -69,6 +69,12 @@ std::string pack_limit(int id, std::int64_t a, std::int64_t b, std::int64_t c, s
 std::string pack_leased_limit(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t cost,
                               bool shadow, bool peek, std::int64_t lease, std::int64_t refund);
 
+/// Whether limit `l` goes to the script in pack_leased_limit()'s 64-byte form (a token bucket
+/// with a lease or a refund): its reply then ends with the tokens it took.
+inline bool packs_lease(const limiter::limit_check& l) noexcept {
+  return l.algorithm == config::algorithm::token_bucket && (l.lease > 0 || l.refund > 0);
+}
+
 /// The script's algorithm id of `a`: token_bucket 0, fixed_window 1, sliding_window 2,
 /// sliding_log 3 (gcra is not offered: -1).
 int algorithm_id(config::algorithm a) noexcept;

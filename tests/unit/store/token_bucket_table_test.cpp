@@ -227,7 +227,7 @@ std::optional<check_outcome> run_lua(test::redis_server& server, const check_req
   redis_reply r = server.command(argv);
   std::vector<std::size_t> leased;  // limits packed with a lease: their granted ends the reply
   for (std::size_t i = 0; i < req.limits.size(); ++i)
-    if (req.limits[i].lease > 0 || req.limits[i].refund > 0) leased.push_back(i);
+    if (lua::packs_lease(req.limits[i])) leased.push_back(i);
   if (r.type != redis_reply::kind::array ||
       r.elements.size() != 2 + 5 * req.limits.size() + leased.size()) {
     *error = "unexpected reply: " + r.str;
