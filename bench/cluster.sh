@@ -96,10 +96,14 @@ pin() {  # pin CPU PID...: every thread of each process
   for p in "$@"; do taskset -a -p -c "$cpu" "$p" >/dev/null; done
 }
 on_load_cpu() { if [[ -n $LOAD_CPU ]]; then taskset -c "$LOAD_CPU" "$@"; else "$@"; fi; }
+# For background processes: `"${LOAD_PREFIX[@]}" cmd &` makes $! the process itself (taskset
+# execs it), so it is stopped by pid; a function run with `&` would leave $! a subshell's.
+LOAD_PREFIX=()
+[[ -n $LOAD_CPU ]] && LOAD_PREFIX=(taskset -c "$LOAD_CPU")
 
 # --- the stores and the upstream -----------------------------------------------------------------
 UP=$(bench_free_port)
-on_load_cpu "$UPSTREAM_BIN" --listen "127.0.0.1:$UP" --threads 1 >"$BENCH_WORK/upstream.log" 2>&1 &
+"${LOAD_PREFIX[@]}" "$UPSTREAM_BIN" --listen "127.0.0.1:$UP" --threads 1 >"$BENCH_WORK/upstream.log" 2>&1 &
 BENCH_PIDS+=($!)
 bench_redis single
 SINGLE_PORT=$REDIS_PORT
@@ -328,7 +332,7 @@ for p in "${CLUSTER_PORTS[@]}"; do
   pairs+=("$q:$p")
   PROXY_SEEDS+="${PROXY_SEEDS:+, }\"127.0.0.1:$q\""
 done
-on_load_cpu python3 bench/delay_proxy.py --delay-ms "$DELAY_MS" "${pairs[@]}" >"$BENCH_WORK/proxy.log" 2>&1 &
+"${LOAD_PREFIX[@]}" python3 bench/delay_proxy.py --delay-ms "$DELAY_MS" "${pairs[@]}" >"$BENCH_WORK/proxy.log" 2>&1 &
 BENCH_PIDS+=($!)
 for q in "${PROXY_PORTS[@]}"; do bench_wait_port "$q"; done
 for i in "${!CLUSTER_PORTS[@]}"; do
