@@ -289,6 +289,12 @@ TEST(store_outage, unreachable_then_killed_then_restarted) {
     }
     EXPECT_GE(nowhere.gateway().stats().fail_open, 5u);
   }
+  // (Every worker's connection made first: on a loaded machine the first check could
+  // otherwise meet a connection still being set up and fail open.)
+  const auto connect_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (w.gateway->gateway().sample().store_connected < 2 &&  // the world's 2 workers
+         std::chrono::steady_clock::now() < connect_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   auto before = w.get("/v1/items", {{"X-API-Key", "key-a"}});
   EXPECT_EQ(before.header("X-RateLimit-Remaining"), "99");
   w.redis->kill();
