@@ -13,3 +13,19 @@ find_package(OpenSSL REQUIRED)
 find_package(PkgConfig REQUIRED)
 # Debian's hiredis CMake package has no usable target: use pkg-config.
 pkg_check_modules(hiredis REQUIRED IMPORTED_TARGET hiredis)
+# The gateway's allocator: tcmalloc (gperftools, the minimal build without the profiler), as
+# Envoy links it. A request makes about 30 small allocations (Beast's field nodes, coroutine
+# frames, strings); tcmalloc's per-thread caches serve them in a fraction of glibc malloc's
+# instructions (bench/RESULTS.md, "Where the CPU goes"). Only the `sluice` executable links it:
+# not the libraries, tests or fuzz targets, and never with a sanitizer (they bring their own).
+option(SLUICE_TCMALLOC "Link the gateway with tcmalloc_minimal (libgoogle-perftools-dev)" ON)
+if(SLUICE_TCMALLOC AND (SLUICE_SANITIZE OR SLUICE_FUZZ))
+  set(SLUICE_TCMALLOC OFF)
+endif()
+if(SLUICE_TCMALLOC)
+  find_library(SLUICE_TCMALLOC_LIBRARY NAMES tcmalloc_minimal)
+  if(NOT SLUICE_TCMALLOC_LIBRARY)
+    message(FATAL_ERROR "tcmalloc_minimal not found: install libgoogle-perftools-dev "
+                        "(scripts/setup does), or configure with -DSLUICE_TCMALLOC=OFF")
+  endif()
+endif()
