@@ -128,49 +128,100 @@ http::verdict gateway_handler::bad_request(unsigned version, std::string_view de
   return answer(http::problem(version, bhttp::status::bad_request, "Bad Request", detail));
 }
 
+void gateway_handler::finish(http::verdict& v, const progress& at, http::request_head& head,
+                             const http::request_context& ctx) const {
+  if (shared_.access) note(v, ctx, at.r, at.p, at.id, at.decided, at.store_failed);
+  if (at.cors == nullptr) return;
+  if (v.what == http::verdict::kind::forward) {
+    http::append_cors_fields(*at.cors, head, v.forward.response_fields);
+  } else {
+    http::field_list fields;
+    http::append_cors_fields(*at.cors, head, fields);
+    for (auto& [name, value] : fields) v.answer.insert(name, value);
+  }
+}
+
+std::optional<http::verdict> gateway_handler::start(const snapshot& snap, http::request_head& head,
+                                                    progress& at,
+                                                    std::optional<routed>& routed_slot) {
+  // CORS (Fetch §3.2.3): every answer the gateway makes itself, and every relayed response,
+  // carries the fields a browser needs to read it — the route's policy, else the top-level
+  // one (a request no route matches gets the top-level one).
+  at.cors = snap.rules->cors.get();
+  auto routed_or = route(snap, head, at.cors);
+  if (auto* v = std::get_if<http::verdict>(&routed_or)) return std::move(*v);
+  const routed& r = routed_slot.emplace(std::move(std::get<routed>(routed_or)));
+  at.r = &r;
+  at.cors = r.route->cors;
+  // A preflight the upstream answers is relayed as it is: the upstream owns that answer.
+  if (r.preflight && at.cors->preflight == config::preflight_mode::forward) at.cors = nullptr;
+  return std::nullopt;
+}
+
+bool gateway_handler::decide_now(http::request_head& head, const http::request_context& ctx,
+                                 http::verdict& out) {
+  // One snapshot decides the whole request, whatever reloads happen meanwhile.
+  std::shared_ptr<const snapshot> snap = shared_.current.load();
+  // Only a store that always decides in memory, and no plan directory (its lookup waits):
+  // then nothing below can need a wait, and a false return has done nothing.
+  if (!store_->decides_in_memory() || snap->rules->identity.directory.enabled) return false;
+  counters_.requests.add();
+  progress at;
+  std::optional<routed> r;
+  if (auto v = start(*snap, head, at, r)) {
+    out = std::move(*v);
+    finish(out, at, head, ctx);
+    return true;
+  }
+  identified id;
+  presented p;
+  at.p = &p;
+  at.id = &id;
+  std::optional<http::verdict> refused = present(*snap, head, ctx, *r, p);
+  if (!refused) refused = identify_caller(*snap, head, *r, p, id);
+  limiter::check_request check;
+  if (!refused) refused = prepare_check(*snap, head, ctx, *r, id, check);
+  if (refused) {
+    out = std::move(*refused);
+    finish(out, at, head, ctx);
+    return true;
+  }
+  const auto asked = std::chrono::steady_clock::now();
+  limiter::check_outcome now;
+  boost::system::result<limiter::check_outcome> decided{
+      make_error_code(sluice::errc::store_unavailable)};
+  if (store_->decide_now(check, now)) {
+    decided = std::move(now);
+    counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
+  }
+  at.decided = &decided;
+  at.store_failed = !decided;
+  out = respond(*snap, head, ctx, *r, id, check, decided);
+  finish(out, at, head, ctx);
+  return true;
+}
+
 asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
                                                        const http::request_context& ctx) {
   counters_.requests.add();
   // One snapshot decides the whole request, whatever reloads happen meanwhile.
   const std::shared_ptr<const snapshot> snap = shared_.current.load();
   const config::rules& rules = *snap->rules;
-  // CORS (Fetch §3.2.3): every answer the gateway makes itself, and every relayed response,
-  // carries the fields a browser needs to read it — the route's policy, else the top-level
-  // one (a request no route matches gets the top-level one).
-  const config::cors_policy* cors = rules.cors.get();
   // The access log's note (only with an access log): what is known when the verdict is made.
-  const routed* routed_at = nullptr;
-  const presented* presented_at = nullptr;
-  const identified* identified_at = nullptr;
-  const boost::system::result<limiter::check_outcome>* decided_at = nullptr;
-  bool store_failed = false;
+  progress at;
   auto with_cors = [&](http::verdict v) {
-    if (shared_.access) {
-      note(v, ctx, routed_at, presented_at, identified_at, decided_at, store_failed);
-    }
-    if (cors == nullptr) return v;
-    if (v.what == http::verdict::kind::forward) {
-      http::append_cors_fields(*cors, head, v.forward.response_fields);
-    } else {
-      http::field_list fields;
-      http::append_cors_fields(*cors, head, fields);
-      for (auto& [name, value] : fields) v.answer.insert(name, value);
-    }
+    finish(v, at, head, ctx);
     return v;
   };
-  auto routed_or = route(*snap, head, cors);
-  if (auto* v = std::get_if<http::verdict>(&routed_or)) co_return with_cors(std::move(*v));
-  const routed& r = std::get<routed>(routed_or);
-  routed_at = &r;
-  cors = r.route->cors;
-  // A preflight the upstream answers is relayed as it is: the upstream owns that answer.
-  if (r.preflight && cors->preflight == config::preflight_mode::forward) cors = nullptr;
+  std::optional<routed> routed_slot;
+  if (auto v = start(*snap, head, at, routed_slot)) co_return with_cors(std::move(*v));
+  const routed& r = *routed_slot;
 
   // identify: the directory round trip only for a key the snapshot does not know.
   identified id;
   presented p;
-  presented_at = &p;
-  identified_at = &id;
+  at.p = &p;
+  at.id = &id;
   if (auto refused = co_await caller(*snap, head, ctx, r, p, id))
     co_return with_cors(std::move(*refused));
 
@@ -229,8 +280,8 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
       }
     }
   }
-  decided_at = &decided;
-  store_failed = !decided;
+  at.decided = &decided;
+  at.store_failed = !decided;
   co_return with_cors(respond(*snap, head, ctx, r, id, check, decided));
 }
 
@@ -239,21 +290,28 @@ asio::awaitable<std::optional<http::verdict>> gateway_handler::caller(
     const routed& r, presented& p, identified& id) {
   const config::rules& rules = *snap.rules;
   if (auto refused = present(snap, head, ctx, r, p)) co_return refused;
-  if (r.preflight) {
-    // A preflight carries no credentials (Fetch §3.2.2): never authenticated, never a 401;
-    // charged only to the limits that say so, keyed as the anonymous caller.
-    id.who = identity::anonymous_caller(rules, p.client, p.client_text);
-    id.limits = &r.route->preflight;
-    co_return std::nullopt;
-  }
-  if (!p.plan && !p.key.empty() && rules.identity.directory.enabled) {
+  if (!r.preflight && !p.plan && !p.key.empty() && rules.identity.directory.enabled) {
     auto looked = co_await directory_plan(rules.identity.directory, p.key);
     p.directory_down = looked.unavailable;
     p.plan = std::move(looked.plan);
   }
-  if (auto refused = identify(snap, head, p, id)) co_return refused;
+  co_return identify_caller(snap, head, r, p, id);
+}
+
+std::optional<http::verdict> gateway_handler::identify_caller(const snapshot& snap,
+                                                              const http::request_head& head,
+                                                              const routed& r, presented& p,
+                                                              identified& id) {
+  if (r.preflight) {
+    // A preflight carries no credentials (Fetch §3.2.2): never authenticated, never a 401;
+    // charged only to the limits that say so, keyed as the anonymous caller.
+    id.who = identity::anonymous_caller(*snap.rules, p.client, p.client_text);
+    id.limits = &r.route->preflight;
+    return std::nullopt;
+  }
+  if (auto refused = identify(snap, head, p, id)) return refused;
   id.limits = &r.route->for_plan(id.who.plan);
-  co_return std::nullopt;
+  return std::nullopt;
 }
 
 void gateway_handler::note(http::verdict& v, const http::request_context& ctx, const routed* r,

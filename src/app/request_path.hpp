@@ -124,6 +124,12 @@ class gateway_handler final : public http::request_handler {
 
   boost::asio::awaitable<http::verdict> decide(http::request_head& head,
                                                const http::request_context& ctx) override;
+  /// decide()'s steps without a suspension, on a store that decides in memory (the memory
+  /// store) with no plan directory: true with the verdict in `out`. False, having done
+  /// nothing, on the Redis store or with a directory (their round trips wait): then the
+  /// session calls decide().
+  bool decide_now(http::request_head& head, const http::request_context& ctx,
+                  http::verdict& out) override;
 
   /// `GET /admin/explain` (src/app/explain.cpp): what a request described by `q` would get
   /// now — its route, caller and plan, each limit with its stated guarantee and the state a
@@ -185,6 +191,24 @@ class gateway_handler final : public http::request_handler {
     std::optional<std::string> plan;  ///< its plan from the snapshot or the directory
     bool directory_down = false;      ///< the store-backed directory could not be read
   };
+  /// What decide() knows of a request as it goes (null: not reached), for the access log's
+  /// note, and the CORS policy its answers carry.
+  struct progress {
+    const config::cors_policy* cors = nullptr;
+    const routed* r = nullptr;
+    const presented* p = nullptr;
+    const identified* id = nullptr;
+    const boost::system::result<limiter::check_outcome>* decided = nullptr;
+    bool store_failed = false;
+  };
+  /// Every verdict's last step: the access log's note (with an access log) and the CORS
+  /// fields of `at.cors` (Fetch §3.2.3).
+  void finish(http::verdict& v, const progress& at, http::request_head& head,
+              const http::request_context& ctx) const;
+  /// Step 1 with its CORS bookkeeping: route() into `routed_slot` and `at`, or its answer.
+  std::optional<http::verdict> start(const snapshot& snap, http::request_head& head,
+                                     progress& at, std::optional<routed>& routed_slot);
+
   /// Step 2a: the client address and the presented key with its plan from the snapshot
   /// (inline keys, key file). A refusal (400) when the key is ambiguous.
   std::optional<http::verdict> present(const snapshot& snap, const http::request_head& head,
@@ -198,6 +222,12 @@ class gateway_handler final : public http::request_handler {
                                                               const http::request_context& ctx,
                                                               const routed& r, presented& p,
                                                               identified& id);
+  /// Step 2's end (after the directory, when caller() needed it): for a preflight the
+  /// anonymous caller and the route's preflight limits, else identify() and the caller's
+  /// limits, into `id`; or identify()'s refusal.
+  std::optional<http::verdict> identify_caller(const snapshot& snap,
+                                               const http::request_head& head, const routed& r,
+                                               presented& p, identified& id);
   /// Step 2b (after the directory, when decide() needed it): the caller into `out`, or a
   /// refusal (401 unknown key under `unknown_key: reject`, 400).
   std::optional<http::verdict> identify(const snapshot& snap, const http::request_head& head,

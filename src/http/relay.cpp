@@ -16,6 +16,7 @@
 
 #include "sluice/errc.hpp"
 #include "sluice/http/headers.hpp"
+#include "sluice/http/hop_io.hpp"
 #include "sluice/http/problem.hpp"
 #include "sluice/log_throttle.hpp"
 
@@ -326,11 +327,10 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     {
       hop_writer to_upstream(head_text, framing == body_framing::chunked);
       if (!has_body) {
-        ups.expires_after(up.timeout);
-        auto [ec, n] =
-            co_await asio::async_write(ups, to_upstream.next(nullptr, 0, true), use_tuple);
-        (void)n;
-        upload_error = ups.timeout_error(ec);
+        const auto head = to_upstream.next(nullptr, 0, true);
+        auto w = send_now(ups, head);
+        if (w.pending) w = co_await send_rest(ups, head, w, up.timeout);
+        upload_error = w.ec;
       } else {
         if (c.expect_continue && !continued) {
           // Admitted, and the upstream is there: now the client may send the body.
@@ -356,14 +356,15 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
                 wait, std::chrono::duration_cast<std::chrono::milliseconds>(allowed - waited));
             began = steady::now();
           }
-          error_code rec = beast::error::timeout;
-          if (wait.count() > 0) {
+          error_code rec;
+          if (parse_buffered(c.buffer, c.parser, rec)) {
+            // the body's next piece was already in the buffer
+          } else if (wait.count() > 0) {
             c.stream.expires_after(wait);
-            auto [ec, rn] =
-                co_await bhttp::async_read_some(c.stream, c.buffer, c.parser, use_tuple);
-            (void)rn;
-            rec = c.stream.timeout_error(ec);
+            rec = co_await read_more(c.stream, c.buffer, c.parser);
             if (c.body_min_rate > 0) waited += steady::now() - began;
+          } else {
+            rec = beast::error::timeout;
           }
           if (rec == bhttp::error::need_buffer) rec = {};
           if (rec) {
@@ -379,13 +380,11 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
           out.bytes_in += got;
           const bool done = c.parser.is_done();
           if (got == 0 && !done) continue;  // chunk framing only
-          ups.expires_after(up.timeout);
-          auto [wec, wn] =
-              co_await asio::async_write(ups, to_upstream.next(block.get(), got, done), use_tuple);
-          (void)wn;
-          wec = ups.timeout_error(wec);
-          if (wec) {
-            upload_error = wec;  // the upstream may have answered early: read it below
+          const auto piece = to_upstream.next(block.get(), got, done);
+          auto w = send_now(ups, piece);
+          if (w.pending) w = co_await send_rest(ups, piece, w, up.timeout);
+          if (w.ec) {
+            upload_error = w.ec;  // the upstream may have answered early: read it below
             break;
           }
           if (done) break;
@@ -405,10 +404,11 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       rp->header_limit(upstream_pool::response_header_limit);
       rp->body_limit(limit_of(plan.max_response_body));
       rp->skip(head_request);  // a response to HEAD has no content (RFC 9110 §9.3.2)
-      ups.expires_after(up.timeout);
-      auto [ec, n] = co_await bhttp::async_read_header(ups, lease.buffer, *rp, use_tuple);
-      (void)n;
-      ec = ups.timeout_error(ec);
+      error_code ec;
+      if (!parse_head_buffered(lease.buffer, *rp, ec)) {
+        ups.expires_after(up.timeout);
+        ec = co_await read_head(ups, lease.buffer, *rp);
+      }
       got_bytes = got_bytes || rp->got_some() || lease.buffer.size() > 0;
       if (ec) {
         head_error = ec;
@@ -456,10 +456,11 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       if (hop.upgrade.empty()) hop.upgrade = "websocket";
       hop.fields = plan.response_fields;
       render_client_response(head_text, res, hop);
-      c.stream.expires_after(c.write_timeout);
-      auto [wec, wn] = co_await asio::async_write(c.stream, asio::buffer(head_text), use_tuple);
-      out.bytes_out += wn;
-      if (!wec) {
+      const auto head = asio::buffer(head_text);
+      auto w = send_now(c.stream, head);
+      if (w.pending) w = co_await send_rest(c.stream, head, w, c.write_timeout);
+      out.bytes_out += w.bytes;
+      if (!w.ec) {
         out.status = status;
         stats.tunnels_open.fetch_add(1, std::memory_order_relaxed);
         stats.tunnels_total.fetch_add(1, std::memory_order_relaxed);
@@ -472,7 +473,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     }
 
     // --- the response: head, then the body piece by piece ------------------------------------
-    const bool upstream_keep = res.keep_alive() && !rp->need_eof();
+    const bool upstream_keep = rp->keep_alive();  // the parser's flags: Connection, need_eof()
     const auto idle_for = upstream_pool::idle_lifetime(res);
     const bool no_body = head_request || status == 204 || status == 304 || status / 100 == 1;
     const bool close_delimited = !no_body && !rp->chunked() && !rp->content_length();
@@ -499,28 +500,28 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
 
     hop_writer to_client(head_text, hop.framing == response_framing::chunked);
     if (no_body || rp->is_done()) {
-      c.stream.expires_after(c.write_timeout);
-      auto [wec, wn] =
-          co_await asio::async_write(c.stream, to_client.next(nullptr, 0, true), use_tuple);
-      out.bytes_out += wn;
-      if (!wec) out.status = status;
-      if (!wec && upstream_keep && lease.buffer.size() == 0 && !upload_error) {
+      const auto whole = to_client.next(nullptr, 0, true);
+      auto w = send_now(c.stream, whole);
+      if (w.pending) w = co_await send_rest(c.stream, whole, w, c.write_timeout);
+      out.bytes_out += w.bytes;
+      if (!w.ec) out.status = status;
+      if (!w.ec && upstream_keep && lease.buffer.size() == 0 && !upload_error) {
         pool.release(std::move(lease), idle_for);
       } else {
         ups.close();
       }
-      out.keep_alive = keep && !wec;
+      out.keep_alive = keep && !w.ec;
       co_return out;
     }
 
     if (lease.buffer.size() == 0) {
       // Nothing of the body has arrived yet (an event stream, a long poll): the head goes
       // first, so the client sees the response start now.
-      c.stream.expires_after(c.write_timeout);
-      auto [wec, wn] =
-          co_await asio::async_write(c.stream, to_client.next(nullptr, 0, false), use_tuple);
-      out.bytes_out += wn;
-      if (wec) {
+      const auto head = to_client.next(nullptr, 0, false);
+      auto w = send_now(c.stream, head);
+      if (w.pending) w = co_await send_rest(c.stream, head, w, c.write_timeout);
+      out.bytes_out += w.bytes;
+      if (w.ec) {
         ups.close();
         co_return out;
       }
@@ -531,10 +532,11 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     for (;;) {
       res.body().data = block.get();
       res.body().size = buffer_pool::block_size;
-      ups.expires_after(up.timeout);
-      auto [rec, rn] = co_await bhttp::async_read_some(ups, lease.buffer, *rp, use_tuple);
-      (void)rn;
-      rec = ups.timeout_error(rec);
+      error_code rec;
+      if (!parse_buffered(lease.buffer, *rp, rec)) {
+        ups.expires_after(up.timeout);
+        rec = co_await read_more(ups, lease.buffer, *rp);
+      }
       if (rec == bhttp::error::need_buffer) rec = {};
       if (rec == bhttp::error::end_of_stream && close_delimited) rec = {};  // EOF ends it
       if (rec) {
@@ -554,12 +556,12 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       const std::size_t got = buffer_pool::block_size - res.body().size;
       const bool done = rp->is_done();
       if (got == 0 && !done) continue;  // chunk framing only
-      c.stream.expires_after(c.write_timeout);
-      auto [wec, wn] =
-          co_await asio::async_write(c.stream, to_client.next(block.get(), got, done), use_tuple);
-      out.bytes_out += wn;
-      if (wn > 0) out.status = status;
-      if (wec) {
+      const auto piece = to_client.next(block.get(), got, done);
+      auto w = send_now(c.stream, piece);
+      if (w.pending) w = co_await send_rest(c.stream, piece, w, c.write_timeout);
+      out.bytes_out += w.bytes;
+      if (w.bytes > 0) out.status = status;
+      if (w.ec) {
         ups.close();  // the client is gone or too slow; the body is not read to its end
         co_return out;
       }

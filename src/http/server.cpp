@@ -60,6 +60,7 @@
 
 #include "sluice/http/server.hpp"
 
+#include "sluice/http/hop_io.hpp"
 #include "sluice/http/problem.hpp"
 #include "sluice/http/router.hpp"
 #include "sluice/http/tls_context.hpp"
@@ -364,10 +365,12 @@ asio::awaitable<error_code> read_body(timed_socket& stream, beast::flat_buffer& 
   while (!parser.is_done()) {
     parser.get().body().data = scratch.data();
     parser.get().body().size = scratch.size();
-    stream.expires_after(timeout);
-    auto [ec, n] = co_await bhttp::async_read_some(stream, buffer, parser, use_tuple);
-    (void)n;
-    if (ec && ec != bhttp::error::need_buffer) co_return stream.timeout_error(ec);
+    error_code ec;
+    if (!parse_buffered(buffer, parser, ec)) {
+      stream.expires_after(timeout);
+      ec = co_await read_more(stream, buffer, parser);
+    }
+    if (ec && ec != bhttp::error::need_buffer) co_return ec;
     if (body) body->append(scratch.data(), scratch.size() - parser.get().body().size);
   }
   co_return error_code{};
@@ -451,8 +454,8 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
     }
     // A TLS connection's first head shares the handshake's deadline.
     if (!first || !stream.tls()) stream.expires_after(limits.header_timeout);
-    auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, *parser, use_tuple);
-    (void)hn;
+    error_code hec;
+    if (!parse_head_buffered(buffer, *parser, hec)) hec = co_await read_head(stream, buffer, *parser);
     s->idle = false;
     if (hec) {
       const auto ec = stream.timeout_error(hec);
@@ -476,7 +479,9 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
     }
 
     auto& head = parser->get();
-    const bool client_keep_alive = head.keep_alive();  // RFC 9112 §9.3 (1.0 needs keep-alive)
+    // RFC 9112 §9.3 (1.0 needs keep-alive), from the flags the parser set on the way (the
+    // message's own keep_alive() would walk the Connection tokens again).
+    const bool client_keep_alive = parser->keep_alive();
     const bool head_request = head.method() == bhttp::verb::head;
     const unsigned version = head.version() == 10 ? 10 : 11;
     const bool expect_continue =
@@ -502,7 +507,7 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
     verdict v;
     bool handler_failed = false;
     try {
-      v = co_await self->handler->decide(head, ctx);
+      if (!self->handler->decide_now(head, ctx, v)) v = co_await self->handler->decide(head, ctx);
     } catch (const std::exception& e) {
       spdlog::error("request handler threw: {}", e.what());
       handler_failed = true;

@@ -3,6 +3,7 @@
 /// A TCP socket with a deadline that costs nothing to move, optionally carrying TLS: the
 /// stream type of every client and upstream connection.
 
+#include <boost/asio/error.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream_base.hpp>
@@ -77,6 +78,27 @@ class timed_socket {
   auto async_write_some(const ConstBuffers& buffers, Token&& token) {
     if (state_->tls) return state_->tls->async_write_some(buffers, std::forward<Token>(token));
     return state_->socket.async_write_some(buffers, std::forward<Token>(token));
+  }
+
+  /// Writes what the kernel takes of `buffers` now, without suspending the caller: one
+  /// non-blocking send on a plain connection (the socket is put in non-blocking mode on first
+  /// use; Asio's own operations are unaffected). Returns the bytes written: all of them in the
+  /// common case (a head and a small body into a socket buffer with room), fewer when the
+  /// buffer is full, 0 on a TLS connection (its records go through async_write). `ec`: the
+  /// socket's error (would_block is none: fewer bytes). The caller sends the rest with
+  /// async_write; no asynchronous write may be pending meanwhile.
+  template <class ConstBuffers>
+  std::size_t write_now(const ConstBuffers& buffers, boost::system::error_code& ec) {
+    ec = {};
+    if (state_->tls) return 0;
+    auto& s = state_->socket;
+    if (!s.non_blocking()) {
+      s.non_blocking(true, ec);
+      if (ec) return 0;
+    }
+    const std::size_t n = s.write_some(buffers, ec);
+    if (ec == boost::asio::error::would_block || ec == boost::asio::error::try_again) ec = {};
+    return n;
   }
 
   /// The TLS handshake (TLS connections only), under the current deadline.

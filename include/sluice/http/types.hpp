@@ -136,6 +136,15 @@ class request_handler {
   /// client connection once written.
   virtual boost::asio::awaitable<verdict> decide(request_head& head,
                                                  const request_context& ctx) = 0;
+  /// decide() without suspending, for a handler that can decide this request from what it
+  /// holds in memory: true with the verdict in `out` (the session then skips decide()); false,
+  /// having changed nothing, when the decision must wait. The default returns false.
+  virtual bool decide_now(request_head& head, const request_context& ctx, verdict& out) {
+    (void)head;
+    (void)ctx;
+    (void)out;
+    return false;
+  }
   /// For `verdict::kind::buffer`: answers the whole request. The default answers 500.
   virtual boost::asio::awaitable<response> respond(request req, const request_context& ctx);
   /// Whether the session should call record() after each decided exchange (asked once per

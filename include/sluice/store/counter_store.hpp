@@ -122,6 +122,10 @@ class counter_store {
     return false;
   }
 
+  /// Whether decide_now() always decides (a store in memory): the request path then takes
+  /// its steps without a coroutine frame. False by default.
+  virtual bool decides_in_memory() const { return false; }
+
   /// Starts background work (connecting). Idempotent.
   virtual void start() {}
 

@@ -54,6 +54,9 @@ class memory_store final : public counter_store {
   /// `evictions` (live entries evicted at the bound); always connected.
   store_stats stats() const override;
 
+  /// True: decide_now() always decides.
+  bool decides_in_memory() const override { return true; }
+
   /// decide(), always available: returns true.
   bool decide_now(const limiter::check_request& req, limiter::check_outcome& out) override {
     out = decide(req);
