@@ -62,12 +62,14 @@ for p in nginx-light wrk curl python3; do
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null; }
 done
 
-# Descriptors for the idle connections (the gateway and the client inherit this limit).
-want_fds=$((IDLE + 4096))
+# Descriptors for the idle connections (the gateway and the client inherit this limit). The
+# gateway's automatic connection cap counts two descriptors per client (its own and an
+# upstream's, client.max_connections in docs/operating.md), so it needs 2 x IDLE and a reserve.
+want_fds=$((2 * IDLE + 4096))
 ulimit -n "$want_fds" 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-if (($(ulimit -n) < IDLE + 100)); then
+if (($(ulimit -n) < 2 * IDLE + 200)); then
   echo "stream.sh: only $(ulimit -n) descriptors available; --idle lowered" >&2
-  IDLE=$(($(ulimit -n) - 200))
+  IDLE=$((($(ulimit -n) - 200) / 2))
 fi
 
 OUT="$(mktemp -d -t sluice-stream.XXXXXX)"
