@@ -206,8 +206,8 @@ class gateway_handler final : public http::request_handler {
   void finish(http::verdict& v, const progress& at, http::request_head& head,
               const http::request_context& ctx) const;
   /// Step 1 with its CORS bookkeeping: route() into `routed_slot` and `at`, or its answer.
-  std::optional<http::verdict> start(const snapshot& snap, http::request_head& head,
-                                     progress& at, std::optional<routed>& routed_slot);
+  std::optional<http::verdict> start(const snapshot& snap, http::request_head& head, progress& at,
+                                     std::optional<routed>& routed_slot);
 
   /// Step 2a: the client address and the presented key with its plan from the snapshot
   /// (inline keys, key file). A refusal (400) when the key is ambiguous.
@@ -225,9 +225,8 @@ class gateway_handler final : public http::request_handler {
   /// Step 2's end (after the directory, when caller() needed it): for a preflight the
   /// anonymous caller and the route's preflight limits, else identify() and the caller's
   /// limits, into `id`; or identify()'s refusal.
-  std::optional<http::verdict> identify_caller(const snapshot& snap,
-                                               const http::request_head& head, const routed& r,
-                                               presented& p, identified& id);
+  std::optional<http::verdict> identify_caller(const snapshot& snap, const http::request_head& head,
+                                               const routed& r, presented& p, identified& id);
   /// Step 2b (after the directory, when decide() needed it): the caller into `out`, or a
   /// refusal (401 unknown key under `unknown_key: reject`, 400).
   std::optional<http::verdict> identify(const snapshot& snap, const http::request_head& head,

@@ -455,7 +455,8 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
     // A TLS connection's first head shares the handshake's deadline.
     if (!first || !stream.tls()) stream.expires_after(limits.header_timeout);
     error_code hec;
-    if (!parse_head_buffered(buffer, *parser, hec)) hec = co_await read_head(stream, buffer, *parser);
+    if (!parse_head_buffered(buffer, *parser, hec))
+      hec = co_await read_head(stream, buffer, *parser);
     s->idle = false;
     if (hec) {
       const auto ec = stream.timeout_error(hec);

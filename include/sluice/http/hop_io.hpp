@@ -60,13 +60,12 @@ send_result send_now(timed_socket& s, const ConstBuffers& buffers) {
 /// async_write under a deadline of `timeout`. The bytes of the result count the whole write.
 template <class ConstBuffers>
 boost::asio::awaitable<send_result> send_rest(timed_socket& s, const ConstBuffers& buffers,
-                                              send_result sent,
-                                              std::chrono::milliseconds timeout) {
+                                              send_result sent, std::chrono::milliseconds timeout) {
   boost::beast::buffers_suffix<ConstBuffers> rest(buffers);
   rest.consume(sent.bytes);
   s.expires_after(timeout);
-  auto [ec, n] = co_await boost::asio::async_write(
-      s, rest, boost::asio::as_tuple(boost::asio::use_awaitable));
+  auto [ec, n] =
+      co_await boost::asio::async_write(s, rest, boost::asio::as_tuple(boost::asio::use_awaitable));
   co_return send_result{s.timeout_error(ec), sent.bytes + n, false};
 }
 
