@@ -981,5 +981,25 @@ TEST_F(streaming, pipelined_posts_with_bodies_are_answered_in_order) {
   EXPECT_TRUE(got[2].body == third) << "third body: " << got[2].body.size() << " bytes";
 }
 
+// Empty lines before a request line are ignored (RFC 9112 §2.2), as nginx and HAProxy do: a
+// client that sends CRLF after a body gets its next request answered, not a 400.
+TEST_F(streaming, empty_lines_between_pipelined_requests_are_ignored) {
+  start(base_rules);
+  http_connection c(port());
+  c.send_raw(
+      "\r\nGET /v1/e1 HTTP/1.1\r\nHost: x\r\n\r\n"
+      "\r\n\r\nPOST /v1/e2 HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody\r\n"
+      "\nGET /v1/e3 HTTP/1.1\r\nHost: x\r\n\r\n");
+  for (const auto* target : {"/v1/e1", "/v1/e2", "/v1/e3"}) {
+    auto r = c.read_response();
+    EXPECT_EQ(r.status, 200u) << target;
+    EXPECT_NE(r.body.find(std::string("\"target\":\"") + target + "\""), std::string::npos)
+        << "answer out of order, expected " << target;
+  }
+  const auto got = upstream.requests();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[1].body, "body");
+}
+
 }  // namespace
 }  // namespace sluice::test
