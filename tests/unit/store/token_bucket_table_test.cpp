@@ -454,6 +454,14 @@ TEST_F(token_bucket_table, stored_state_matches) {
           auto r = view.get(l.key);
           if (!m) {
             EXPECT_EQ(r.type, redis_reply::kind::nil) << c.name << " " << l.key;
+          } else if (r.type == redis_reply::kind::nil) {
+            // Redis expires a bucket on its own clock once it is full again, so one full
+            // within a second of `now` (c06_b: after 1 ms) may be gone when it is read on a
+            // loaded machine. A missing bucket reads as full: the same state.
+            const limiter::bucket_state b{m->first, m->second};
+            EXPECT_EQ(limiter::refilled_level(&b, l.bucket, now + 1000),
+                      limiter::refilled_level(&b, l.bucket, now + 1'000'000'000))
+                << c.name << " step " << s << ": no bucket in Redis, one not full in memory";
           } else {
             EXPECT_EQ(same_bucket(r.str, *m, l.bucket, now), "") << c.name << " step " << s;
           }
