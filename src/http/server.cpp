@@ -389,24 +389,6 @@ asio::awaitable<bool> settle_unread_body(timed_socket& stream, beast::flat_buffe
   co_return !ec;
 }
 
-/// Drops the empty lines (CRLF, or a bare LF) at the start of `buffer`: RFC 9112 §2.2 asks a
-/// server to ignore them before a request line (a client may send one after a body).
-void skip_empty_lines(beast::flat_buffer& buffer) {
-  const auto* p = static_cast<const char*>(buffer.data().data());
-  const std::size_t n = buffer.size();
-  std::size_t i = 0;
-  while (i < n) {
-    if (p[i] == '\n') {
-      i += 1;
-    } else if (p[i] == '\r' && i + 1 < n && p[i + 1] == '\n') {
-      i += 2;
-    } else {
-      break;
-    }
-  }
-  buffer.consume(i);
-}
-
 /// Frames and writes a response the session answers with; false when the write failed.
 asio::awaitable<bool> write_answer(timed_socket& stream, response& res, unsigned version,
                                    bool head_request, bool keep, std::chrono::milliseconds timeout,
@@ -472,23 +454,9 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
     }
     // A TLS connection's first head shares the handshake's deadline.
     if (!first || !stream.tls()) stream.expires_after(limits.header_timeout);
-    // RFC 9112 §2.2: empty lines before the request line are ignored; read on while the
-    // buffer holds nothing else (or only the CR of a CRLF split between reads).
+    // (Empty lines before the request line are skipped by the parse: hop_io.hpp.)
     error_code hec;
-    skip_empty_lines(buffer);
-    while (buffer.size() == 0 ||
-           (buffer.size() == 1 && *static_cast<const char*>(buffer.data().data()) == '\r')) {
-      auto [rec, rn] = co_await stream.async_read_some(
-          buffer.prepare(beast::read_size(buffer, 64 * 1024)), use_tuple);
-      buffer.commit(rn);
-      if (rec) {
-        hec = rec == asio::error::eof ? error_code(bhttp::error::end_of_stream)
-                                      : stream.timeout_error(rec);
-        break;
-      }
-      skip_empty_lines(buffer);
-    }
-    if (!hec && !parse_head_buffered(buffer, *parser, hec))
+    if (!parse_head_buffered(buffer, *parser, hec))
       hec = co_await read_head(stream, buffer, *parser);
     s->idle = false;
     if (hec) {

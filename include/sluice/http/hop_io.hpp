@@ -69,14 +69,41 @@ boost::asio::awaitable<send_result> send_rest(timed_socket& s, const ConstBuffer
   co_return send_result{s.timeout_error(ec), sent.bytes + n, false};
 }
 
+/// Drops the empty lines (CRLF, or a bare LF) at the start of `buffer`.
+inline void skip_empty_lines(boost::beast::flat_buffer& buffer) {
+  const auto* p = static_cast<const char*>(buffer.data().data());
+  const std::size_t n = buffer.size();
+  std::size_t i = 0;
+  while (i < n) {
+    if (p[i] == '\n') {
+      i += 1;
+    } else if (p[i] == '\r' && i + 1 < n && p[i + 1] == '\n') {
+      i += 2;
+    } else {
+      break;
+    }
+  }
+  buffer.consume(i);
+}
+
 /// Parses what `buffer` holds into `parser` without reading. True when that settled the
 /// step: the parser progressed (`ec` clear, or need_buffer when a buffer_body's space is
 /// full) or failed (`ec`); false when it needs more bytes first (then read_more()).
+/// Before a request's first byte, empty lines are skipped (RFC 9112 §2.2: a server ignores
+/// them before the request line; a client may send a CRLF after a body), also a CR whose LF
+/// has not arrived yet.
 template <bool isRequest>
 bool parse_buffered(boost::beast::flat_buffer& buffer,
                     boost::beast::http::basic_parser<isRequest>& parser,
                     boost::system::error_code& ec) {
   ec = {};
+  if constexpr (isRequest) {
+    if (!parser.got_some()) {
+      skip_empty_lines(buffer);
+      if (buffer.size() == 1 && *static_cast<const char*>(buffer.data().data()) == '\r')
+        return false;
+    }
+  }
   if (buffer.size() == 0) return false;
   buffer.consume(parser.put(buffer.data(), ec));
   if (ec != boost::beast::http::error::need_more) return true;
