@@ -18,6 +18,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -955,6 +956,17 @@ TEST_F(streaming, client_silent_mid_body_ends_after_the_read_timeout) {
 // ---------------------------------------------------------------------------------------------
 // Pipelining with bodies
 
+/// Reads one answer per target from `c`: each a 200 from the echo upstream for that target,
+/// in this order.
+void expect_answers_in_order(http_connection& c, std::initializer_list<const char*> targets) {
+  for (const auto* target : targets) {
+    auto r = c.read_response();
+    EXPECT_EQ(r.status, 200u) << target;
+    EXPECT_NE(r.body.find(std::string("\"target\":\"") + target + "\""), std::string::npos)
+        << "answer out of order, expected " << target;
+  }
+}
+
 TEST_F(streaming, pipelined_posts_with_bodies_are_answered_in_order) {
   start(base_rules);
   const std::string third(300 * 1024, 'c');
@@ -965,12 +977,7 @@ TEST_F(streaming, pipelined_posts_with_bodies_are_answered_in_order) {
       "6\r\nbravo-\r\n4\r\nbody\r\n0\r\n\r\n"
       "POST /v1/p3 HTTP/1.1\r\nHost: x\r\nContent-Length: " +
       std::to_string(third.size()) + "\r\n\r\n" + third);
-  for (const auto* target : {"/v1/p1", "/v1/p2", "/v1/p3"}) {
-    auto r = c.read_response();
-    EXPECT_EQ(r.status, 200u) << target;
-    EXPECT_NE(r.body.find(std::string("\"target\":\"") + target + "\""), std::string::npos)
-        << "answer out of order, expected " << target;
-  }
+  expect_answers_in_order(c, {"/v1/p1", "/v1/p2", "/v1/p3"});
   const auto got = upstream.requests();
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(got[0].target, "/v1/p1");
@@ -990,15 +997,15 @@ TEST_F(streaming, empty_lines_between_pipelined_requests_are_ignored) {
       "\r\nGET /v1/e1 HTTP/1.1\r\nHost: x\r\n\r\n"
       "\r\n\r\nPOST /v1/e2 HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody\r\n"
       "\nGET /v1/e3 HTTP/1.1\r\nHost: x\r\n\r\n");
-  for (const auto* target : {"/v1/e1", "/v1/e2", "/v1/e3"}) {
-    auto r = c.read_response();
-    EXPECT_EQ(r.status, 200u) << target;
-    EXPECT_NE(r.body.find(std::string("\"target\":\"") + target + "\""), std::string::npos)
-        << "answer out of order, expected " << target;
-  }
+  expect_answers_in_order(c, {"/v1/e1", "/v1/e2", "/v1/e3"});
   const auto got = upstream.requests();
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(got[1].body, "body");
+  // A CRLF split between two reads: the CR alone is held until its LF arrives.
+  c.send_raw("\r");
+  std::this_thread::sleep_for(100ms);
+  c.send_raw("\nGET /v1/e4 HTTP/1.1\r\nHost: x\r\n\r\n");
+  expect_answers_in_order(c, {"/v1/e4"});
 }
 
 }  // namespace
