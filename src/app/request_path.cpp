@@ -158,42 +158,48 @@ std::optional<http::verdict> gateway_handler::start(const snapshot& snap, http::
   return std::nullopt;
 }
 
+bool gateway_handler::decided_in_memory(const limiter::check_request& check,
+                                        boost::system::result<limiter::check_outcome>& decided) {
+  if (!store_->decides_in_memory()) return false;  // (no clock read on the Redis path)
+  const auto asked = std::chrono::steady_clock::now();
+  limiter::check_outcome now;
+  if (!store_->decide_now(check, now)) return false;
+  decided = std::move(now);
+  counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
+  return true;
+}
+
 bool gateway_handler::decide_now(http::request_head& head, const http::request_context& ctx,
                                  http::verdict& out) {
+  // Only a store that always decides in memory, and no plan directory (its lookup waits):
+  // then nothing below can need a wait, and a false return has done nothing. (The store is
+  // asked first: on the Redis store the snapshot is loaded once, by decide().)
+  if (!store_->decides_in_memory()) return false;
   // One snapshot decides the whole request, whatever reloads happen meanwhile.
   std::shared_ptr<const snapshot> snap = shared_.current.load();
-  // Only a store that always decides in memory, and no plan directory (its lookup waits):
-  // then nothing below can need a wait, and a false return has done nothing.
-  if (!store_->decides_in_memory() || snap->rules->identity.directory.enabled) return false;
+  if (snap->rules->identity.directory.enabled) return false;
   counters_.requests.add();
   progress at;
   std::optional<routed> r;
-  if (auto v = start(*snap, head, at, r)) {
-    out = std::move(*v);
-    finish(out, at, head, ctx);
-    return true;
-  }
   identified id;
   presented p;
-  at.p = &p;
-  at.id = &id;
-  std::optional<http::verdict> refused = present(*snap, head, ctx, *r, p);
-  if (!refused) refused = identify_caller(*snap, head, *r, p, id);
   limiter::check_request check;
-  if (!refused) refused = prepare_check(*snap, head, ctx, *r, id, check);
-  if (refused) {
-    out = std::move(*refused);
+  std::optional<http::verdict> early = start(*snap, head, at, r);
+  if (!early) {
+    at.p = &p;
+    at.id = &id;
+    early = present(*snap, head, ctx, *r, p);
+  }
+  if (!early) early = identify_caller(*snap, head, *r, p, id);
+  if (!early) early = prepare_check(*snap, head, ctx, *r, id, check);
+  if (early) {
+    out = std::move(*early);
     finish(out, at, head, ctx);
     return true;
   }
-  const auto asked = std::chrono::steady_clock::now();
-  limiter::check_outcome now;
   boost::system::result<limiter::check_outcome> decided{
       make_error_code(sluice::errc::store_unavailable)};
-  if (store_->decide_now(check, now)) {
-    decided = std::move(now);
-    counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
-  }
+  decided_in_memory(check, decided);
   at.decided = &decided;
   at.store_failed = !decided;
   out = respond(*snap, head, ctx, *r, id, check, decided);
@@ -231,52 +237,47 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   boost::system::result<limiter::check_outcome> decided{
       make_error_code(sluice::errc::store_unavailable)};
   limiter::lease_split leased;
-  if (!id.directory_down) {  // (down: the store is known to be failing)
+  // (Directory down: the store is known to be failing.)
+  if (!id.directory_down && !decided_in_memory(check, decided)) {
     const auto asked = std::chrono::steady_clock::now();
     limiter::check_outcome now;
-    if (store_->decide_now(check, now)) {
-      decided = std::move(now);
-      counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
+    // Token leasing: the limits a lease of this worker covers are taken out of `check`.
+    bool leasing = false;
+    if (id.limits->leases) {
+      set_leases(*id.limits, check);
+      leasing = leases_.split(check, id.limits->lease_time, snap->generation,
+                              store_->connection_epoch(), asked, leased);
+    }
+    if (leasing && check.limits.empty()) {
+      decided = leases_.settle(leased, nullptr, asked);  // paid from leases: no round trip
     } else {
-      // Token leasing: the limits a lease of this worker covers are taken out of `check`.
-      bool leasing = false;
-      if (id.limits->leases) {
-        set_leases(*id.limits, check);
-        leasing = leases_.split(check, id.limits->lease_time, snap->generation,
-                                store_->connection_epoch(), asked, leased);
-      }
-      if (leasing && check.limits.empty()) {
-        decided = leases_.settle(leased, nullptr, asked);  // paid from leases: no round trip
+      // The over-limit cache, unless tokens of an ended lease ride on this check.
+      if (rules.store.over_limit_cache && !carries_refund(check) &&
+          refusals_.recall(check, snap->generation, asked, now, store_->connection_epoch())) {
+        decided = std::move(now);  // the store's refusal of this key and cost still stands
       } else {
-        // The over-limit cache, unless tokens of an ended lease ride on this check.
-        if (rules.store.over_limit_cache && !carries_refund(check) &&
-            refusals_.recall(check, snap->generation, asked, now, store_->connection_epoch())) {
-          decided = std::move(now);  // the store's refusal of this key and cost still stands
-        } else {
-          // A refusal of a lone limit is remembered (limiter::refusal_cache).
-          std::optional<limiter::limit_check> lone;
-          if (rules.store.over_limit_cache && check.limits.size() == 1 &&
-              !check.limits.front().shadow) {
-            lone = check.limits.front();
-          }
-          // The request is needed again only for a local decision after a failure (with
-          // leases, lease_book::failed() gives it back). (A named local, not a conditional
-          // temporary inside co_await: GCC 12 miscompiles that.)
-          const bool keep =
-              !leasing && r.route->route->on_store_failure == config::failure_policy::local;
-          limiter::check_request sent = keep ? check : std::move(check);
-          decided = co_await store_->check(std::move(sent));
-          counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
-          if (decided && lone) {
-            refusals_.remember(*lone, *decided, snap->generation, asked,
-                               store_->connection_epoch());
-          }
+        // A refusal of a lone limit is remembered (limiter::refusal_cache).
+        std::optional<limiter::limit_check> lone;
+        if (rules.store.over_limit_cache && check.limits.size() == 1 &&
+            !check.limits.front().shadow) {
+          lone = check.limits.front();
         }
-        if (leasing && decided) {
-          decided = leases_.settle(leased, &*decided, std::chrono::steady_clock::now());
-        } else if (leasing) {
-          leases_.failed(leased, check);  // `check`: the whole request again, for `local`
+        // The request is needed again only for a local decision after a failure (with
+        // leases, lease_book::failed() gives it back). (A named local, not a conditional
+        // temporary inside co_await: GCC 12 miscompiles that.)
+        const bool keep =
+            !leasing && r.route->route->on_store_failure == config::failure_policy::local;
+        limiter::check_request sent = keep ? check : std::move(check);
+        decided = co_await store_->check(std::move(sent));
+        counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
+        if (decided && lone) {
+          refusals_.remember(*lone, *decided, snap->generation, asked, store_->connection_epoch());
         }
+      }
+      if (leasing && decided) {
+        decided = leases_.settle(leased, &*decided, std::chrono::steady_clock::now());
+      } else if (leasing) {
+        leases_.failed(leased, check);  // `check`: the whole request again, for `local`
       }
     }
   }

@@ -205,6 +205,10 @@ class gateway_handler final : public http::request_handler {
   /// fields of `at.cors` (Fetch §3.2.3).
   void finish(http::verdict& v, const progress& at, http::request_head& head,
               const http::request_context& ctx) const;
+  /// Step 4's check on a store that decides in memory (the memory store): `decided` and the
+  /// store-check histogram set, true; false (nothing done) on a store that needs a round trip.
+  bool decided_in_memory(const limiter::check_request& check,
+                         boost::system::result<limiter::check_outcome>& decided);
   /// Step 1 with its CORS bookkeeping: route() into `routed_slot` and `at`, or its answer.
   std::optional<http::verdict> start(const snapshot& snap, http::request_head& head, progress& at,
                                      std::optional<routed>& routed_slot);
