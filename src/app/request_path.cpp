@@ -615,8 +615,8 @@ http::verdict gateway_handler::respond(const snapshot& snap, http::request_head&
       head.set(rules.shadow_header, names);
     }
   }
-  auto fields = limiter::quota_headers(*applied, outcome, rules.headers);
   if (!outcome.allowed) {
+    auto fields = limiter::quota_headers(*applied, outcome, rules.headers);
     counted.limited.add();
     // `retry_after_jitter:` only ever adds to the honest wait.
     const auto retry = limiter::jittered_retry_after(
@@ -631,7 +631,9 @@ http::verdict gateway_handler::respond(const snapshot& snap, http::request_head&
     return answer(std::move(res));
   }
   counted.allowed.add();
-  return forward(r, head, ctx, true, std::move(fields), counted);
+  std::string lines;
+  limiter::append_quota_lines(lines, *applied, outcome, rules.headers);
+  return forward(r, head, ctx, true, std::move(lines), counted);
 }
 
 std::optional<http::verdict> gateway_handler::apply_failure_policy(
@@ -673,10 +675,12 @@ std::optional<http::verdict> gateway_handler::apply_failure_policy(
 
 http::verdict gateway_handler::forward(const routed& r, const http::request_head& head,
                                        const http::request_context& ctx, bool limited,
-                                       std::vector<limiter::header_field> fields,
-                                       route_counters& counted) const {
-  if (r.preflight && r.route->cors->preflight == config::preflight_mode::answer)
-    return answer(http::preflight_answer(*r.route->cors, head, fields));
+                                       std::string quota_lines, route_counters& counted) const {
+  if (r.preflight && r.route->cors->preflight == config::preflight_mode::answer) {
+    auto res = http::preflight_answer(*r.route->cors, head, {});
+    http::set_lines(res.base(), quota_lines);
+    return answer(std::move(res));
+  }
   const config::route& rt = *r.route->route;
   http::verdict v;
   v.what = http::verdict::kind::forward;
@@ -690,7 +694,7 @@ http::verdict gateway_handler::forward(const routed& r, const http::request_head
   }
   f.client_address = ctx.peer_text;
   f.limited = limited;
-  f.response_fields = std::move(fields);
+  f.added_lines = std::move(quota_lines);
   f.max_request_body = rt.max_request_body;
   f.max_response_body = rt.max_response_body;
   f.tunnel_idle_timeout = rt.tunnel_idle_timeout;

@@ -262,10 +262,11 @@ class gateway_handler final : public http::request_handler {
       const boost::system::error_code& ec, const http::request_context& ctx,
       limiter::check_request& check, std::vector<limiter::applied_limit>& applied,
       boost::system::result<limiter::check_outcome>& decided, route_counters& counted);
-  /// The forward verdict; for a preflight the policy answers, the 204 preflight answer.
+  /// The forward verdict carrying `quota_lines` (limiter::append_quota_lines); for a
+  /// preflight the policy answers, the 204 preflight answer with those fields.
   http::verdict forward(const routed& r, const http::request_head& head,
-                        const http::request_context& ctx, bool limited,
-                        std::vector<limiter::header_field> fields, route_counters& counted) const;
+                        const http::request_context& ctx, bool limited, std::string quota_lines,
+                        route_counters& counted) const;
   boost::asio::awaitable<directory_answer> directory_plan(config::directory_settings d,
                                                           std::string key);
   http::verdict bad_request(unsigned version, std::string_view detail);

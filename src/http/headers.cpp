@@ -9,6 +9,8 @@
 
 #include "sluice/http/headers.hpp"
 
+#include "sluice/text_writer.hpp"
+
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/container/small_vector.hpp>
@@ -52,7 +54,8 @@ bool is_hop_by_hop(bhttp::field f) {
 /// the message on it, so neither can be hop-by-hop (else `Connection: Content-Length` would
 /// strip a body's length and let the next hop read the body as another message).
 using name_list = boost::container::small_vector<std::string_view, 4>;
-name_list connection_named(const bhttp::fields& fields) {
+template <class Lines>
+name_list connection_named(const Lines& fields) {
   name_list named;
   for (const auto& line : fields) {
     if (line.name() != bhttp::field::connection) continue;
@@ -73,43 +76,34 @@ bool listed(const name_list& names, std::string_view name) {
 }
 
 /// Whether a line is dropped on every hop: hop-by-hop, or named in Connection.
-bool hop_only(const bhttp::fields::value_type& line, const name_list& named) {
+template <class Line>
+bool hop_only(const Line& line, const name_list& named) {
   return is_hop_by_hop(line.name()) || (!named.empty() && listed(named, line.name_string()));
-}
-
-void append_line(std::string& out, std::string_view name, std::string_view value) {
-  out.append(name);
-  out.append(": ");
-  out.append(value);
-  out.append("\r\n");
 }
 
 /// Appends one `name: a, b, c` line from the non-empty values and `last` (skipped when
 /// empty); nothing when all are empty (RFC 9110 §5.3: one list, in arrival order).
-void append_list_line(std::string& out, std::string_view name, const name_list& values,
+void append_list_line(text_writer& out, std::string_view name, const name_list& values,
                       std::string_view last) {
   bool first = true;
   auto add = [&](std::string_view v) {
     if (v.empty()) return;
     if (first) {
-      out.append(name);
-      out.append(": ");
+      out.put(name).put(": ");
       first = false;
     } else {
-      out.append(", ");
+      out.put(", ");
     }
-    out.append(v);
+    out.put(v);
   };
   for (const auto v : values) add(trim(v));
   add(last);
-  if (!first) out.append("\r\n");
+  if (!first) out.put("\r\n");
 }
 
-void append_number(std::string& out, std::uint64_t n) {
-  char digits[24];
-  const auto r = std::to_chars(std::begin(digits), std::end(digits), n);
-  out.append(digits, r.ptr);
-}
+/// The space a head is rendered into at first: more than a usual head with its added
+/// lines (text_writer grows for a larger one).
+constexpr std::size_t head_estimate = 768;
 
 std::string_view via_entry(unsigned version) {
   // Via names the protocol of the message as received (RFC 9110 §7.6.3).
@@ -143,6 +137,17 @@ void strip_hop_by_hop(bhttp::fields& fields) {
   for (const auto& name : names) fields.erase(name);  // case-insensitive
 }
 
+void set_lines(bhttp::fields& res, std::string_view lines) {
+  while (!lines.empty()) {
+    const auto eol = lines.find("\r\n");
+    const std::string_view line = lines.substr(0, eol);
+    lines = eol == std::string_view::npos ? std::string_view{} : lines.substr(eol + 2);
+    const auto colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    res.set(line.substr(0, colon), trim(line.substr(colon + 1)));
+  }
+}
+
 bool is_idempotent(bhttp::verb method) {
   switch (method) {
     case bhttp::verb::get:
@@ -173,10 +178,8 @@ bool is_websocket_upgrade(const request_head& head) {
 
 void render_upstream_request(std::string& out, const request_head& head, const upstream_hop& hop) {
   out.clear();
-  out.append(head.method_string());
-  out.push_back(' ');
-  out.append(hop.target);
-  out.append(" HTTP/1.1\r\n");
+  text_writer w(out, head_estimate + hop.target.size());
+  w.put(head.method_string()).put(' ').put(hop.target).put(" HTTP/1.1\r\n");
 
   const name_list named = connection_named(head);
   name_list forwarded_for, via;
@@ -205,53 +208,52 @@ void render_upstream_request(std::string& out, const request_head& head, const u
         }
         break;
     }
-    append_line(out, name, line.value());
+    w.line(name, line.value());
   }
-  append_list_line(out, "X-Forwarded-For", forwarded_for, hop.client_address);
-  append_list_line(out, "Via", via, via_entry(head.version()));
-  if (hop.upgrade) {
-    out.append("Connection: upgrade\r\nUpgrade: websocket\r\n");
-  }
+  append_list_line(w, "X-Forwarded-For", forwarded_for, hop.client_address);
+  append_list_line(w, "Via", via, via_entry(head.version()));
+  if (hop.upgrade) w.put("Connection: upgrade\r\nUpgrade: websocket\r\n");
   switch (hop.framing) {
     case body_framing::chunked:
-      out.append("Transfer-Encoding: chunked\r\n");
+      w.put("Transfer-Encoding: chunked\r\n");
       break;
     case body_framing::content_length:
       // One line with the parsed length, whatever repeats or lists the client sent
       // (`5, 5`: RFC 9110 §8.6 lets a recipient collapse identical values).
-      out.append("Content-Length: ");
-      append_number(out, hop.length);
-      out.append("\r\n");
+      w.put("Content-Length: ").number(hop.length).put("\r\n");
       break;
     case body_framing::none: {
       const auto method = head.method();
       if (method == bhttp::verb::post || method == bhttp::verb::put ||
           method == bhttp::verb::patch) {
-        out.append("Content-Length: 0\r\n");
+        w.put("Content-Length: 0\r\n");
       }
       break;
     }
   }
   if (!has_host && hop.default_host) {
-    out.append("Host: ");
-    out.append(hop.default_host->host);
-    if (hop.default_host->port != (hop.default_host->tls ? 443 : 80)) {
-      out.push_back(':');
-      append_number(out, hop.default_host->port);
-    }
-    out.append("\r\n");
+    w.put("Host: ").put(hop.default_host->host);
+    if (hop.default_host->port != (hop.default_host->tls ? 443 : 80))
+      w.put(':').number(std::uint64_t{hop.default_host->port});
+    w.put("\r\n");
   }
-  out.append("\r\n");
+  w.put("\r\n");
 }
 
-void render_client_response(std::string& out, const bhttp::response_header<>& res,
-                            const client_hop& hop) {
+namespace {
+
+/// render_client_response for either head type (Beast's header, the relay's response_head).
+template <class Head>
+void render_response(std::string& out, const Head& res, const client_hop& hop) {
   out.clear();
-  out.append(hop.version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ");
-  append_number(out, res.result_int());
-  out.push_back(' ');
-  out.append(res.reason());
-  out.append("\r\n");
+  std::size_t added = hop.added_lines.size() + hop.upgrade.size();
+  for (const auto& [name, value] : hop.fields) added += name.size() + value.size() + 4;
+  text_writer w(out, head_estimate + added);
+  w.put(hop.version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ")
+      .number(std::uint64_t{res.result_int()})
+      .put(' ')
+      .put(res.reason())
+      .put("\r\n");
 
   const name_list named = connection_named(res);
   name_list via;
@@ -275,32 +277,41 @@ void render_client_response(std::string& out, const bhttp::response_header<>& re
       }
     }
     if (replaced) continue;
-    append_line(out, name, line.value());
+    w.line(name, line.value());
   }
-  append_list_line(out, "Via", via, via_entry(res.version()));
-  for (const auto& [name, value] : hop.fields) append_line(out, name, value);
+  append_list_line(w, "Via", via, via_entry(res.version()));
+  w.put(hop.added_lines);
+  for (const auto& [name, value] : hop.fields) w.line(name, value);
   if (!hop.upgrade.empty()) {
-    out.append("Connection: upgrade\r\n");
-    append_line(out, "Upgrade", hop.upgrade);
+    w.put("Connection: upgrade\r\n").line("Upgrade", hop.upgrade);
   } else {
     switch (hop.framing) {
       case response_framing::chunked:
-        out.append("Transfer-Encoding: chunked\r\n");
+        w.put("Transfer-Encoding: chunked\r\n");
         break;
       case response_framing::content_length:
-        out.append("Content-Length: ");
-        append_number(out, hop.length);
-        out.append("\r\n");
+        w.put("Content-Length: ").number(hop.length).put("\r\n");
         break;
       case response_framing::none:
         break;
     }
     // RFC 9112 §9.3: HTTP/1.1 persists unless closed, HTTP/1.0 only when asked to.
     if (hop.version == 10 ? hop.keep_alive : !hop.keep_alive) {
-      out.append(hop.version == 10 ? "Connection: keep-alive\r\n" : "Connection: close\r\n");
+      w.put(hop.version == 10 ? "Connection: keep-alive\r\n" : "Connection: close\r\n");
     }
   }
-  out.append("\r\n");
+  w.put("\r\n");
+}
+
+}  // namespace
+
+void render_client_response(std::string& out, const bhttp::response_header<>& res,
+                            const client_hop& hop) {
+  render_response(out, res, hop);
+}
+
+void render_client_response(std::string& out, const response_head& res, const client_hop& hop) {
+  render_response(out, res, hop);
 }
 
 }  // namespace sluice::http

@@ -184,7 +184,7 @@ asio::awaitable<void> tunnel(timed_socket& client, beast::flat_buffer& client_bu
 
 /// Writes a `1xx` interim response (not 100 or 101) to the client as received, less its
 /// hop-by-hop fields (RFC 9110 §15.2: a proxy forwards 1xx responses).
-asio::awaitable<error_code> relay_interim(client_side& c, const bhttp::response_header<>& head) {
+asio::awaitable<error_code> relay_interim(client_side& c, const response_head& head) {
   bhttp::response<bhttp::empty_body> interim;
   interim.version(11);
   interim.result(head.result_int());  // (103 has no enum value in Beast 1.81)
@@ -284,6 +284,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     out.answer = problem(
         version, text.status, text.title,
         detail.empty() ? std::string(text.detail) : std::string(text.detail) + ": " + detail);
+    set_lines(out.answer->base(), plan.added_lines);
     for (const auto& [name, value] : plan.response_fields) out.answer->set(name, value);
   };
 
@@ -396,7 +397,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
 
     // --- the response head (interim responses relayed or skipped) ----------------------------
     const auto sent_at = steady::now();
-    std::optional<bhttp::response_parser<bhttp::buffer_body>> rp;
+    std::optional<response_head_parser> rp;
     error_code head_error;
     bool got_bytes = false;
     for (;;) {
@@ -436,7 +437,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       co_return out;
     }
 
-    auto& res = rp->get();
+    const response_head& res = rp->get();
     const unsigned status = res.result_int();
     out.upstream_status = status;
     const auto head_time = steady::now() - sent_at;
@@ -454,6 +455,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       hop.limited = plan.limited;
       hop.upgrade = res[bhttp::field::upgrade];
       if (hop.upgrade.empty()) hop.upgrade = "websocket";
+      hop.added_lines = plan.added_lines;
       hop.fields = plan.response_fields;
       render_client_response(head_text, res, hop);
       const auto head = asio::buffer(head_text);
@@ -474,13 +476,14 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
 
     // --- the response: head, then the body piece by piece ------------------------------------
     const bool upstream_keep = rp->keep_alive();  // the parser's flags: Connection, need_eof()
-    const auto idle_for = upstream_pool::idle_lifetime(res);
+    const auto idle_for = upstream_pool::idle_lifetime(res[bhttp::field::keep_alive]);
     const bool no_body = head_request || status == 204 || status == 304 || status / 100 == 1;
     const bool close_delimited = !no_body && !rp->chunked() && !rp->content_length();
     bool keep = c.keep_alive && !c.closing && out.body_read && !upload_error;
     client_hop hop;
     hop.version = version;
     hop.limited = plan.limited;
+    hop.added_lines = plan.added_lines;
     hop.fields = plan.response_fields;
     if (status == 204 || status / 100 == 1) {
       hop.framing = response_framing::none;
@@ -530,8 +533,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     if (!block) block = buffers.take();
     lease.buffer.reserve(read_reserve);  // else Beast reads 512 bytes at a time
     for (;;) {
-      res.body().data = block.get();
-      res.body().size = buffer_pool::block_size;
+      rp->window(block.get(), buffer_pool::block_size);
       error_code rec;
       if (!parse_buffered(lease.buffer, *rp, rec)) {
         ups.expires_after(up.timeout);
@@ -553,7 +555,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
         out.keep_alive = false;  // the client sees the connection close mid-body
         co_return out;
       }
-      const std::size_t got = buffer_pool::block_size - res.body().size;
+      const std::size_t got = buffer_pool::block_size - rp->window_left();
       const bool done = rp->is_done();
       if (got == 0 && !done) continue;  // chunk framing only
       const auto piece = to_client.next(block.get(), got, done);

@@ -345,7 +345,7 @@ asio::awaitable<boost::system::result<response>> exchange(state_ptr st, config::
 
     if (!failure) {
       if (reusable) {
-        st->put_idle(lease, steady::now() + upstream_pool::idle_lifetime(res->base()));
+        st->put_idle(lease, steady::now() + upstream_pool::idle_lifetime((*res)[bhttp::field::keep_alive]));
       } else {
         stream.close();
       }
@@ -411,10 +411,9 @@ void upstream_pool::count_retry() {
   impl_->retries.fetch_add(1, std::memory_order_relaxed);
 }
 
-std::chrono::milliseconds upstream_pool::idle_lifetime(const bhttp::fields& res) {
-  const auto value = res[bhttp::field::keep_alive];
+std::chrono::milliseconds upstream_pool::idle_lifetime(std::string_view keep_alive) {
   // Keep-Alive is a comma-separated list of name=value pairs: "timeout=5, max=100".
-  std::string_view v = value;
+  std::string_view v = keep_alive;
   while (!v.empty()) {
     const auto comma = v.find(',');
     std::string_view item = v.substr(0, comma);

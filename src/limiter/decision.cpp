@@ -1,5 +1,7 @@
 #include "sluice/limiter/decision.hpp"
 
+#include "sluice/text_writer.hpp"
+
 #include <boost/json.hpp>
 
 #include <algorithm>
@@ -7,22 +9,6 @@
 #include <iterator>
 
 namespace sluice::limiter {
-namespace {
-
-/// Appends the decimal text of `v` (no temporary string).
-void append_int(std::string& out, std::int64_t v) {
-  char digits[24];
-  const auto r = std::to_chars(std::begin(digits), std::end(digits), v);
-  out.append(digits, r.ptr);
-}
-
-std::string int_text(std::int64_t v) {
-  std::string s;
-  append_int(s, v);
-  return s;
-}
-
-}  // namespace
 
 std::optional<std::size_t> most_constraining(const std::vector<applied_limit>& limits,
                                              const check_outcome& outcome) {
@@ -80,48 +66,70 @@ std::int64_t policy_window_seconds(const bucket_params& bucket) {
   return std::max<std::int64_t>(1, ceil_seconds(ms));
 }
 
-std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits,
-                                        const check_outcome& outcome,
-                                        const config::header_sets& sets) {
-  std::vector<header_field> out;
-  out.reserve(5);
+void append_quota_lines(std::string& out, const std::vector<applied_limit>& limits,
+                        const check_outcome& outcome, const config::header_sets& sets) {
+  const std::size_t n = std::min(limits.size(), outcome.limits.size());
+  std::size_t bound = 128;  // the X-RateLimit lines, the two names
+  for (std::size_t i = 0; i < n; ++i) bound += 2 * limits[i].name.size() + 96;
+  text_writer w(out, bound);
   if (sets.x_ratelimit) {
     if (auto i = most_constraining(limits, outcome)) {
       const auto& o = outcome.limits[*i];
-      out.emplace_back("X-RateLimit-Limit", int_text(o.limit));
-      out.emplace_back("X-RateLimit-Remaining", int_text(std::max<std::int64_t>(0, o.remaining)));
-      out.emplace_back("X-RateLimit-Reset", int_text(ceil_seconds(o.reset_ms)));
+      w.put("X-RateLimit-Limit: ")
+          .number(o.limit)
+          .put("\r\nX-RateLimit-Remaining: ")
+          .number(std::max<std::int64_t>(0, o.remaining))
+          .put("\r\nX-RateLimit-Reset: ")
+          .number(ceil_seconds(o.reset_ms))
+          .put("\r\n");
     }
   }
-  if (sets.ietf) {
-    std::string policy;
-    std::string state;
-    policy.reserve(64);  // (one allocation each for the usual one or two limits)
-    state.reserve(64);
-    for (std::size_t i = 0; i < limits.size() && i < outcome.limits.size(); ++i) {
-      if (limits[i].shadow) continue;
-      const auto& o = outcome.limits[i];
-      // (Appended piece by piece: no temporary string per operator+.)
-      if (!policy.empty()) policy += ", ";
-      policy += '"';
-      policy += limits[i].name;
-      policy += "\";q=";
-      append_int(policy, o.limit);
-      policy += ";w=";
-      append_int(policy, policy_window_seconds(limits[i]));
-      if (!state.empty()) state += ", ";
-      state += '"';
-      state += limits[i].name;
-      state += "\";r=";
-      append_int(state, std::max<std::int64_t>(0, o.remaining));
-      if (o.remaining < o.limit) {
-        state += ";t=";
-        append_int(state, std::max<std::int64_t>(1, ceil_seconds(o.next_ms)));
-      }
-    }
-    if (!policy.empty()) {
-      out.emplace_back("RateLimit-Policy", std::move(policy));
-      out.emplace_back("RateLimit", std::move(state));
+  if (!sets.ietf) return;
+  bool any = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (limits[i].shadow) continue;
+    w.put(any ? ", \"" : "RateLimit-Policy: \"")
+        .put(limits[i].name)
+        .put("\";q=")
+        .number(outcome.limits[i].limit)
+        .put(";w=")
+        .number(policy_window_seconds(limits[i]));
+    any = true;
+  }
+  if (!any) return;
+  w.put("\r\n");
+  any = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (limits[i].shadow) continue;
+    const auto& o = outcome.limits[i];
+    w.put(any ? ", \"" : "RateLimit: \"")
+        .put(limits[i].name)
+        .put("\";r=")
+        .number(std::max<std::int64_t>(0, o.remaining));
+    if (o.remaining < o.limit) w.put(";t=").number(std::max<std::int64_t>(1, ceil_seconds(o.next_ms)));
+    any = true;
+  }
+  w.put("\r\n");
+}
+
+std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits,
+                                        const check_outcome& outcome,
+                                        const config::header_sets& sets) {
+  // The names of static storage the lines can carry (header_field's names are views).
+  static constexpr std::string_view names[] = {"X-RateLimit-Limit", "X-RateLimit-Remaining",
+                                               "X-RateLimit-Reset", "RateLimit-Policy",
+                                               "RateLimit"};
+  std::string lines;
+  append_quota_lines(lines, limits, outcome, sets);
+  std::vector<header_field> out;
+  std::string_view rest = lines;
+  while (!rest.empty()) {
+    const auto eol = rest.find("\r\n");
+    const std::string_view line = rest.substr(0, eol);
+    rest = rest.substr(eol + 2);
+    const auto colon = line.find(": ");
+    for (const auto name : names) {
+      if (line.substr(0, colon) == name) out.emplace_back(name, line.substr(colon + 2));
     }
   }
   return out;

@@ -3,6 +3,7 @@
 /// Header rules of the proxy, in one place for both directions (RFC 9110 §7.6.1; case c17):
 /// the heads each hop gets are rendered straight from the received head, in one pass.
 
+#include "sluice/http/response_head.hpp"
 #include "sluice/http/types.hpp"
 
 #include <cstdint>
@@ -76,8 +77,11 @@ struct client_hop {
   /// Non-empty for a relayed `101`: `Connection: upgrade` and `Upgrade: <this>` are sent
   /// instead of a keep-alive field.
   std::string_view upgrade;
-  /// Fields added (the quota and CORS headers), in order; an upstream line of the same name
-  /// is dropped, except Vary, whose lines are all kept (it is a list; RFC 9110 §12.5.5).
+  /// Lines added as they are (`Name: value` CRLF each: forward_plan::added_lines, the quota
+  /// fields), before `fields`. Only with `limited`, which drops the upstream's own.
+  std::string_view added_lines;
+  /// Fields added (the CORS headers), in order; an upstream line of the same name is
+  /// dropped, except Vary, whose lines are all kept (it is a list; RFC 9110 §12.5.5).
   std::span<const std::pair<std::string_view, std::string>> fields;
 };
 
@@ -89,6 +93,12 @@ struct client_hop {
 /// phrase (the registered one when it sent none).
 void render_client_response(std::string& out, const beast_http::response_header<>& res,
                             const client_hop& hop);
+/// The same for a head the relay's response_head_parser read.
+void render_client_response(std::string& out, const response_head& res, const client_hop& hop);
+
+/// Sets each `Name: value` CRLF line of `lines` (rendered as forward_plan::added_lines) on
+/// `res`, replacing a field of the same name.
+void set_lines(beast_http::fields& res, std::string_view lines);
 
 /// Whether a method is idempotent (RFC 9110 §9.2.2: GET, HEAD, OPTIONS, PUT, DELETE, TRACE),
 /// so a request that failed on a stale pooled connection before any answer may be sent again.

@@ -74,8 +74,11 @@ struct forward_plan {
   std::string target;          ///< origin-form target for the upstream hop
   std::string client_address;  ///< appended to X-Forwarded-For
   bool limited = false;        ///< strip the upstream's own rate-limit fields
-  /// Fields added to the relayed response (the quota headers), in order; the names are of
-  /// static storage (literals).
+  /// Lines added to the relayed response as they are, each `Name: value` CRLF (the quota
+  /// fields, rendered once by the decision); only with `limited`. Also set on a 502/504.
+  std::string added_lines;
+  /// Fields added to the relayed response after them (CORS), in order; the names are of
+  /// static storage (literals). An upstream field of the same name is dropped.
   std::vector<std::pair<std::string_view, std::string>> response_fields;
   std::uint64_t max_request_body = config::unlimited_size;
   std::uint64_t max_response_body = config::unlimited_size;

@@ -109,9 +109,10 @@ class upstream_pool {
   void count_failure();
   void count_retry();
 
-  /// How long a connection that carried `res` may stay idle: `Keep-Alive: timeout=N` (a
-  /// de-facto field, RFC 2068 §19.7.1.1) less 500 ms, else 15 s.
-  static std::chrono::milliseconds idle_lifetime(const beast_http::fields& res);
+  /// How long a connection whose response said `Keep-Alive: <keep_alive>` may stay idle:
+  /// `timeout=N` (a de-facto field, RFC 2068 §19.7.1.1) less 500 ms, else (none, or no
+  /// timeout in it) 15 s.
+  static std::chrono::milliseconds idle_lifetime(std::string_view keep_alive);
 
   /// Sends `req` (a client request, rendered for the upstream hop by
   /// headers::render_upstream_request with its own target and `client_address`) to `up`

@@ -67,6 +67,12 @@ std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits
                                         const check_outcome& outcome,
                                         const config::header_sets& sets);
 
+/// The same fields rendered as lines, `Name: value` CRLF each, appended to `out`: what a
+/// forwarded request's response carries (http::forward_plan::added_lines), rendered with no
+/// allocation beyond `out`'s growth. quota_headers() is these lines, split.
+void append_quota_lines(std::string& out, const std::vector<applied_limit>& limits,
+                        const check_outcome& outcome, const config::header_sets& sets);
+
 /// Retry-After of a refused check, in seconds: the largest wait of the violated enforced
 /// limits, rounded up, at least 1 (RFC 9110 §10.2.3 delta-seconds; case c02).
 std::int64_t retry_after_seconds(const std::vector<applied_limit>& limits,
