@@ -345,7 +345,8 @@ asio::awaitable<boost::system::result<response>> exchange(state_ptr st, config::
 
     if (!failure) {
       if (reusable) {
-        st->put_idle(lease, steady::now() + upstream_pool::idle_lifetime((*res)[bhttp::field::keep_alive]));
+        st->put_idle(
+            lease, steady::now() + upstream_pool::idle_lifetime((*res)[bhttp::field::keep_alive]));
       } else {
         stream.close();
       }

@@ -106,7 +106,8 @@ void append_quota_lines(std::string& out, const std::vector<applied_limit>& limi
         .put(limits[i].name)
         .put("\";r=")
         .number(std::max<std::int64_t>(0, o.remaining));
-    if (o.remaining < o.limit) w.put(";t=").number(std::max<std::int64_t>(1, ceil_seconds(o.next_ms)));
+    if (o.remaining < o.limit)
+      w.put(";t=").number(std::max<std::int64_t>(1, ceil_seconds(o.next_ms)));
     any = true;
   }
   w.put("\r\n");
