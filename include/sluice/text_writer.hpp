@@ -28,30 +28,30 @@ class text_writer {
   text_writer& operator=(const text_writer&) = delete;
 
   /// Writes `s`.
-  text_writer& put(std::string_view s) {
+  [[gnu::always_inline]] text_writer& put(std::string_view s) {
     if (s.size() > static_cast<std::size_t>(end_ - p_)) grow(s.size());
     std::memcpy(p_, s.data(), s.size());
     p_ += s.size();
     return *this;
   }
-  text_writer& put(char c) {
+  [[gnu::always_inline]] text_writer& put(char c) {
     if (p_ == end_) grow(1);
     *p_++ = c;
     return *this;
   }
   /// Writes the decimal text of `n` (at most 20 bytes).
-  text_writer& number(std::uint64_t n) {
+  [[gnu::always_inline]] text_writer& number(std::uint64_t n) {
     if (end_ - p_ < 20) grow(20);
     p_ = std::to_chars(p_, end_, n).ptr;
     return *this;
   }
-  text_writer& number(std::int64_t n) {
+  [[gnu::always_inline]] text_writer& number(std::int64_t n) {
     if (end_ - p_ < 20) grow(20);
     p_ = std::to_chars(p_, end_, n).ptr;
     return *this;
   }
   /// Writes one field line: `name: value` CRLF (name.size() + value.size() + 4 bytes).
-  text_writer& line(std::string_view name, std::string_view value) {
+  [[gnu::always_inline]] text_writer& line(std::string_view name, std::string_view value) {
     const std::size_t n = name.size() + value.size() + 4;
     if (n > static_cast<std::size_t>(end_ - p_)) grow(n);
     std::memcpy(p_, name.data(), name.size());
@@ -66,8 +66,9 @@ class text_writer {
   }
 
  private:
-  /// Makes room for `n` more bytes (and as many again), keeping what was written.
-  void grow(std::size_t n) {
+  /// Makes room for `n` more bytes (and as many again), keeping what was written. Out of
+  /// line: the pieces' fast paths stay small enough to inline.
+  [[gnu::noinline, gnu::cold]] void grow(std::size_t n) {
     const auto used = static_cast<std::size_t>(p_ - out_.data());
     const auto size = static_cast<std::size_t>(end_ - out_.data());
     out_.resize(size + 2 * n);

@@ -202,7 +202,7 @@ bool gateway_handler::decide_now(http::request_head& head, const http::request_c
   decided_in_memory(check, decided);
   at.decided = &decided;
   at.store_failed = !decided;
-  out = respond(*snap, head, ctx, *r, id, check, decided);
+  respond(*snap, head, ctx, *r, id, check, decided, out);
   finish(out, at, head, ctx);
   return true;
 }
@@ -283,7 +283,9 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   }
   at.decided = &decided;
   at.store_failed = !decided;
-  co_return with_cors(respond(*snap, head, ctx, r, id, check, decided));
+  http::verdict v;
+  respond(*snap, head, ctx, r, id, check, decided, v);
+  co_return with_cors(std::move(v));
 }
 
 asio::awaitable<std::optional<http::verdict>> gateway_handler::caller(
@@ -545,7 +547,9 @@ std::optional<http::verdict> gateway_handler::prepare_check(const snapshot& snap
   if (prepared.limits.empty() && !policy_decides) {
     route_counters& counted = counters_.of(rules, snap.generation, rt);
     counted.unlimited.add();
-    return forward(r, head, ctx, false, {}, counted);
+    http::verdict v;
+    forward(r, head, ctx, false, {}, counted, v);
+    return v;
   }
   check.limits.reserve(prepared.limits.size());
   for (std::size_t i = 0; i < prepared.limits.size(); ++i) {
@@ -580,10 +584,11 @@ bool gateway_handler::carries_refund(const limiter::check_request& check) {
                      [](const limiter::limit_check& l) { return l.refund > 0; });
 }
 
-http::verdict gateway_handler::respond(const snapshot& snap, http::request_head& head,
-                                       const http::request_context& ctx, const routed& r,
-                                       const identified& id, limiter::check_request& check,
-                                       boost::system::result<limiter::check_outcome>& decided) {
+void gateway_handler::respond(const snapshot& snap, http::request_head& head,
+                              const http::request_context& ctx, const routed& r,
+                              const identified& id, limiter::check_request& check,
+                              boost::system::result<limiter::check_outcome>& decided,
+                              http::verdict& out) {
   const config::rules& rules = *snap.rules;
   const config::route& rt = *r.route->route;
   const unsigned version = head.version();
@@ -597,7 +602,8 @@ http::verdict gateway_handler::respond(const snapshot& snap, http::request_head&
     rescaled = prepared.applied;
     if (auto v = apply_failure_policy(snap, head, r, id, decided.error(), ctx, check, rescaled,
                                       decided, counted)) {
-      return std::move(*v);
+      out = std::move(*v);
+      return;
     }
     applied = &rescaled;
   }
@@ -628,12 +634,13 @@ http::verdict gateway_handler::respond(const snapshot& snap, http::request_head&
     res.body() = limiter::quota_exceeded_body(violated, retry);
     for (const auto& [name, value] : fields) res.set(name, value);
     res.set(bhttp::field::retry_after, std::to_string(retry));
-    return answer(std::move(res));
+    out = answer(std::move(res));
+    return;
   }
   counted.allowed.add();
   std::string lines;
   limiter::append_quota_lines(lines, *applied, outcome, rules.headers);
-  return forward(r, head, ctx, true, std::move(lines), counted);
+  forward(r, head, ctx, true, std::move(lines), counted, out);
 }
 
 std::optional<http::verdict> gateway_handler::apply_failure_policy(
@@ -643,11 +650,14 @@ std::optional<http::verdict> gateway_handler::apply_failure_policy(
     boost::system::result<limiter::check_outcome>& decided, route_counters& counted) {
   const config::route& rt = *r.route->route;
   switch (rt.on_store_failure) {
-    case config::failure_policy::fail_open:
+    case config::failure_policy::fail_open: {
       counted.fail_open.add();
       log_store_failure(ec, rt.name, "fail_open");
       // Nothing true can be said about the quota: no quota fields.
-      return forward(r, head, ctx, true, {}, counted);
+      http::verdict v;
+      forward(r, head, ctx, true, {}, counted, v);
+      return v;
+    }
     case config::failure_policy::fail_closed: {
       counted.fail_closed.add();
       log_store_failure(ec, rt.name, "fail_closed");
@@ -673,16 +683,16 @@ std::optional<http::verdict> gateway_handler::apply_failure_policy(
   return std::nullopt;
 }
 
-http::verdict gateway_handler::forward(const routed& r, const http::request_head& head,
-                                       const http::request_context& ctx, bool limited,
-                                       std::string quota_lines, route_counters& counted) const {
+void gateway_handler::forward(const routed& r, const http::request_head& head,
+                              const http::request_context& ctx, bool limited,
+                              std::string quota_lines, route_counters& counted,
+                              http::verdict& v) const {
   if (r.preflight && r.route->cors->preflight == config::preflight_mode::answer) {
-    auto res = http::preflight_answer(*r.route->cors, head, {});
-    http::set_lines(res.base(), quota_lines);
-    return answer(std::move(res));
+    v.answer = http::preflight_answer(*r.route->cors, head, {});
+    http::set_lines(v.answer.base(), quota_lines);
+    return;
   }
   const config::route& rt = *r.route->route;
-  http::verdict v;
   v.what = http::verdict::kind::forward;
   http::forward_plan& f = v.forward;
   f.upstream = r.route->upstream;
@@ -708,7 +718,6 @@ http::verdict gateway_handler::forward(const routed& r, const http::request_head
       u->response.observe(d);
     };
   }
-  return v;
 }
 
 /// The plan of `key` in the store-backed directory: from this worker's cache when fresh

@@ -248,11 +248,10 @@ class gateway_handler final : public http::request_handler {
   /// not answer such a check: the store would not get them back).
   static bool carries_refund(const limiter::check_request& check);
   /// Step 4: answers from the decided outcome (429 with the quota fields, or forward), or
-  /// from the failure policy when the store could not decide.
-  http::verdict respond(const snapshot& snap, http::request_head& head,
-                        const http::request_context& ctx, const routed& r, const identified& id,
-                        limiter::check_request& check,
-                        boost::system::result<limiter::check_outcome>& decided);
+  /// from the failure policy when the store could not decide, into `out` (a fresh verdict).
+  void respond(const snapshot& snap, http::request_head& head, const http::request_context& ctx,
+               const routed& r, const identified& id, limiter::check_request& check,
+               boost::system::result<limiter::check_outcome>& decided, http::verdict& out);
   /// The one place a store failure is handled: the route's `on_store_failure`. Returns the
   /// verdict for fail_open (forward, no quota fields) and fail_closed (503); for `local`,
   /// nullopt with `decided` set by the per-instance store (scaled by store.local_share) and
@@ -262,11 +261,12 @@ class gateway_handler final : public http::request_handler {
       const boost::system::error_code& ec, const http::request_context& ctx,
       limiter::check_request& check, std::vector<limiter::applied_limit>& applied,
       boost::system::result<limiter::check_outcome>& decided, route_counters& counted);
-  /// The forward verdict carrying `quota_lines` (limiter::append_quota_lines); for a
-  /// preflight the policy answers, the 204 preflight answer with those fields.
-  http::verdict forward(const routed& r, const http::request_head& head,
-                        const http::request_context& ctx, bool limited, std::string quota_lines,
-                        route_counters& counted) const;
+  /// Makes `v` (a fresh verdict) the forward verdict carrying `quota_lines`
+  /// (limiter::append_quota_lines); for a preflight the policy answers, the 204 preflight
+  /// answer with those fields.
+  void forward(const routed& r, const http::request_head& head, const http::request_context& ctx,
+               bool limited, std::string quota_lines, route_counters& counted,
+               http::verdict& v) const;
   boost::asio::awaitable<directory_answer> directory_plan(config::directory_settings d,
                                                           std::string key);
   http::verdict bad_request(unsigned version, std::string_view detail);

@@ -1,5 +1,6 @@
 #include "sluice/identity/identity.hpp"
 
+#include <boost/beast/core/string.hpp>
 #include <boost/container/small_vector.hpp>
 
 #include "sluice/config/key_file.hpp"
@@ -39,12 +40,16 @@ bool in_network(const ip::address& addr, const config::cidr& net) {
   return true;
 }
 
-// The values of every line of header `name`, in order. Returns whether any line exists.
+// The values of every line of header `name` (case-insensitive), in order. A walk over the
+// lines, names compared by length first: a request has few, and the field set's ordered
+// index would compare every name it passes letter by letter.
 boost::container::small_vector<std::string_view, 2> lines(const boost::beast::http::fields& headers,
                                                           std::string_view name) {
   boost::container::small_vector<std::string_view, 2> out;
-  auto range = headers.equal_range(name);
-  for (auto it = range.first; it != range.second; ++it) out.push_back(it->value());
+  for (const auto& line : headers) {
+    const auto n = line.name_string();
+    if (n.size() == name.size() && boost::beast::iequals(n, name)) out.push_back(line.value());
+  }
   return out;
 }
 
@@ -58,13 +63,13 @@ std::string_view trim(std::string_view s) {
 // values (an ambiguous identity is a client error).
 std::optional<std::string> single_value(const boost::beast::http::fields& headers,
                                         std::string_view name) {
-  std::optional<std::string> value;
+  std::optional<std::string_view> value;
   for (auto v : lines(headers, name)) {
-    auto t = std::string(trim(v));
+    const auto t = trim(v);
     if (value && *value != t) return std::nullopt;
-    value = std::move(t);
+    value = t;
   }
-  return value.value_or(std::string());
+  return std::string(value.value_or(std::string_view()));
 }
 
 // One query component (a parameter's name or value) percent-decoded; nullopt when an escape is

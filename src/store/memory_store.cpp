@@ -205,8 +205,10 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
   small<std::size_t> idx(n);
   for (std::size_t i = 0; i < n; ++i) idx[i] = impl_->shard_of(req.limits[i].key);
   small<std::size_t> order = idx;
-  std::sort(order.begin(), order.end());
-  order.erase(std::unique(order.begin(), order.end()), order.end());
+  if (n > 1) {
+    std::sort(order.begin(), order.end());
+    order.erase(std::unique(order.begin(), order.end()), order.end());
+  }
   small<std::unique_lock<std::mutex>> locks;
   for (std::size_t s : order) locks.emplace_back(impl_->shards[s].mutex);
 
@@ -222,6 +224,11 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
   };
   small<read_state> rs(n);
   small<bool> admits(n);
+  // A lone limit's entry as phase 1 found it (live, of any kind), so phase 2 does not look
+  // its key up again: nothing in between inserts or erases. (With several limits, one may
+  // erase a key another shares.)
+  using entry_at = std::unordered_map<std::string, entry>::iterator;
+  std::optional<entry_at> lone;
   limiter::check_outcome out;
   out.allowed = true;
   out.now_ms = now;
@@ -232,6 +239,7 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
     if (auto it = sh.buckets.find(l.key); it != sh.buckets.end()) {
       if (it->second.expires_at_ms > now) {
         if (it->second.kind == l.algorithm) found = &it->second;
+        if (n == 1) lone = it;
       } else {
         sh.buckets.erase(it);  // lazy expiry
       }
@@ -304,9 +312,14 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       if (req.peek) {
         // (decided as if: nothing written)
       } else if (after >= l.bucket.capacity()) {
-        sh.buckets.erase(l.key);  // full == missing (the script DELetes it)
+        // full == missing (the script DELetes it)
+        if (lone) {
+          sh.buckets.erase(*lone);
+        } else {
+          sh.buckets.erase(l.key);
+        }
       } else {
-        auto& e = sh.slot(l.key, now, impl_->cap, req);
+        auto& e = lone ? (*lone)->second : sh.slot(l.key, now, impl_->cap, req);
         e.kind = l.algorithm;
         e.state = {after, now, l.bucket.units_per_token};
         e.log.reset();
