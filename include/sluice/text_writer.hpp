@@ -4,7 +4,6 @@
 /// heads and header lines of every request are rendered this way (std::string::append checks
 /// and may grow on every call; here the string grows once, by a bound the caller computes).
 
-#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -39,16 +38,22 @@ class text_writer {
     *p_++ = c;
     return *this;
   }
-  /// Writes the decimal text of `n` (at most 20 bytes).
+  /// Writes the decimal text of `n` (at most 20 bytes; a minus sign and 19 for a negative
+  /// int64). Digits are made right to left into a scratch array: for the short numbers of a
+  /// head (a status, a length, a count of tokens) this beats std::to_chars' general path.
   [[gnu::always_inline]] text_writer& number(std::uint64_t n) {
-    if (end_ - p_ < 20) grow(20);
-    p_ = std::to_chars(p_, end_, n).ptr;
-    return *this;
+    char digits[20];
+    char* d = digits + sizeof digits;
+    do {
+      *--d = static_cast<char>('0' + n % 10);
+      n /= 10;
+    } while (n != 0);
+    return put(std::string_view(d, static_cast<std::size_t>(digits + sizeof digits - d)));
   }
   [[gnu::always_inline]] text_writer& number(std::int64_t n) {
-    if (end_ - p_ < 20) grow(20);
-    p_ = std::to_chars(p_, end_, n).ptr;
-    return *this;
+    if (n >= 0) return number(static_cast<std::uint64_t>(n));
+    put('-');
+    return number(static_cast<std::uint64_t>(0) - static_cast<std::uint64_t>(n));
   }
   /// Writes one field line: `name: value` CRLF (name.size() + value.size() + 4 bytes).
   [[gnu::always_inline]] text_writer& line(std::string_view name, std::string_view value) {

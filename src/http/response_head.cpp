@@ -25,13 +25,19 @@ std::string_view response_head::operator[](bhttp::field f) const {
 
 namespace {
 
-/// Appends `s` to `bytes`; its offset, or false when the block would pass 4 GiB (never for a
-/// head under the parser's header_limit).
+/// Appends `a` then `b` to `bytes` (one growth, no zero fill); their offsets, or false when
+/// the block would pass 4 GiB (never for a head under the parser's header_limit).
 template <class Bytes>
-bool append(Bytes& bytes, std::string_view s, std::uint32_t& at) {
-  if (bytes.size() + s.size() > std::numeric_limits<std::uint32_t>::max()) return false;
-  at = static_cast<std::uint32_t>(bytes.size());
-  bytes.insert(bytes.end(), s.begin(), s.end());
+bool append(Bytes& bytes, std::string_view a, std::string_view b, std::uint32_t& at_a,
+            std::uint32_t& at_b) {
+  const std::size_t at = bytes.size();
+  if (at + a.size() + b.size() > std::numeric_limits<std::uint32_t>::max()) return false;
+  bytes.resize(at + a.size() + b.size(), boost::container::default_init);
+  char* p = bytes.data() + at;
+  if (!a.empty()) std::memcpy(p, a.data(), a.size());
+  if (!b.empty()) std::memcpy(p + a.size(), b.data(), b.size());
+  at_a = static_cast<std::uint32_t>(at);
+  at_b = static_cast<std::uint32_t>(at + a.size());
   return true;
 }
 
@@ -41,8 +47,8 @@ void response_head_parser::on_response_impl(int code, string_view reason, int ve
                                             error_code& ec) {
   head_.status_ = static_cast<unsigned>(code);
   head_.version_ = static_cast<unsigned>(version);
-  std::uint32_t at = 0;
-  if (!append(bytes_, {reason.data(), reason.size()}, at)) {
+  std::uint32_t at = 0, unused = 0;
+  if (!append(bytes_, {reason.data(), reason.size()}, {}, at, unused)) {
     ec = bhttp::error::header_limit;
     return;
   }
@@ -55,8 +61,8 @@ void response_head_parser::on_field_impl(bhttp::field name, string_view name_str
   // (a folded value) into a buffer of its own that the next line reuses.
   line_at line{name, 0, static_cast<std::uint32_t>(name_string.size()), 0,
                static_cast<std::uint32_t>(value.size())};
-  if (!append(bytes_, {name_string.data(), name_string.size()}, line.name) ||
-      !append(bytes_, {value.data(), value.size()}, line.value)) {
+  if (!append(bytes_, {name_string.data(), name_string.size()}, {value.data(), value.size()},
+              line.name, line.value)) {
     ec = bhttp::error::header_limit;
     return;
   }

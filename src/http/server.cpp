@@ -171,9 +171,27 @@ std::optional<bhttp::status> check_caps(const request_head& head, const session_
 /// answer, or nullopt when the head is acceptable.
 std::optional<bhttp::status> check_head(const request_parser& parser) {
   const auto& req = parser.get();
-  const bool has_te = req.count(bhttp::field::transfer_encoding) > 0;
-  if (has_te) {
-    if (req.count(bhttp::field::content_length) > 0) return bhttp::status::bad_request;
+  // One walk over the lines for the three fields checked (each count() would search the
+  // field set's ordered index again).
+  std::size_t te_lines = 0, length_lines = 0, hosts = 0;
+  beast::string_view host;
+  for (const auto& line : req) {
+    switch (line.name()) {
+      case bhttp::field::transfer_encoding:
+        ++te_lines;
+        break;
+      case bhttp::field::content_length:
+        ++length_lines;
+        break;
+      case bhttp::field::host:
+        if (hosts++ == 0) host = line.value();
+        break;
+      default:
+        break;
+    }
+  }
+  if (te_lines > 0) {
+    if (length_lines > 0) return bhttp::status::bad_request;
     if (req.version() < 11) return bhttp::status::bad_request;  // RFC 9112 §6.1
     if (!parser.chunked()) return bhttp::status::bad_request;   // RFC 9112 §6.3 rule 4
     std::size_t codings = 0;
@@ -187,9 +205,8 @@ std::optional<bhttp::status> check_head(const request_parser& parser) {
     if (codings != 1) return bhttp::status::not_implemented;  // e.g. `gzip, chunked`
   }
 
-  const auto hosts = req.count(bhttp::field::host);
   if (hosts > 1 || (hosts == 0 && req.version() >= 11)) return bhttp::status::bad_request;
-  if (hosts == 1 && !valid_host(req[bhttp::field::host])) return bhttp::status::bad_request;
+  if (hosts == 1 && !valid_host(host)) return bhttp::status::bad_request;
   return std::nullopt;
 }
 
