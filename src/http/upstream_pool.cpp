@@ -23,6 +23,8 @@
 
 #include "sluice/http/upstream_pool.hpp"
 
+#include "sluice/text_writer.hpp"
+
 #include "sluice/errc.hpp"
 #include "sluice/http/headers.hpp"
 #include "sluice/http/tls_context.hpp"
@@ -139,13 +141,10 @@ using state_ptr = std::shared_ptr<pool_state>;
 
 /// The pool key of `up` over `tls`: `host:port`, or `host:port tls#N`.
 void pool_key(std::string& key, const config::upstream& up, const client_tls* tls) {
-  key = up.host;
-  key += ':';
-  key += std::to_string(up.port);
-  if (tls) {
-    key += " tls#";
-    key += std::to_string(tls->id());
-  }
+  key.clear();
+  text_writer w(key, up.host.size() + 48);
+  w.put(up.host).put(':').number(std::uint64_t{up.port});
+  if (tls) w.put(" tls#").number(tls->id());
 }
 
 /// Why a client handshake failed, in words: the certificate verification's message when
