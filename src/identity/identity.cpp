@@ -493,8 +493,7 @@ std::variant<std::string, caller_error> presented_key(const config::rules& rules
 
 std::optional<std::string> static_plan(const config::rules& rules, std::string_view key) {
   if (key.empty()) return std::nullopt;
-  if (auto it = rules.api_keys.find(std::string(key)); it != rules.api_keys.end())
-    return it->second;
+  if (auto it = rules.api_keys.find(key); it != rules.api_keys.end()) return it->second;
   if (rules.api_keys_file) return rules.api_keys_file->find(key);
   return std::nullopt;
 }
