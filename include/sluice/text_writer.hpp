@@ -17,9 +17,10 @@ namespace sluice {
 /// otherwise while the writer lives.
 class text_writer {
  public:
-  text_writer(std::string& out, std::size_t bound) : out_(out), start_(out.size()) {
-    out.resize(start_ + bound);
-    p_ = out.data() + start_;
+  text_writer(std::string& out, std::size_t bound) : out_(out) {
+    const std::size_t start = out.size();
+    out.resize(start + bound);
+    p_ = out.data() + start;
     end_ = p_ + bound;
   }
   ~text_writer() { out_.resize(static_cast<std::size_t>(p_ - out_.data())); }
@@ -82,7 +83,6 @@ class text_writer {
   }
 
   std::string& out_;
-  std::size_t start_;
   char* p_;
   char* end_;
 };

@@ -621,8 +621,10 @@ void gateway_handler::respond(const snapshot& snap, http::request_head& head,
       head.set(rules.shadow_header, names);
     }
   }
+  // The quota fields, rendered once: set on a 429, relayed with a forwarded response.
+  std::string lines;
+  limiter::append_quota_lines(lines, *applied, outcome, rules.headers);
   if (!outcome.allowed) {
-    auto fields = limiter::quota_headers(*applied, outcome, rules.headers);
     counted.limited.add();
     // `retry_after_jitter:` only ever adds to the honest wait.
     const auto retry = limiter::jittered_retry_after(
@@ -632,14 +634,12 @@ void gateway_handler::respond(const snapshot& snap, http::request_head& head,
     res.set(bhttp::field::server, "sluice");
     res.set(bhttp::field::content_type, "application/problem+json");
     res.body() = limiter::quota_exceeded_body(violated, retry);
-    for (const auto& [name, value] : fields) res.set(name, value);
+    http::set_lines(res.base(), lines);
     res.set(bhttp::field::retry_after, std::to_string(retry));
     out = answer(std::move(res));
     return;
   }
   counted.allowed.add();
-  std::string lines;
-  limiter::append_quota_lines(lines, *applied, outcome, rules.headers);
   forward(r, head, ctx, true, std::move(lines), counted, out);
 }
 

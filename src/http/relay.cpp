@@ -408,8 +408,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       error_code ec;
       if (!parse_head_buffered(lease.buffer, *rp, ec)) {
         ups.expires_after(up.timeout);
-        // (read_more itself, not read_head: one coroutine frame fewer per response)
-        while (!ec && !rp->is_header_done()) ec = co_await read_more(ups, lease.buffer, *rp);
+        ec = co_await read_head(ups, lease.buffer, *rp);
       }
       got_bytes = got_bytes || rp->got_some() || lease.buffer.size() > 0;
       if (ec) {

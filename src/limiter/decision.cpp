@@ -9,6 +9,18 @@
 #include <iterator>
 
 namespace sluice::limiter {
+namespace {
+
+// The quota fields' names: what append_quota_lines writes, and the names (of static storage)
+// quota_headers hands out for its lines.
+constexpr std::string_view x_limit = "X-RateLimit-Limit";
+constexpr std::string_view x_remaining = "X-RateLimit-Remaining";
+constexpr std::string_view x_reset = "X-RateLimit-Reset";
+constexpr std::string_view ietf_policy = "RateLimit-Policy";
+constexpr std::string_view ietf_state = "RateLimit";
+constexpr std::string_view quota_names[] = {x_limit, x_remaining, x_reset, ietf_policy, ietf_state};
+
+}  // namespace
 
 std::optional<std::size_t> most_constraining(const std::vector<applied_limit>& limits,
                                              const check_outcome& outcome) {
@@ -75,21 +87,21 @@ void append_quota_lines(std::string& out, const std::vector<applied_limit>& limi
   if (sets.x_ratelimit) {
     if (auto i = most_constraining(limits, outcome)) {
       const auto& o = outcome.limits[*i];
-      w.put("X-RateLimit-Limit: ")
-          .number(o.limit)
-          .put("\r\nX-RateLimit-Remaining: ")
-          .number(std::max<std::int64_t>(0, o.remaining))
-          .put("\r\nX-RateLimit-Reset: ")
-          .number(ceil_seconds(o.reset_ms))
-          .put("\r\n");
+      w.put(x_limit).put(": ").number(o.limit).put("\r\n");
+      w.put(x_remaining).put(": ").number(std::max<std::int64_t>(0, o.remaining)).put("\r\n");
+      w.put(x_reset).put(": ").number(ceil_seconds(o.reset_ms)).put("\r\n");
     }
   }
   if (!sets.ietf) return;
   bool any = false;
   for (std::size_t i = 0; i < n; ++i) {
     if (limits[i].shadow) continue;
-    w.put(any ? ", \"" : "RateLimit-Policy: \"")
-        .put(limits[i].name)
+    if (any) {
+      w.put(", \"");
+    } else {
+      w.put(ietf_policy).put(": \"");
+    }
+    w.put(limits[i].name)
         .put("\";q=")
         .number(outcome.limits[i].limit)
         .put(";w=")
@@ -102,10 +114,12 @@ void append_quota_lines(std::string& out, const std::vector<applied_limit>& limi
   for (std::size_t i = 0; i < n; ++i) {
     if (limits[i].shadow) continue;
     const auto& o = outcome.limits[i];
-    w.put(any ? ", \"" : "RateLimit: \"")
-        .put(limits[i].name)
-        .put("\";r=")
-        .number(std::max<std::int64_t>(0, o.remaining));
+    if (any) {
+      w.put(", \"");
+    } else {
+      w.put(ietf_state).put(": \"");
+    }
+    w.put(limits[i].name).put("\";r=").number(std::max<std::int64_t>(0, o.remaining));
     if (o.remaining < o.limit)
       w.put(";t=").number(std::max<std::int64_t>(1, ceil_seconds(o.next_ms)));
     any = true;
@@ -116,10 +130,6 @@ void append_quota_lines(std::string& out, const std::vector<applied_limit>& limi
 std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits,
                                         const check_outcome& outcome,
                                         const config::header_sets& sets) {
-  // The names of static storage the lines can carry (header_field's names are views).
-  static constexpr std::string_view names[] = {"X-RateLimit-Limit", "X-RateLimit-Remaining",
-                                               "X-RateLimit-Reset", "RateLimit-Policy",
-                                               "RateLimit"};
   std::string lines;
   append_quota_lines(lines, limits, outcome, sets);
   std::vector<header_field> out;
@@ -129,7 +139,7 @@ std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits
     const std::string_view line = rest.substr(0, eol);
     rest = rest.substr(eol + 2);
     const auto colon = line.find(": ");
-    for (const auto name : names) {
+    for (const auto name : quota_names) {
       if (line.substr(0, colon) == name) out.emplace_back(name, line.substr(colon + 2));
     }
   }

@@ -9,6 +9,7 @@
 /// keys are compared byte for byte).
 
 #include "sluice/config/loader.hpp"
+#include "sluice/string_hash.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -71,11 +72,7 @@ class api_key_file {
   api_key_file(std::string path, std::vector<std::string> plan_names);
 
  private:
-  struct hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  using key_map = std::unordered_map<std::string, std::string, hash, std::equal_to<>>;
+  using key_map = std::unordered_map<std::string, std::string, string_hash, std::equal_to<>>;
 
   struct file_id {
     std::int64_t mtime_ns = -1, size = -1;

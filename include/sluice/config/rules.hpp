@@ -4,6 +4,8 @@
 /// A `rules` value is immutable once loaded and is shared read-only between workers as a
 /// snapshot (`std::shared_ptr<const rules>`).
 
+#include "sluice/string_hash.hpp"
+
 #include <boost/unordered/unordered_flat_map.hpp>
 
 #include <array>
@@ -13,20 +15,10 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 namespace sluice::config {
-
-/// A hash of a std::string or a std::string_view alike (std::hash of the view), for
-/// transparent lookups by view.
-struct string_hash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const noexcept {
-    return std::hash<std::string_view>{}(s);
-  }
-};
 
 /// Largest integer a limit parameter may take: Lua numbers are doubles, exact up to 2^53.
 inline constexpr std::int64_t max_exact_integer = std::int64_t{1} << 53;

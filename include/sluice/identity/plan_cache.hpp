@@ -5,6 +5,8 @@
 /// bounded size, least recently used entries evicted first. A hit costs one hash lookup and
 /// no store round trip.
 
+#include "sluice/string_hash.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -61,16 +63,12 @@ class plan_cache {
     bool present = false;
     clock::time_point expires;
   };
-  struct hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
   using lru = std::list<entry>;  // front: most recently used
 
   std::size_t capacity_;
   lru order_;
   // Keys are views into the list nodes' strings (stable: list nodes never move).
-  std::unordered_map<std::string_view, lru::iterator, hash, std::equal_to<>> map_;
+  std::unordered_map<std::string_view, lru::iterator, string_hash, std::equal_to<>> map_;
   counters stats_;
 };
 

@@ -67,9 +67,10 @@ std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits
                                         const check_outcome& outcome,
                                         const config::header_sets& sets);
 
-/// The same fields rendered as lines, `Name: value` CRLF each, appended to `out`: what a
-/// forwarded request's response carries (http::forward_plan::added_lines), rendered with no
-/// allocation beyond `out`'s growth. quota_headers() is these lines, split.
+/// The same fields rendered as lines, `Name: value` CRLF each, appended to `out`: what every
+/// response carries (a 429 through http::set_lines, a forwarded one as
+/// http::forward_plan::added_lines), rendered with no allocation beyond `out`'s growth.
+/// quota_headers() is these lines, split into (name, value) pairs.
 void append_quota_lines(std::string& out, const std::vector<applied_limit>& limits,
                         const check_outcome& outcome, const config::header_sets& sets);
 
