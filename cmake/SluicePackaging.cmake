@@ -47,13 +47,34 @@ install(FILES ${PROJECT_SOURCE_DIR}/docs/operating.md ${PROJECT_SOURCE_DIR}/docs
         DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs OPTIONAL)
 install(FILES ${PROJECT_SOURCE_DIR}/config/sluice.yaml DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
 
+# The licence (Debian's machine-readable copyright file) and a Debian changelog naming this
+# build's version and revision, dated by the commit (so a rebuild of one commit is the same
+# file), compressed as Debian policy §12.7 asks (gzip -9n: no name or time stamp inside).
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/debian/copyright DESTINATION ${CMAKE_INSTALL_DOCDIR})
+set(SLUICE_CHANGELOG_DATE "")
+if(SLUICE_GIT AND NOT SLUICE_REVISION STREQUAL "unknown")
+  execute_process(COMMAND ${SLUICE_GIT} -C "${PROJECT_SOURCE_DIR}" log -1
+                          "--date=format:%a, %d %b %Y %H:%M:%S %z" --format=%cd ${SLUICE_REVISION}
+                  OUTPUT_VARIABLE SLUICE_CHANGELOG_DATE ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+endif()
+if(NOT SLUICE_CHANGELOG_DATE)
+  string(TIMESTAMP SLUICE_CHANGELOG_DATE "%a, %d %b %Y %H:%M:%S +0000" UTC)
+endif()
+configure_file(${PROJECT_SOURCE_DIR}/packaging/debian/changelog.in
+               ${PROJECT_BINARY_DIR}/packaging/changelog @ONLY)
+execute_process(COMMAND gzip -9nc ${PROJECT_BINARY_DIR}/packaging/changelog
+                OUTPUT_FILE ${PROJECT_BINARY_DIR}/packaging/changelog.gz)
+install(FILES ${PROJECT_BINARY_DIR}/packaging/changelog.gz DESTINATION ${CMAKE_INSTALL_DOCDIR})
+
 # --- Debian package ---------------------------------------------------------------------------
 # dpkg does not treat /etc files as conffiles by itself (debhelper would list them): say so.
 file(WRITE ${PROJECT_BINARY_DIR}/packaging/conffiles "${SLUICE_CONFIG_PATH}\n")
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME sluice)
-set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+# The tree's version (cmake/SluiceVersion.cmake): a package built after one more commit has a
+# higher version, so installing it upgrades the one before.
+set(CPACK_PACKAGE_VERSION ${SLUICE_VERSION_FULL})
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "rate-limiting HTTP reverse proxy")
 set(CPACK_PACKAGING_INSTALL_PREFIX ${CMAKE_INSTALL_PREFIX})  # the paths the unit names
 set(CPACK_STRIP_FILES TRUE)
@@ -63,10 +84,11 @@ set(CPACK_DEBIAN_PACKAGE_SECTION httpd)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # The extended description; CPack puts the summary above it and indents each line.
 set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
-"sluice sits in front of an HTTP API, identifies each caller (API key, user, client
-address) and decides every limit of a request in one atomic script in Redis (or in
-memory, for a single instance), then forwards the request upstream or answers 429
-with Retry-After and RateLimit headers. The systemd unit is installed disabled.")
+"sluice sits in front of an HTTP API, identifies each caller (API key,
+user, client address) and decides every limit of a request in one atomic
+script in Redis (or in memory, for a single instance), then forwards the
+request upstream or answers 429 with Retry-After and RateLimit headers.
+The systemd unit is installed disabled.")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS redis-server)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     ${PROJECT_BINARY_DIR}/packaging/conffiles

@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (vm.count("version")) {
-    std::cout << "sluice " << sluice::version << '\n';
+    std::cout << "sluice " << sluice::version << "\nrevision " << sluice::revision << '\n';
     return 0;
   }
   sluice::app::runtime_options options;

@@ -1,12 +1,19 @@
 #pragma once
 /// @file
-/// The version string of this build (from CMake's project version).
+/// The version and revision of this build, derived from the source tree when it was
+/// configured (cmake/SluiceVersion.cmake): `git describe` style.
 
 #include <string_view>
 
 namespace sluice {
 
-/// `sluice --version` prints this, for example "0.1.0".
-inline constexpr std::string_view version = SLUICE_VERSION;
+/// `sluice --version` prints this: "0.1.0" for a commit tagged v0.1.0, else
+/// "<base>+<commits>.g<12 hex digits of the commit>", for example "0.1.0+412.g78bc591a0c1d".
+/// A later commit always gives a higher Debian version.
+extern const std::string_view version;
+
+/// The full commit id (40 hex digits) the build was made from; "unknown" outside a git tree
+/// without a .tarball-version file.
+extern const std::string_view revision;
 
 }  // namespace sluice

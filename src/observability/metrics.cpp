@@ -470,7 +470,9 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
   {
     auto f = family("sluice_build_info", "The running sluice build (value always 1).",
                     MetricType::Gauge);
-    add_gauge(f, 1, {{"version", std::string(sluice::version)}});
+    add_gauge(
+        f, 1,
+        {{"version", std::string(sluice::version)}, {"revision", std::string(sluice::revision)}});
     out.push_back(std::move(f));
   }
   return out;

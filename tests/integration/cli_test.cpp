@@ -2,6 +2,8 @@
 // --listen / --admin / --workers overrides.
 // sluice-test-support: gateway_fixture
 
+#include "sluice/version.hpp"
+
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -45,7 +47,22 @@ std::string write_temp(const std::string& name, const std::string& text) {
 TEST(cli, version) {
   auto r = run("--version");
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_EQ(r.output, "sluice " SLUICE_VERSION "\n");
+  EXPECT_EQ(r.output, "sluice " + std::string(sluice::version) + "\nrevision " +
+                          std::string(sluice::revision) + "\n");
+}
+
+// The version names the commit it was built from (cmake/SluiceVersion.cmake): a build of a
+// git tree is "<base>" on a tag, else "<base>+<commits>.g<first 12 hex digits of revision>".
+TEST(cli, version_names_the_revision) {
+  const std::string v(sluice::version), rev(sluice::revision);
+  if (rev == "unknown") GTEST_SKIP() << "built outside a git tree: " << v;
+  ASSERT_EQ(rev.size(), 40u) << rev;
+  const auto plus = v.find('+');
+  if (plus == std::string::npos) return;  // a tagged commit: the tag is the name
+  EXPECT_EQ(v.substr(v.size() - 13), "g" + rev.substr(0, 12)) << v;
+  const auto dot = v.find(".g", plus);
+  ASSERT_NE(dot, std::string::npos) << v;
+  EXPECT_GT(std::stoll(v.substr(plus + 1, dot - plus - 1)), 0) << v;
 }
 
 TEST(cli, check_config_accepts_the_default_rules) {

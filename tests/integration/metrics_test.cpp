@@ -11,6 +11,8 @@
 #include "sluice/app/runtime.hpp"
 #include "sluice/config/loader.hpp"
 
+#include "sluice/version.hpp"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -224,7 +226,9 @@ TEST_P(metrics_cases, counts_every_decision_exactly) {
     EXPECT_EQ(m.at(req("open", "unlimited")), 0);
     EXPECT_EQ(m.at("sluice_store_checks_total"), 0);
     EXPECT_EQ(m.at("sluice_config_generation"), 1);
-    EXPECT_EQ(m.at("sluice_build_info{version=\"" SLUICE_VERSION "\"}"), 1);
+    EXPECT_EQ(m.at("sluice_build_info{version=\"" + std::string(sluice::version) +
+                   "\",revision=\"" + std::string(sluice::revision) + "\"}"),
+              1);
   }
 
   // search: burst 3 -> 3 allowed, then 2 limited (429).

@@ -25,7 +25,8 @@ pass() { echo "ok: $*"; }
 # The files a full install must hold, and nothing else (no test or benchmark executable).
 expected_files() {
   printf '%s\n' "$binary" "$config" "$unit" "$docdir/README.md" "$docdir/docs/operating.md" \
-    "$docdir/docs/clients.md" "$docdir/examples/sluice.yaml" | sort
+    "$docdir/docs/clients.md" "$docdir/examples/sluice.yaml" "$docdir/copyright" \
+    "$docdir/changelog.gz" | sort
 }
 
 # check_tree ROOT WHAT: the file set under ROOT, the binary, the rules file and the unit.
@@ -42,11 +43,16 @@ check_tree() {
 
   [[ -x $root$binary ]] || { fail "$what: $binary is not executable"; return; }
   local out
-  if out=$("$root$binary" --version) && [[ $out == "sluice $version" ]]; then
-    pass "$what: --version: $out"
+  if out=$("$root$binary" --version) && [[ $(head -n1 <<<"$out") == "sluice $version" ]]; then
+    pass "$what: --version: $(head -n1 <<<"$out")"
   else
-    fail "$what: --version printed '$out', wanted 'sluice $version'"
+    fail "$what: --version printed '$out', wanted 'sluice $version' first"
   fi
+  # The licence and the changelog: machine-readable Apache-2.0, an entry for this version.
+  grep -Fxq "License: Apache-2.0" "$root$docdir/copyright" ||
+    fail "$what: $docdir/copyright does not state License: Apache-2.0"
+  [[ $(zcat "$root$docdir/changelog.gz" | head -n1) == "sluice ($version) unstable; urgency=medium" ]] ||
+    fail "$what: changelog.gz's first entry is not for $version: $(zcat "$root$docdir/changelog.gz" | head -n1)"
   if out=$("$root$binary" --check-config "$root$config" 2>&1) && [[ $out == *": OK: "* ]]; then
     pass "$what: --check-config accepts the installed rules file"
   else

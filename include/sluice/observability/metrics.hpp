@@ -210,7 +210,7 @@ struct metrics_sample {
 /// - `sluice_access_log_dropped_total` (lines dropped from the access log's full queue);
 /// - `sluice_plan_cache_lookups_total{result}` (hit, negative_hit, miss),
 ///   `sluice_plan_cache_evictions_total`;
-/// - `sluice_build_info{version}` (always 1).
+/// - `sluice_build_info{version, revision}` (always 1).
 ///
 /// Every family is present even at zero (a counter that exists from the start rates
 /// correctly). Throws only std::bad_alloc.

@@ -2,6 +2,8 @@
 // histogram's bucket edges, and the exact text of a sample (Prometheus text format 0.0.4).
 #include "sluice/observability/metrics.hpp"
 
+#include "sluice/version.hpp"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -242,10 +244,12 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_plan_cache_lookups_total{result=\"negative_hit\"} 26\n",
            "sluice_plan_cache_lookups_total{result=\"miss\"} 27\n",
            "sluice_plan_cache_evictions_total 28\n",
-           "sluice_build_info{version=\"" SLUICE_VERSION "\"} 1\n",
        }) {
     EXPECT_TRUE(contains(text, line)) << "missing: " << line << "in:\n" << text;
   }
+  const std::string build_info = "sluice_build_info{version=\"" + std::string(sluice::version) +
+                                 "\",revision=\"" + std::string(sluice::revision) + "\"} 1\n";
+  EXPECT_TRUE(contains(text, build_info)) << "missing: " << build_info << "in:\n" << text;
   // Every family has one HELP and one TYPE line, and the text ends with a line feed.
   std::size_t help = 0, type = 0;
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
