@@ -17,6 +17,8 @@
 --   field of the bucket in hash keys[i] ('' = the bucket is keys[i] itself)
 -- Reply: {allowed, now_ms, then per limit: admits, remaining, reset_ms, retry_after_ms, next_ms,
 -- then per limit with a 64-byte parameter, in order: the tokens it took}
+--   A call whose first limit carries flags 4 is a settle (settle() below; every limit must be
+--   one): 64-byte parameters (id, a, b, c, cost, 4, units, taken_at), no decision.
 --
 -- All-or-nothing: every limit is validated and read before anything is written; an enforced
 -- limit is debited only if every enforced limit admits, a shadow limit iff it admits alone
@@ -77,6 +79,59 @@ local function bad_limit(i, why)
   return redis.error_reply('ERR sluice check: bad limit ' .. i)
 end
 
+-- Settles every limit of a call whose parameters carry flags 4 (check_request::settle):
+-- struct.pack('<dddddddd', id, a, b, c, cost, 4, units, taken_at) — units > 0 charged, < 0
+-- refunded (|units| <= the Limit), taken_at the store time the units were spent at (windows;
+-- < 0: now). Nothing is decided or refused: every limit is validated first, then each is
+-- settled in order (tb_settle, window_settle), so the call is atomic. A sliding log cannot
+-- settle. Reply as check's: {1, now, then per limit: admits, remaining, reset_ms,
+-- retry_after_ms, next_ms}, describing what a request of the limit's cost would get now.
+local function settle(keys, argv, now, n)
+  local limits = {}
+  for i = 1, n do
+    local p = argv[1 + 2 * i]
+    if #p ~= 64 then return bad_limit(i, 'a settle needs every limit settled') end
+    local id, a, b, c, cost, flags, units, taken_at = unpack_state('<dddddddd', p)
+    if flags ~= 4 then return bad_limit(i, 'a settle needs every limit settled') end
+    if id == 0 then
+      if not (a >= 1 and b >= 1 and c >= 1 and cost >= 1) then
+        return bad_limit(i, 'bad token bucket')
+      end
+      if c * b > TWO_53 then return bad_limit(i, 'capacity above 2^53') end
+      if not (units >= -c and units <= c) then return bad_limit(i, 'bad settle') end
+    elseif id == 1 or id == 2 then
+      local why = windows().validate(a, b, c, cost, id == 2)
+      if why then return bad_limit(i, why) end
+      if not (units >= -b and units <= b) then return bad_limit(i, 'bad settle') end
+    else
+      return bad_limit(i, 'only a token bucket or a window can settle')
+    end
+    limits[i] = {id, a, b, c, cost, units, taken_at}
+  end
+  local reply = {1, now}
+  local at = 2
+  for i = 1, n do
+    local l = limits[i]
+    local id, a, b, c, cost, units = l[1], l[2], l[3], l[4], l[5], l[6]
+    local admits, remaining, reset, retry, nxt
+    if id == 0 then
+      admits, remaining, reset, retry, nxt =
+          tb_settle(keys[i], argv[2 + 2 * i], a, b, c * b, cost * b, now, units * b)
+    else
+      admits, remaining, reset, retry, nxt =
+          windows().settle({key = keys[i], field = argv[2 + 2 * i]}, a, b, cost, now, id == 2,
+                           units, l[7])
+    end
+    reply[at + 1] = admits and 1 or 0
+    reply[at + 2] = remaining
+    reply[at + 3] = reset
+    reply[at + 4] = retry
+    reply[at + 5] = nxt
+    at = at + 5
+  end
+  return reply
+end
+
 local function check(keys, argv)
   if not fmod then bind() end
   local n = #keys
@@ -95,6 +150,11 @@ local function check(keys, argv)
   -- On Redis's own clock, whatever the override says.
   if stale_after >= 0 and clock > stale_after then
     return redis.error_reply('STALE sluice check: now ' .. int(clock))
+  end
+  -- A settle (flags 4) comes in the 64-byte form, which a check uses only for leases.
+  if #argv[3] == 64 then
+    local _, _, _, _, _, flags = unpack_state('<dddddddd', argv[3])
+    if flags >= 4 then return settle(keys, argv, now, n) end
   end
 
   if n == 1 then

@@ -38,8 +38,8 @@ local function tb_read(key, field, refill, upt, cap, need, now, refund)
     if l > cap then
       l = cap
       dirty = true
-    elseif l < 0 then
-      l = 0
+    elseif l < -cap then  -- below zero: a debt a settled charge left, at most one capacity
+      l = -cap
       dirty = true
     end
     local elapsed = now - s
@@ -84,6 +84,30 @@ local function tb_write(key, field, refill, upt, cap, need, debit, peek, now, le
   local retry = 0
   if level < need then retry = ceil_div(need - level, refill) end
   local nxt = 0
-  if after < cap then nxt = ceil_div(upt - fmod(after, upt), refill) end
-  return floor_div(after, upt), reset, retry, nxt, take
+  local remaining = 0  -- in debt (after < 0): 0, never below
+  if after < 0 then
+    nxt = ceil_div(upt - after, refill)  -- the next whole unit is one token above zero
+  else
+    remaining = floor_div(after, upt)
+    if after < cap then nxt = ceil_div(upt - fmod(after, upt), refill) end
+  end
+  return remaining, reset, retry, nxt, take
+end
+
+-- Settles `units` (> 0: a charge, < 0: a refund; tokens times upt) on the bucket at (key,
+-- field): its level at `now` less `units`, kept in [-cap, cap] — a charge may leave a debt, a
+-- refund never fills it past the capacity (settled_level in src/limiter/token_bucket.cpp) —
+-- written, or deleted when full. Returns admits, remaining, reset_ms, retry_after_ms, next_ms
+-- for a request needing `need` units.
+local function tb_settle(key, field, refill, upt, cap, need, now, units)
+  local _, level, stored = tb_read(key, field, refill, upt, cap, need, now, 0)
+  local after = level - units
+  if after > cap then
+    after = cap
+  elseif after < -cap then
+    after = -cap
+  end
+  local remaining, reset, retry, nxt =
+      tb_write(key, field, refill, upt, cap, need, false, false, now, after, stored, true, 0)
+  return retry == 0, remaining, reset, retry, nxt
 end

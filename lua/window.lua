@@ -32,8 +32,8 @@ local function window_counts(stored_index, stored_cur, stored_prev, w, lim, now,
     c.index = stored_index
     now_eff = stored_index * w
   end
-  local function clamp(v)
-    if v > lim then return lim end
+  local function clamp(v)  -- up to 2N: above N is a debt a settled charge left
+    if v > 2 * lim then return 2 * lim end
     if v < 0 then return 0 end
     return v
   end
@@ -136,6 +136,37 @@ local function window_write(slot, w, lim, cost, debit, sliding, peek)
   return remaining, reset, retry, nxt
 end
 
-window_fns = {validate = window_validate, read = window_read, write = window_write}
+-- Settles `units` (> 0: a charge, < 0: a refund) on the window at `slot` (settled_counts in
+-- src/limiter/window.cpp): a charge counts in the current window, up to 2N; a refund comes off
+-- the window holding store time `taken_at` (< 0: the current one), never below 0 — the
+-- sliding counter's previous window when it is the one just before, nothing when it has
+-- ended. Written (or deleted when nothing is left); returns admits, remaining, reset_ms,
+-- retry_after_ms, next_ms for a request of `cost`.
+local function window_settle(slot, w, lim, cost, now, sliding, units, taken_at)
+  window_read(slot, w, lim, cost, now, sliding)
+  local c = slot.before
+  local s = {index = c.index, current = c.current, previous = c.previous}
+  if units >= 0 then
+    s.current = s.current + units
+    if s.current > 2 * lim then s.current = 2 * lim end
+  else
+    local taken = c.index
+    if taken_at >= 0 then taken = floor_div(taken_at, w) end
+    if taken == c.index then
+      s.current = s.current + units
+      if s.current < 0 then s.current = 0 end
+    elseif sliding and taken == c.index - 1 then
+      s.previous = s.previous + units
+      if s.previous < 0 then s.previous = 0 end
+    end
+  end
+  slot.before = s
+  slot.dirty = true
+  local remaining, reset, retry, nxt = window_write(slot, w, lim, cost, false, sliding, false)
+  return retry == 0, remaining, reset, retry, nxt
+end
+
+window_fns = {validate = window_validate, read = window_read, write = window_write,
+              settle = window_settle}
 return window_fns
 end

@@ -155,15 +155,8 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
     out["outcome"] = verdict_json(*v);
     co_return serialized(out);
   }
-  check.peek = true;  // nothing is written, nothing spent
-  boost::system::result<limiter::check_outcome> decided{
-      make_error_code(sluice::errc::store_unavailable)};
-  limiter::check_outcome now;
-  if (store_->decide_now(check, now)) {
-    decided = std::move(now);
-  } else {
-    decided = co_await store_->check(check);
-  }
+  // The store step as if: nothing is written or spent, no lease or cached refusal is used.
+  const store_result decided = co_await store_.peek(check);
   for (std::size_t i = 0; i < check.limits.size(); ++i) {
     const config::limit& l = *prepared.limits[i];
     json::object o = observability::limit_json(l);

@@ -158,15 +158,31 @@ std::optional<http::verdict> gateway_handler::start(const snapshot& snap, http::
   return std::nullopt;
 }
 
-bool gateway_handler::decided_in_memory(const limiter::check_request& check,
-                                        boost::system::result<limiter::check_outcome>& decided) {
-  if (!store_->decides_in_memory()) return false;  // (no clock read on the Redis path)
-  const auto asked = std::chrono::steady_clock::now();
-  limiter::check_outcome now;
-  if (!store_->decide_now(check, now)) return false;
-  decided = std::move(now);
-  counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
-  return true;
+std::optional<http::verdict> gateway_handler::front(const snapshot& snap, http::request_head& head,
+                                                    const http::request_context& ctx, pending& q) {
+  if (auto early = start(snap, head, q.at, q.r)) return early;
+  q.at.p = &q.p;
+  q.at.id = &q.id;
+  return present(snap, head, ctx, *q.r, q.p);
+}
+
+std::optional<http::verdict> gateway_handler::back(const snapshot& snap, http::request_head& head,
+                                                   const http::request_context& ctx, pending& q) {
+  if (auto early = identify_caller(snap, head, *q.r, q.p, q.id)) return early;
+  return prepare_check(snap, head, ctx, *q.r, q.id, q.check);
+}
+
+void gateway_handler::conclude(const snapshot& snap, http::request_head& head,
+                               const http::request_context& ctx, pending& q, store_result& decided,
+                               http::verdict& out) {
+  q.at.decided = &decided;
+  q.at.store_failed = !decided;
+  respond(snap, head, ctx, *q.r, q.id, q.check, decided, out);
+  finish(out, q.at, head, ctx);
+}
+
+bool gateway_handler::needs_directory(const snapshot& snap, const routed& r, const presented& p) {
+  return !r.preflight && !p.plan && !p.key.empty() && snap.rules->identity.directory.enabled;
 }
 
 bool gateway_handler::decide_now(http::request_head& head, const http::request_context& ctx,
@@ -174,36 +190,22 @@ bool gateway_handler::decide_now(http::request_head& head, const http::request_c
   // Only a store that always decides in memory, and no plan directory (its lookup waits):
   // then nothing below can need a wait, and a false return has done nothing. (The store is
   // asked first: on the Redis store the snapshot is loaded once, by decide().)
-  if (!store_->decides_in_memory()) return false;
+  if (!store_.in_memory()) return false;
   // One snapshot decides the whole request, whatever reloads happen meanwhile.
   std::shared_ptr<const snapshot> snap = shared_.current.load();
   if (snap->rules->identity.directory.enabled) return false;
   counters_.requests.add();
-  progress at;
-  std::optional<routed> r;
-  identified id;
-  presented p;
-  limiter::check_request check;
-  std::optional<http::verdict> early = start(*snap, head, at, r);
-  if (!early) {
-    at.p = &p;
-    at.id = &id;
-    early = present(*snap, head, ctx, *r, p);
-  }
-  if (!early) early = identify_caller(*snap, head, *r, p, id);
-  if (!early) early = prepare_check(*snap, head, ctx, *r, id, check);
+  pending q;
+  std::optional<http::verdict> early = front(*snap, head, ctx, q);
+  if (!early) early = back(*snap, head, ctx, q);
   if (early) {
     out = std::move(*early);
-    finish(out, at, head, ctx);
+    finish(out, q.at, head, ctx);
     return true;
   }
-  boost::system::result<limiter::check_outcome> decided{
-      make_error_code(sluice::errc::store_unavailable)};
-  decided_in_memory(check, decided);
-  at.decided = &decided;
-  at.store_failed = !decided;
-  respond(*snap, head, ctx, *r, id, check, decided, out);
-  finish(out, at, head, ctx);
+  store_result decided{make_error_code(sluice::errc::store_unavailable)};
+  store_.decide_now(q.check, decided);
+  conclude(*snap, head, ctx, q, decided, out);
   return true;
 }
 
@@ -213,88 +215,41 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   // One snapshot decides the whole request, whatever reloads happen meanwhile.
   const std::shared_ptr<const snapshot> snap = shared_.current.load();
   const config::rules& rules = *snap->rules;
-  // The access log's note (only with an access log): what is known when the verdict is made.
-  progress at;
-  auto with_cors = [&](http::verdict v) {
-    finish(v, at, head, ctx);
-    return v;
-  };
-  std::optional<routed> routed_slot;
-  if (auto v = start(*snap, head, at, routed_slot)) co_return with_cors(std::move(*v));
-  const routed& r = *routed_slot;
-
-  // identify: the directory round trip only for a key the snapshot does not know.
-  identified id;
-  presented p;
-  at.p = &p;
-  at.id = &id;
-  if (auto refused = co_await caller(*snap, head, ctx, r, p, id))
-    co_return with_cors(std::move(*refused));
-
-  // decide: one store check (no wait on the memory store).
-  limiter::check_request check;
-  if (auto v = prepare_check(*snap, head, ctx, r, id, check)) co_return with_cors(std::move(*v));
-  boost::system::result<limiter::check_outcome> decided{
-      make_error_code(sluice::errc::store_unavailable)};
-  limiter::lease_split leased;
-  // (Directory down: the store is known to be failing.)
-  if (!id.directory_down && !decided_in_memory(check, decided)) {
-    const auto asked = std::chrono::steady_clock::now();
-    limiter::check_outcome now;
-    // Token leasing: the limits a lease of this worker covers are taken out of `check`.
-    bool leasing = false;
-    if (id.limits->leases) {
-      set_leases(*id.limits, check);
-      leasing = leases_.split(check, id.limits->lease_time, snap->generation,
-                              store_->connection_epoch(), asked, leased);
-    }
-    if (leasing && check.limits.empty()) {
-      decided = leases_.settle(leased, nullptr, asked);  // paid from leases: no round trip
-    } else {
-      // The over-limit cache, unless tokens of an ended lease ride on this check.
-      if (rules.store.over_limit_cache && !carries_refund(check) &&
-          refusals_.recall(check, snap->generation, asked, now, store_->connection_epoch())) {
-        decided = std::move(now);  // the store's refusal of this key and cost still stands
-      } else {
-        // A refusal of a lone limit is remembered (limiter::refusal_cache).
-        std::optional<limiter::limit_check> lone;
-        if (rules.store.over_limit_cache && check.limits.size() == 1 &&
-            !check.limits.front().shadow) {
-          lone = check.limits.front();
-        }
-        // The request is needed again only for a local decision after a failure (with
-        // leases, lease_book::failed() gives it back). (A named local, not a conditional
-        // temporary inside co_await: GCC 12 miscompiles that.)
-        const bool keep =
-            !leasing && r.route->route->on_store_failure == config::failure_policy::local;
-        limiter::check_request sent = keep ? check : std::move(check);
-        decided = co_await store_->check(std::move(sent));
-        counters_.store_check.observe(std::chrono::steady_clock::now() - asked);
-        if (decided && lone) {
-          refusals_.remember(*lone, *decided, snap->generation, asked, store_->connection_epoch());
-        }
-      }
-      if (leasing && decided) {
-        decided = leases_.settle(leased, &*decided, std::chrono::steady_clock::now());
-      } else if (leasing) {
-        leases_.failed(leased, check);  // `check`: the whole request again, for `local`
-      }
-    }
-  }
-  at.decided = &decided;
-  at.store_failed = !decided;
+  pending q;
   http::verdict v;
-  respond(*snap, head, ctx, r, id, check, decided, v);
-  co_return with_cors(std::move(v));
+  std::optional<http::verdict> early = start(*snap, head, q.at, q.r);
+  if (!early) {
+    q.at.p = &q.p;
+    q.at.id = &q.id;
+    // identify: the directory round trip only for a key the snapshot does not know.
+    early = co_await caller(*snap, head, ctx, *q.r, q.p, q.id);
+  }
+  if (!early) early = prepare_check(*snap, head, ctx, *q.r, q.id, q.check);
+  if (early) {
+    v = std::move(*early);
+    finish(v, q.at, head, ctx);
+    co_return v;
+  }
+  store_result decided{make_error_code(sluice::errc::store_unavailable)};
+  // (Directory down: the store is known to be failing.)
+  if (!q.id.directory_down) {
+    const compiled_route::plan_limits& limits = *q.id.limits;
+    const store_plan plan{
+        &limits.limits,   &limits.lease_time,
+        limits.leases,    rules.store.over_limit_cache,
+        snap->generation, q.r->route->route->on_store_failure == config::failure_policy::local};
+    co_await store_.decide(q.check, plan, decided);
+  }
+  conclude(*snap, head, ctx, q, decided, v);
+  co_return v;
 }
 
 asio::awaitable<std::optional<http::verdict>> gateway_handler::caller(
     const snapshot& snap, const http::request_head& head, const http::request_context& ctx,
     const routed& r, presented& p, identified& id) {
-  const config::rules& rules = *snap.rules;
   if (auto refused = present(snap, head, ctx, r, p)) co_return refused;
-  if (!r.preflight && !p.plan && !p.key.empty() && rules.identity.directory.enabled) {
-    auto looked = co_await directory_plan(rules.identity.directory, p.key);
+  if (needs_directory(snap, r, p)) {
+    auto looked = co_await directory_plan(snap.rules->identity.directory, p.key);
     p.directory_down = looked.unavailable;
     p.plan = std::move(looked.plan);
   }
@@ -571,17 +526,6 @@ std::optional<http::verdict> gateway_handler::prepare_check(const snapshot& snap
                             a.bucket, rt.cost, a.shadow});
   }
   return std::nullopt;
-}
-
-void gateway_handler::set_leases(const compiled_route::plan_limits& prepared,
-                                 limiter::check_request& check) {
-  for (std::size_t i = 0; i < check.limits.size(); ++i)
-    check.limits[i].lease = prepared.limits[i]->lease;
-}
-
-bool gateway_handler::carries_refund(const limiter::check_request& check) {
-  return std::any_of(check.limits.begin(), check.limits.end(),
-                     [](const limiter::limit_check& l) { return l.refund > 0; });
 }
 
 void gateway_handler::respond(const snapshot& snap, http::request_head& head,

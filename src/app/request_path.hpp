@@ -4,6 +4,7 @@
 // steps — route → identify → decide → respond (429, 503...) or forward.
 
 #include "request_counters.hpp"
+#include "store_step.hpp"
 
 #include "sluice/http/router.hpp"
 #include "sluice/http/tls_context.hpp"
@@ -120,7 +121,7 @@ class gateway_handler final : public http::request_handler {
  public:
   gateway_handler(shared_state& shared, std::shared_ptr<store::counter_store> store,
                   std::shared_ptr<store::redis_directory> directory = nullptr)
-      : shared_(shared), store_(std::move(store)), directory_(std::move(directory)) {}
+      : shared_(shared), store_(std::move(store), counters_), directory_(std::move(directory)) {}
 
   boost::asio::awaitable<http::verdict> decide(http::request_head& head,
                                                const http::request_context& ctx) override;
@@ -147,9 +148,9 @@ class gateway_handler final : public http::request_handler {
   /// This worker's request counters (any thread may read them).
   const request_counters& counters() const { return counters_; }
   /// Refusals answered from the over-limit cache, without a store round trip. Worker thread.
-  std::uint64_t cached_refusals() const { return refusals_.hits(); }
+  std::uint64_t cached_refusals() const { return store_.refusals().hits(); }
   /// This worker's token leases (lease: N). Worker thread.
-  const limiter::lease_book& leases() const { return leases_; }
+  const limiter::lease_book& leases() const { return store_.leases(); }
   /// This worker's plan directory cache counters. Worker thread only.
   identity::plan_cache::counters plan_cache_stats() const {
     return cache_ ? cache_->stats() : identity::plan_cache::counters{};
@@ -205,10 +206,28 @@ class gateway_handler final : public http::request_handler {
   /// fields of `at.cors` (Fetch §3.2.3).
   void finish(http::verdict& v, const progress& at, http::request_head& head,
               const http::request_context& ctx) const;
-  /// Step 4's check on a store that decides in memory (the memory store): `decided` and the
-  /// store-check histogram set, true; false (nothing done) on a store that needs a round trip.
-  bool decided_in_memory(const limiter::check_request& check,
-                         boost::system::result<limiter::check_outcome>& decided);
+  /// One request as decide() and decide_now() take it through the steps (not movable:
+  /// `at` points into it).
+  struct pending {
+    progress at;
+    std::optional<routed> r;
+    presented p;
+    identified id;
+    limiter::check_request check;
+  };
+  /// Steps 1 and 2a (start(), present()) into `q`; or the answer that ends the request.
+  std::optional<http::verdict> front(const snapshot& snap, http::request_head& head,
+                                     const http::request_context& ctx, pending& q);
+  /// Steps 2b and 3 (identify_caller(), prepare_check()) into `q`, after the directory when
+  /// it was needed; or the answer that ends the request (a refusal, an unlimited forward).
+  std::optional<http::verdict> back(const snapshot& snap, http::request_head& head,
+                                    const http::request_context& ctx, pending& q);
+  /// Step 4's end, once the store step decided (or failed): respond() and finish() into
+  /// `out`.
+  void conclude(const snapshot& snap, http::request_head& head, const http::request_context& ctx,
+                pending& q, store_result& decided, http::verdict& out);
+  /// Whether the plan of the presented key must be read from the store-backed directory.
+  static bool needs_directory(const snapshot& snap, const routed& r, const presented& p);
   /// Step 1 with its CORS bookkeeping: route() into `routed_slot` and `at`, or its answer.
   std::optional<http::verdict> start(const snapshot& snap, http::request_head& head, progress& at,
                                      std::optional<routed>& routed_slot);
@@ -240,13 +259,6 @@ class gateway_handler final : public http::request_handler {
   std::optional<http::verdict> prepare_check(const snapshot& snap, http::request_head& head,
                                              const http::request_context& ctx, const routed& r,
                                              const identified& id, limiter::check_request& check);
-  /// Token leasing: sets each limit's lease size (`lease:`) on `check`, which is parallel to
-  /// `prepared` (prepare_check()), for lease_book::split().
-  static void set_leases(const compiled_route::plan_limits& prepared,
-                         limiter::check_request& check);
-  /// Whether a limit of `check` returns tokens of an ended lease (the over-limit cache must
-  /// not answer such a check: the store would not get them back).
-  static bool carries_refund(const limiter::check_request& check);
   /// Step 4: answers from the decided outcome (429 with the quota fields, or forward), or
   /// from the failure policy when the store could not decide, into `out` (a fresh verdict).
   void respond(const snapshot& snap, http::request_head& head, const http::request_context& ctx,
@@ -280,10 +292,8 @@ class gateway_handler final : public http::request_handler {
                          const char* policy);
 
   shared_state& shared_;
-  std::shared_ptr<store::counter_store> store_;
-  limiter::refusal_cache refusals_;  // the store's standing refusals (Redis store only)
-  limiter::lease_book leases_;       // tokens this worker took ahead (Redis store only)
-  request_counters counters_;        // this worker's; summed by gateway::stats() and sample()
+  request_counters counters_;  // this worker's; summed by gateway::stats() and sample()
+  store_step store_;           // step 4: the store, with this worker's leases and refusals
   std::mt19937_64 jitter_{std::random_device{}()};     // Retry-After jitter; this worker's only
   std::shared_ptr<store::redis_directory> directory_;  // null without a redis store
   std::unique_ptr<identity::plan_cache> cache_;        // this worker's directory cache

@@ -265,7 +265,7 @@ void buffer_pool::give(std::unique_ptr<char[]> block) {
   if (block && free_.size() < 64) free_.push_back(std::move(block));
 }
 
-asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, upstream_pool& pool,
+asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_pool& pool,
                                     buffer_pool& buffers, relay_stats& stats) {
   relay_result out;
   const config::upstream& up = *plan.upstream;
@@ -276,7 +276,9 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
   const bool replayable = !has_body && is_idempotent(req.method());
   c.parser.body_limit(limit_of(plan.max_request_body));
 
+  plan.watch.relaying();
   auto fail = [&](upstream_failure f, const error_code& ec, const std::string& detail = {}) {
+    out.end = exchange_end::upstream_failed;
     log_failure(f, up, ec, detail);
     pool.count_failure();
     if (plan.on_failure) plan.on_failure(f);
@@ -336,7 +338,10 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
         if (c.expect_continue && !continued) {
           // Admitted, and the upstream is there: now the client may send the body.
           continued = true;
-          if (co_await send_continue(c.stream, c.write_timeout)) co_return out;  // client gone
+          if (co_await send_continue(c.stream, c.write_timeout)) {
+            out.end = exchange_end::client_gone;
+            co_return out;
+          }
         }
         if (!block) block = buffers.take();
         c.buffer.reserve(read_reserve);  // else Beast reads 512 bytes at a time
@@ -374,6 +379,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
             if (rec == beast::error::timeout)
               stats.body_timeouts.fetch_add(1, std::memory_order_relaxed);
             out.answer = body_error_answer(rec, version);
+            out.end = exchange_end::not_forwarded;
             co_return out;
           }
           const std::size_t got = buffer_pool::block_size - req.body().size;
@@ -420,6 +426,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       if (status != 100 && version >= 11) {
         if (auto wec = co_await relay_interim(c, rp->get())) {
           ups.close();
+          out.end = exchange_end::client_gone;
           co_return out;
         }
       }
@@ -443,6 +450,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
     const auto head_time = steady::now() - sent_at;
     out.upstream_ms = std::chrono::duration<double, std::milli>(head_time).count();
     if (plan.on_response_head) plan.on_response_head(head_time);
+    plan.watch.head(res, status);
 
     // --- an upgrade: relay the 101, then tunnel ----------------------------------------------
     if (status == 101) {
@@ -469,6 +477,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
         co_await tunnel(c.stream, c.buffer, ups, lease.buffer, plan.tunnel_idle_timeout);
         stats.tunnels_open.fetch_sub(1, std::memory_order_relaxed);
       }
+      out.end = exchange_end::tunnel_closed;
       ups.close();
       out.keep_alive = false;
       co_return out;
@@ -508,6 +517,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       if (w.pending) w = co_await send_rest(c.stream, whole, w, c.write_timeout);
       out.bytes_out += w.bytes;
       if (!w.ec) out.status = status;
+      if (w.ec) out.end = exchange_end::client_gone;
       if (!w.ec && upstream_keep && lease.buffer.size() == 0 && !upload_error) {
         pool.release(std::move(lease), idle_for);
       } else {
@@ -526,6 +536,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       out.bytes_out += w.bytes;
       if (w.ec) {
         ups.close();
+        out.end = exchange_end::client_gone;
         co_return out;
       }
       out.status = status;
@@ -548,6 +559,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
         log_failure(f, up, rec);
         pool.count_failure();
         if (plan.on_failure) plan.on_failure(f);
+        out.end = exchange_end::upstream_failed;
         if (!to_client.head_sent()) {
           const auto text = describe(f);
           out.answer = problem(version, text.status, text.title, text.detail);
@@ -557,7 +569,8 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       }
       const std::size_t got = buffer_pool::block_size - rp->window_left();
       const bool done = rp->is_done();
-      if (got == 0 && !done) continue;  // chunk framing only
+      if (got == 0 && !done) continue;                   // chunk framing only
+      if (got > 0) plan.watch.body({block.get(), got});  // observed, never held
       const auto piece = to_client.next(block.get(), got, done);
       auto w = send_now(c.stream, piece);
       if (w.pending) w = co_await send_rest(c.stream, piece, w, c.write_timeout);
@@ -565,6 +578,7 @@ asio::awaitable<relay_result> relay(client_side c, const forward_plan& plan, ups
       if (w.bytes > 0) out.status = status;
       if (w.ec) {
         ups.close();  // the client is gone or too slow; the body is not read to its end
+        out.end = exchange_end::client_gone;
         co_return out;
       }
       if (done) break;

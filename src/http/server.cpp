@@ -545,6 +545,7 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
                                        limits.send_timeout, limits.body_min_rate, client_keep_alive,
                                        self->stopping, expect_continue, head_buffer},
                            v.forward, self->pool, self->buffers, self->relays);
+        v.forward.watch.end(r.end);  // (a session destroyed before this: the watch's own end)
         ex.status = r.status;
         ex.upstream_status = r.upstream_status;
         ex.upstream_ms = r.upstream_ms;

@@ -13,8 +13,9 @@ std::int64_t refilled_level(const bucket_state* state, const bucket_params& p,
                             std::int64_t now_ms) {
   const std::int64_t cap = p.capacity();
   if (state == nullptr) return cap;  // a missing (or expired) bucket is full
-  // Clamp a stored level into [0, cap]: a burst lowered by a config reload, or a corrupt value,
-  // must not carry more (or fewer than zero) units than the bucket can hold.
+  // Clamp a stored level into [-cap, cap]: a burst lowered by a config reload, or a corrupt
+  // value, must not carry more units than the bucket can hold; below zero is a debt a settled
+  // charge left (settled_level), at most one capacity.
   std::int64_t stored = state->level;
   if (state->units_per_token > 0 && state->units_per_token != p.units_per_token) {
     // Written under another rate: the same balance in tokens, in this rate's units, rounded
@@ -24,7 +25,7 @@ std::int64_t refilled_level(const bucket_state* state, const bucket_params& p,
         std::floor(static_cast<double>(stored) / static_cast<double>(state->units_per_token) *
                    static_cast<double>(p.units_per_token)));
   }
-  const std::int64_t level = std::clamp<std::int64_t>(stored, 0, cap);
+  const std::int64_t level = std::clamp<std::int64_t>(stored, -cap, cap);
   // A clock stepped back counts as no time (DESIGN.md, "Fine points").
   const std::int64_t elapsed = std::max<std::int64_t>(0, now_ms - state->stamp_ms);
   // elapsed * refill may overflow (and is inexact above 2^53 in Lua): compare the elapsed time
@@ -37,6 +38,12 @@ std::int64_t refunded_level(std::int64_t level, const bucket_params& p, std::int
   if (refund <= 0 || level >= p.capacity()) return level;
   // refund <= burst (validated), so refund * units_per_token <= capacity <= 2^53.
   return std::min(p.capacity(), level + refund * p.units_per_token);
+}
+
+std::int64_t settled_level(std::int64_t level, const bucket_params& p, std::int64_t units) {
+  // |units| <= burst (validated), so |units| * units_per_token <= capacity <= 2^53.
+  const std::int64_t cap = p.capacity();
+  return std::clamp<std::int64_t>(level - units * p.units_per_token, -cap, cap);
 }
 
 std::int64_t leased_units(std::int64_t level, const bucket_params& p, std::int64_t cost,
@@ -52,11 +59,14 @@ limit_outcome describe(std::int64_t level, const bucket_params& p, std::int64_t 
   limit_outcome out;
   out.admits = admits;
   out.limit = p.burst;
-  out.remaining = level / upt;
+  out.remaining = level < 0 ? 0 : level / upt;  // a debt shows as 0, never below
   out.reset_ms = ceil_div(cap - level, p.refill_per_ms);
   // Not admitted means not debited, so `level` is still the level before the decision.
   out.retry_after_ms = admits ? 0 : ceil_div(cost * upt - level, p.refill_per_ms);
-  out.next_ms = level >= cap ? 0 : ceil_div(upt - level % upt, p.refill_per_ms);
+  // In debt, the next whole unit is one token above zero.
+  out.next_ms = level >= cap ? 0
+                : level < 0  ? ceil_div(upt - level, p.refill_per_ms)
+                             : ceil_div(upt - level % upt, p.refill_per_ms);
   return out;
 }
 

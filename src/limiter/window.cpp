@@ -32,13 +32,30 @@ window_counts current_counts(const window_counts* stored, const bucket_params& p
     out.index = stored->index;
     now_eff_ms = stored->index * w;
   }
-  const auto clamp = [lim](std::int64_t v) { return std::clamp<std::int64_t>(v, 0, lim); };
+  // Up to 2N: a count above N is a debt a settled charge left (settled_counts).
+  const auto clamp = [lim](std::int64_t v) { return std::clamp<std::int64_t>(v, 0, 2 * lim); };
   if (stored->index == out.index) {
     out.current = clamp(stored->current);
     out.previous = sliding(a) ? clamp(stored->previous) : 0;
   } else if (sliding(a) && stored->index == out.index - 1) {
     out.previous = clamp(stored->current);
   }
+  return out;
+}
+
+window_counts settled_counts(const window_counts& c, const bucket_params& p, config::algorithm a,
+                             std::int64_t units, std::int64_t taken_at_ms) {
+  window_counts out = c;
+  if (units >= 0) {
+    out.current = std::min(c.current + units, 2 * p.window_limit);
+    return out;
+  }
+  const std::int64_t taken = taken_at_ms < 0 ? c.index : taken_at_ms / p.window_ms;
+  if (taken == c.index) {
+    out.current = std::max<std::int64_t>(0, c.current + units);
+  } else if (sliding(a) && taken == c.index - 1) {
+    out.previous = std::max<std::int64_t>(0, c.previous + units);
+  }  // else: the window the units were taken in has ended; they expired with it
   return out;
 }
 

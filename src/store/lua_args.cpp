@@ -49,6 +49,17 @@ std::string pack_leased_limit(std::int64_t a, std::int64_t b, std::int64_t c, st
   return out;
 }
 
+std::string pack_settled_limit(int id, std::int64_t a, std::int64_t b, std::int64_t c,
+                               std::int64_t cost, std::int64_t units, std::int64_t taken_at_ms) {
+  const double v[8] = {static_cast<double>(id),    static_cast<double>(a),
+                       static_cast<double>(b),     static_cast<double>(c),
+                       static_cast<double>(cost),  4.0,
+                       static_cast<double>(units), static_cast<double>(taken_at_ms)};
+  std::string out(sizeof v, '\0');
+  std::memcpy(out.data(), v, sizeof v);
+  return out;
+}
+
 std::string redis_key(const limiter::limit_check& l, const key_layout& layout) {
   if (layout.packed && l.algorithm != config::algorithm::sliding_log)
     return limiter::packed_address(l.key, layout.hash_groups).key;
@@ -76,7 +87,13 @@ std::size_t append_check_command(const limiter::check_request& req, const key_la
   out.push_back(std::to_string(req.stale_after_ms));
   for (std::size_t i = 0; i < n; ++i) {
     const auto& l = req.limits[i];
-    if (packs_lease(l)) {
+    if (req.settle) {
+      const bool tb = l.algorithm == config::algorithm::token_bucket;
+      out.push_back(pack_settled_limit(algorithm_id(l.algorithm),
+                                       tb ? l.bucket.refill_per_ms : l.bucket.window_ms,
+                                       tb ? l.bucket.units_per_token : l.bucket.window_limit,
+                                       tb ? l.bucket.burst : 0, l.cost, l.settle, l.taken_at_ms));
+    } else if (packs_lease(l)) {
       out.push_back(pack_leased_limit(l.bucket.refill_per_ms, l.bucket.units_per_token,
                                       l.bucket.burst, l.cost, l.shadow, req.peek, l.lease,
                                       l.refund));

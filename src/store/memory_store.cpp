@@ -31,6 +31,8 @@
 // So a created entry costs O(eviction_samples) at the bound, never a scan of the whole store.
 #include "sluice/store/memory_store.hpp"
 
+#include "sluice/errc.hpp"
+
 #include <boost/container/small_vector.hpp>
 
 #include "sluice/limiter/token_bucket.hpp"
@@ -181,6 +183,66 @@ struct memory_store::impl {
   std::size_t shard_of(const std::string& key) const {
     return std::hash<std::string>{}(key) % shards_used;
   }
+
+  // A settle (lua/check.lua's settle, tb_settle, window_settle): each limit in order, read,
+  // charged or refunded, written — under the locks decide() holds on the shards of `idx`.
+  limiter::check_outcome settle_locked(const limiter::check_request& req,
+                                       const small<std::size_t>& idx, std::int64_t now) {
+    limiter::check_outcome out;
+    out.allowed = true;
+    out.now_ms = now;
+    out.limits.reserve(req.limits.size());
+    for (std::size_t i = 0; i < req.limits.size(); ++i) {
+      const auto& l = req.limits[i];
+      auto& sh = shards[idx[i]];
+      const entry* found = nullptr;
+      if (auto it = sh.buckets.find(l.key); it != sh.buckets.end()) {
+        if (it->second.expires_at_ms > now) {
+          if (it->second.kind == l.algorithm) found = &it->second;
+        } else {
+          sh.buckets.erase(it);  // lazy expiry
+        }
+      }
+      if (is_window(l.algorithm)) {
+        std::int64_t now_eff = now;
+        const auto counts = limiter::current_counts(found ? &found->counts : nullptr, l.bucket,
+                                                    l.algorithm, now, now_eff);
+        const auto after =
+            limiter::settled_counts(counts, l.bucket, l.algorithm, l.settle, l.taken_at_ms);
+        const bool admits = limiter::window_admits(after, l.bucket, l.algorithm, now_eff, l.cost);
+        auto o =
+            limiter::describe_window(after, after, l.bucket, l.algorithm, now_eff, l.cost, admits);
+        if (o.reset_ms <= 0) {
+          sh.buckets.erase(l.key);
+        } else {
+          auto& e = sh.slot(l.key, now, cap, req);
+          e.kind = l.algorithm;
+          e.counts = after;
+          e.log.reset();
+          e.expires_at_ms = now + o.reset_ms;
+          sh.min_expires_ms = std::min(sh.min_expires_ms, e.expires_at_ms);
+        }
+        out.limits.push_back(o);
+        continue;
+      }
+      const std::int64_t level =
+          limiter::refilled_level(found ? &found->state : nullptr, l.bucket, now);
+      const std::int64_t after = limiter::settled_level(level, l.bucket, l.settle);
+      if (after >= l.bucket.capacity()) {
+        sh.buckets.erase(l.key);  // full == missing (the script DELetes it)
+      } else {
+        auto& e = sh.slot(l.key, now, cap, req);
+        e.kind = l.algorithm;
+        e.state = {after, now, l.bucket.units_per_token};
+        e.log.reset();
+        e.expires_at_ms = now + limiter::ttl_ms(after, l.bucket);
+        sh.min_expires_ms = std::min(sh.min_expires_ms, e.expires_at_ms);
+      }
+      out.limits.push_back(
+          limiter::describe(after, l.bucket, l.cost, after >= l.cost * l.bucket.units_per_token));
+    }
+    return out;
+  }
 };
 
 memory_store::memory_store(clock_fn clock, std::uint64_t max_buckets)
@@ -214,6 +276,7 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
 
   // The clock is read under the locks, so checks on one bucket see non-decreasing time.
   const std::int64_t now = req.now_ms_override >= 0 ? req.now_ms_override : impl_->clock();
+  if (req.settle) return impl_->settle_locked(req, idx, now);
 
   // Phase 1: read and decide (reads only, like the script, so duplicate keys behave alike).
   struct read_state {
@@ -340,6 +403,7 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
 
 boost::asio::awaitable<boost::system::result<limiter::check_outcome>> memory_store::check(
     limiter::check_request req) {
+  if (req.settle && !limiter::can_settle(req)) co_return make_error_code(errc::store_error);
   co_return decide(req);
 }
 

@@ -550,6 +550,7 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
     check_request sub;
     sub.now_ms_override = req.now_ms_override;
     sub.peek = peek;
+    sub.settle = req.settle;
     for (const auto i : idx) {
       if (shadow_only && !req.limits[i].shadow) continue;
       sub.limits.push_back(req.limits[i]);
@@ -605,8 +606,10 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
         std::count_if(groups.begin(), groups.end(), [](const auto& g) { return g.enforced; }));
 
     // One step: at most one group decides the request (the others hold shadow limits only,
-    // decided alone anyway), or nothing is written at all (peek).
-    if (req.peek || enforced_groups <= 1) {
+    // decided alone anyway), or nothing is written at all (peek), or nothing is decided (a
+    // settle: each slot's limits are settled on their node, atomically per slot; a failure of
+    // one slot leaves the others settled).
+    if (req.peek || req.settle || enforced_groups <= 1) {
       std::vector<std::pair<std::uint16_t, check_request>> calls;
       for (const auto& g : groups) calls.emplace_back(g.slot, subset(req, g.limits, req.peek));
       auto rs = co_await parallel(std::move(calls), deadline);

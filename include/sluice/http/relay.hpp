@@ -83,6 +83,8 @@ struct relay_result {
   double upstream_ms = -1;       ///< request head sent to response head read (-1: none)
   std::uint64_t bytes_in = 0;    ///< request body bytes read from the client
   std::uint64_t bytes_out = 0;   ///< bytes written to the client (heads and body)
+  /// How the exchange ended, for forward_plan::watch (the session ends the watch with it).
+  exchange_end end = exchange_end::complete;
 };
 
 /// Writes `100 Continue` (RFC 9110 §15.2.1) to a client waiting for it before its body.
@@ -102,7 +104,11 @@ boost::asio::awaitable<boost::system::error_code> send_continue(timed_socket& cl
 /// the cause, 413 over max_request_body, 400 for a malformed body); after that, the client
 /// connection is closed (relay_result::keep_alive false). The upstream connection is pooled
 /// only after a complete exchange that allows keep-alive.
-boost::asio::awaitable<relay_result> relay(client_side client, const forward_plan& plan,
+///
+/// `plan.watch` (when it holds a hook) is marked relaying at once, then given the final
+/// response head and each body piece just before it is written to the client; ending it is
+/// the caller's, with relay_result::end.
+boost::asio::awaitable<relay_result> relay(client_side client, forward_plan& plan,
                                            upstream_pool& pool, buffer_pool& buffers,
                                            relay_stats& stats);
 

@@ -5,6 +5,7 @@
 /// head alone (a verdict), the http room then answers or relays the request, streaming.
 
 #include "sluice/config/rules.hpp"
+#include "sluice/http/exchange_hook.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -89,6 +90,9 @@ struct forward_plan {
   /// Called once the upstream's response head is read, with the time since the request head
   /// was sent (metrics: the upstream response histogram). May be empty.
   std::function<void(std::chrono::nanoseconds)> on_response_head;
+  /// The application's response-end hook for this request (exchange_hook.hpp): fed by the
+  /// relay, ended exactly once. Empty for a route with nothing to settle (no allocation).
+  exchange_watch watch;
 };
 
 /// What the application tells the access log about its decision; filled only when the

@@ -68,6 +68,15 @@ struct limit_check {
   /// Token leasing: tokens of an earlier lease returned to the bucket before it is read
   /// (added to its level, which never exceeds the capacity), whatever the decision. 0: none.
   std::int64_t refund = 0;
+  /// Settling only (check_request::settle): tokens (token bucket) or units (windows) charged
+  /// to the bucket (> 0: may take it into debt) or refunded (< 0: never above its capacity),
+  /// -Limit .. Limit. `cost` stays the cost of the limit's requests: the outcome says what
+  /// the next such request would get.
+  std::int64_t settle = 0;
+  /// Settling a window limit: the store time (check_outcome::now_ms) of the check that took
+  /// the units settled; a refund is taken off that window, and dropped when it has ended
+  /// (limiter::settled_counts). -1: the current window. Ignored by the token bucket.
+  std::int64_t taken_at_ms = -1;
 };
 
 /// The outcome of one limit in a decided check. All times are milliseconds of store time.
@@ -107,7 +116,28 @@ struct check_request {
   /// Decide as the store would now, writing nothing (`GET /admin/explain`): the outcome is the
   /// one a request would get, and no bucket changes.
   bool peek = false;
+  /// Settle after the fact instead of deciding: every limit is charged or refunded its
+  /// limit_check::settle units, unconditionally, atomically per call (per slot on a cluster),
+  /// on the store's clock. Token bucket, fixed window and sliding window only (a sliding log
+  /// is refused: errc::store_error). The outcome: `allowed` true, per limit the state after
+  /// (Remaining 0 in debt; retry_after_ms is what a request of its `cost` would wait, 0 when
+  /// it would be admitted, and `admits` says which). Leases, shadow and peek do not apply.
+  bool settle = false;
 };
+
+/// Whether every limit of a settle can be settled: a token bucket, a fixed or a sliding
+/// window (a sliding log cannot: its units are stamps), |settle| <= its Limit.
+inline bool can_settle(const check_request& req) {
+  for (const auto& l : req.limits) {
+    if (l.algorithm != config::algorithm::token_bucket &&
+        l.algorithm != config::algorithm::fixed_window &&
+        l.algorithm != config::algorithm::sliding_window)
+      return false;
+    const std::int64_t most = l.bucket.quota(l.algorithm);
+    if (l.settle > most || l.settle < -most) return false;
+  }
+  return true;
+}
 
 /// Ceiling of a / b for a >= 0, b > 0.
 constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) {

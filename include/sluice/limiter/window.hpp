@@ -36,9 +36,21 @@ struct window_counts {
 /// index is now's window, or the stored one when the clock stepped back behind it (no time
 /// elapses then). Fixed window: another window's count reads as 0. Sliding counter: the
 /// stored window becomes `previous` when it is the one just before now's, and both read as 0
-/// when it is older. Counts are clamped to [0, N]. `now_eff_ms` receives max(now, start).
+/// when it is older. Counts are clamped to [0, 2N] (above N: a debt settled_counts() left).
+/// `now_eff_ms` receives max(now, start).
 window_counts current_counts(const window_counts* stored, const bucket_params& p,
                              config::algorithm a, std::int64_t now_ms, std::int64_t& now_eff_ms);
+
+/// Settling (check_request::settle) counters `c` brought to now (current_counts()): a charge
+/// (`units` > 0) is counted in the current window — the cost is known now — up to 2N (a count
+/// above N is a debt: nothing more is admitted until the window has rolled it away); a refund
+/// (`units` < 0) is taken off the window the units were spent in, the one holding store time
+/// `taken_at_ms` (< 0: the current one), never below 0: the current window's count, the
+/// sliding counter's previous one when the units were spent in the window just before, and
+/// nothing when that window has ended (its units expired with it: refunding them into a newer
+/// window would admit more than the limit). lua/window.lua's window_settle mirrors it.
+window_counts settled_counts(const window_counts& c, const bucket_params& p, config::algorithm a,
+                             std::int64_t units, std::int64_t taken_at_ms);
 
 /// Whether `need` more units fit now (need <= N): fixed window: current + need <= N; sliding
 /// counter: previous·(P − elapsed)/P + current + need <= N, compared exactly as

@@ -113,6 +113,22 @@ class counter_store {
   virtual boost::asio::awaitable<boost::system::result<limiter::check_outcome>> check(
       limiter::check_request req) = 0;
 
+  /// Settles after the fact: charges (limit_check::settle > 0) or refunds (< 0) each limit of
+  /// `req` on the bucket its check used (the same key, algorithm and parameters), atomically
+  /// per call — per slot on Redis Cluster, where a failure of one slot leaves the others
+  /// settled — on the store's clock (or req.now_ms_override). A charge may leave a debt (a
+  /// token bucket level below zero, a window count above its limit; at most one Limit deep)
+  /// that later checks honour: refused until it is paid back, Remaining 0, Retry-After
+  /// counting it. A refund never takes a balance above its capacity; a window's refund comes
+  /// off the window the units were taken in (limit_check::taken_at_ms) and is dropped once
+  /// that window has ended. Sets req.settle and decides it as check() does (decide_now() first);
+  /// the outcome describes each limit after settling for a request of its `cost`.
+  /// Errors: those of check(); errc::store_error for a limit that cannot settle
+  /// (limiter::can_settle: a sliding log, |settle| above the Limit). A settle that timed out
+  /// may or may not have been applied (never re-sent). Completes on the caller's executor.
+  boost::asio::awaitable<boost::system::result<limiter::check_outcome>> settle(
+      limiter::check_request req);
+
   /// A store that decides in memory, without waiting (the memory store), decides here and
   /// returns true with `out` set; a store that needs a round trip returns false (then
   /// check() is the way). Saves a coroutine frame per request on the memory store.

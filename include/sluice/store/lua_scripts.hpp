@@ -69,6 +69,18 @@ std::string pack_limit(int id, std::int64_t a, std::int64_t b, std::int64_t c, s
 std::string pack_leased_limit(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t cost,
                               bool shadow, bool peek, std::int64_t lease, std::int64_t refund);
 
+/// The 64-byte parameter argument of one limit of a settle (check_request::settle):
+/// struct.pack('<dddddddd', id, a, b, c, cost, 4, units, taken_at_ms) — flags 4 marks the
+/// settle; `units` > 0 are charged (a debt may follow), < 0 refunded (never above the
+/// capacity), |units| <= the Limit; `taken_at_ms` the store time the units were spent at
+/// (windows: a refund comes off that window; < 0: the current one). A call is a settle when
+/// its first limit says so, and then every limit must: the script validates every limit, then
+/// settles each in order (token bucket and windows; a sliding log is an error) and replies as
+/// a check does, `allowed` 1, each limit described for a request of its `cost` (admits,
+/// Remaining — 0 in debt — Reset, Retry-After counting a debt, the next unit).
+std::string pack_settled_limit(int id, std::int64_t a, std::int64_t b, std::int64_t c,
+                               std::int64_t cost, std::int64_t units, std::int64_t taken_at_ms);
+
 /// Whether limit `l` goes to the script in pack_leased_limit()'s 64-byte form (a token bucket
 /// with a lease or a refund): its reply then ends with the tokens it took.
 inline bool packs_lease(const limiter::limit_check& l) noexcept {

@@ -57,13 +57,17 @@ class memory_store final : public counter_store {
   /// True: decide_now() always decides.
   bool decides_in_memory() const override { return true; }
 
-  /// decide(), always available: returns true.
+  /// decide(): returns true — except for a settle that cannot be settled
+  /// (limiter::can_settle), false: check() then answers errc::store_error, as the script does.
   bool decide_now(const limiter::check_request& req, limiter::check_outcome& out) override {
+    if (req.settle && !limiter::can_settle(req)) return false;
     out = decide(req);
     return true;
   }
 
-  /// The synchronous decision behind check(); safe from any thread.
+  /// The synchronous decision behind check(); safe from any thread. A settle
+  /// (check_request::settle) is settled limit by limit under the same locks; expects
+  /// limiter::can_settle() of it.
   limiter::check_outcome decide(const limiter::check_request& req);
 
   /// Number of live (unexpired) buckets; for tests. O(entries).
