@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Hot-path micro-benchmarks (Google Benchmark, bench/micro/): route matching over a 20-route
 # table, target canonicalisation, identity extraction, bucket keys, memory-store decisions
-# (1 and 3 limits; token bucket, fixed and sliding window) and header/body rendering.
+# (1 and 3 limits; token bucket, fixed and sliding window), header/body rendering and the
+# response usage scanner (bytes/s on a 1 MB JSON body and a 1,000-event SSE stream).
 # Builds the sluice-micro target, runs it and prints a markdown table of ns per operation.
 # Usage: bench/micro.sh [--min-time SECONDS=0.5] [--filter REGEX] [--json FILE] [--build DIR]
 #   --json FILE  also keep Google Benchmark's JSON report in FILE
@@ -19,7 +20,7 @@ while (($#)); do
     --filter) FILTER="$2"; shift 2 ;;
     --json) JSON="$2"; shift 2 ;;
     --build) BUILD="$2"; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "micro.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
