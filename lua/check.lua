@@ -11,14 +11,19 @@
 --            time override. A stale check writes nothing and answers the error
 --            "STALE sluice check: now <Redis TIME in ms>".
 --   then 2 arguments per limit i: its parameters, struct.pack('<dddddd', algorithm id, a, b, c,
---   cost, flags) (48 bytes; flags: 1 = shadow, 2 = peek: decided as if, nothing written) or,
---   for a token bucket with a lease, struct.pack('<dddddddd', ..., lease, refund) (64 bytes:
---   take up to `lease` tokens when admitted, after `refund` tokens are returned), and the
---   field of the bucket in hash keys[i] ('' = the bucket is keys[i] itself)
+--   cost, flags) (48 bytes; flags: 1 = shadow, 2 = peek: decided as if, nothing written,
+--   4 = lift the limit's block first (admin unblock), 8 = with peek, a refusal still starts
+--   its block) or, for a token bucket with a lease, struct.pack('<dddddddd', ..., lease,
+--   refund) (64 bytes: take up to `lease` tokens when admitted, after `refund` tokens are
+--   returned); either followed by one more double, the block in ms, for a limit with a
+--   penalty box (56 or 72 bytes; lua/block.lua); and the field of the bucket in hash keys[i]
+--   ('' = the bucket is keys[i] itself)
 -- Reply: {allowed, now_ms, then per limit: admits, remaining, reset_ms, retry_after_ms, next_ms,
--- then per limit with a 64-byte parameter, in order: the tokens it took}
---   A call whose first limit carries flags 4 is a settle (settle() below; every limit must be
---   one): 64-byte parameters (id, a, b, c, cost, 4, units, taken_at), no decision.
+-- then per limit with a lease (64 or 72 bytes), in order: the tokens it took, then per limit
+-- with a block (56 or 72 bytes), in order: the block's end ms (0: none) and its event (0 none
+-- or in force, 1 started, 2 lifted)}
+--   A call whose first limit carries flags 16 is a settle (settle() below; every limit must be
+--   one): 64-byte parameters (id, a, b, c, cost, 16, units, taken_at), no decision.
 --
 -- All-or-nothing: every limit is validated and read before anything is written; an enforced
 -- limit is debited only if every enforced limit admits, a shadow limit iff it admits alone
@@ -63,14 +68,23 @@ local function write_limit(id, a, b, c, cost, key, field, debit, peek, now, s1, 
   return windows().write(s1, a, b, cost, debit, id == 2, peek)
 end
 
--- The parameters of one limit: id, a, b, c, cost, flags, lease, refund; nil when the argument
--- has neither form.
+-- The parameters of one limit: id, a, b, c, cost, flags, lease, refund, block ms; nil when
+-- the argument has none of the forms.
 local function unpack_limit(p)
-  if #p == 48 then
+  local len = #p
+  if len == 48 then
     local id, a, b, c, cost, flags = unpack_state('<dddddd', p)
-    return id, a, b, c, cost, flags, 0, 0
+    return id, a, b, c, cost, flags, 0, 0, 0
   end
-  if #p == 64 then return unpack_state('<dddddddd', p) end
+  if len == 56 then
+    local id, a, b, c, cost, flags, block = unpack_state('<ddddddd', p)
+    return id, a, b, c, cost, flags, 0, 0, block
+  end
+  if len == 64 then
+    local id, a, b, c, cost, flags, lease, refund = unpack_state('<dddddddd', p)
+    return id, a, b, c, cost, flags, lease, refund, 0
+  end
+  if len == 72 then return unpack_state('<ddddddddd', p) end
   return nil
 end
 
@@ -79,7 +93,7 @@ local function bad_limit(i, why)
   return redis.error_reply('ERR sluice check: bad limit ' .. i)
 end
 
--- Settles every limit of a call whose parameters carry flags 4 (check_request::settle):
+-- Settles every limit of a call whose parameters carry flags 16 (check_request::settle):
 -- struct.pack('<dddddddd', id, a, b, c, cost, 4, units, taken_at) — units > 0 charged, < 0
 -- refunded (|units| <= the Limit), taken_at the store time the units were spent at (windows;
 -- < 0: now). Nothing is decided or refused: every limit is validated first, then each is
@@ -92,7 +106,7 @@ local function settle(keys, argv, now, n)
     local p = argv[1 + 2 * i]
     if #p ~= 64 then return bad_limit(i, 'a settle needs every limit settled') end
     local id, a, b, c, cost, flags, units, taken_at = unpack_state('<dddddddd', p)
-    if flags ~= 4 then return bad_limit(i, 'a settle needs every limit settled') end
+    if flags ~= 16 then return bad_limit(i, 'a settle needs every limit settled') end
     if id == 0 then
       if not (a >= 1 and b >= 1 and c >= 1 and cost >= 1) then
         return bad_limit(i, 'bad token bucket')
@@ -151,25 +165,41 @@ local function check(keys, argv)
   if stale_after >= 0 and clock > stale_after then
     return redis.error_reply('STALE sluice check: now ' .. int(clock))
   end
-  -- A settle (flags 4) comes in the 64-byte form, which a check uses only for leases.
+  -- A settle (flags 16) comes in the 64-byte form, which a check uses only for leases.
   if #argv[3] == 64 then
     local _, _, _, _, _, flags = unpack_state('<dddddddd', argv[3])
-    if flags >= 4 then return settle(keys, argv, now, n) end
+    if flags >= 16 then return settle(keys, argv, now, n) end
   end
 
   if n == 1 then
     local p, key, field = argv[3], keys[1], argv[4]
-    local id, a, b, c, cost, flags, lease, refund = unpack_limit(p)
+    local id, a, b, c, cost, flags, lease, refund, bms = unpack_limit(p)
     if not id then return bad_limit(1) end
     local admits, s1, s2, s3 = read_limit(id, a, b, c, cost, key, field, now, lease, refund)
     if admits == nil then return bad_limit(1, s1) end
+    local shadow, peek = flags % 2 == 1, flags % 4 >= 2
+    local blk
+    if bms > 0 and not shadow then
+      blk = block_open(key, field, now, flags % 8 >= 4)
+      if block_left(blk, now) > 0 then admits = false end
+    end
     local remaining, reset, retry, nxt, take =
-        write_limit(id, a, b, c, cost, key, field, admits, flags >= 2, now, s1, s2, s3, lease)
+        write_limit(id, a, b, c, cost, key, field, admits, peek, now, s1, s2, s3, lease)
+    if blk then
+      remaining, reset, retry, nxt =
+          block_close(blk, bms, not admits and flags % 8 < 4, not peek or flags >= 8, now,
+                      remaining, reset, retry, nxt)
+    end
     local adm = admits and 1 or 0
     local allowed = adm
-    if flags % 2 == 1 then allowed = 1 end
-    if #p == 64 then return {allowed, now, adm, remaining, reset, retry, nxt, take / b} end
-    return {allowed, now, adm, remaining, reset, retry, nxt}
+    if shadow then allowed = 1 end
+    local reply = {allowed, now, adm, remaining, reset, retry, nxt}
+    if #p >= 64 then reply[8] = take / b end
+    if bms > 0 then
+      reply[#reply + 1] = blk and blk[1] or 0
+      reply[#reply + 1] = blk and blk[5] or 0
+    end
+    return reply
   end
 
   -- Phase 1: validate and read every limit, decide.
@@ -177,14 +207,19 @@ local function check(keys, argv)
   local allowed = true
   for i = 1, n do
     local p, key, field = argv[1 + 2 * i], keys[i], argv[2 + 2 * i]
-    local id, a, b, c, cost, flags, lease, refund = unpack_limit(p)
+    local id, a, b, c, cost, flags, lease, refund, bms = unpack_limit(p)
     if not id then return bad_limit(i) end
     local admits, s1, s2, s3 = read_limit(id, a, b, c, cost, key, field, now, lease, refund)
     if admits == nil then return bad_limit(i, s1) end
     local shadow = flags % 2 == 1
+    local blk
+    if bms > 0 and not shadow then
+      blk = block_open(key, field, now, flags % 8 >= 4)
+      if block_left(blk, now) > 0 then admits = false end
+    end
     if not shadow and not admits then allowed = false end
-    limits[i] = {id, a, b, c, cost, shadow, key, field, admits, s1, s2, s3, flags >= 2, lease,
-                 #p == 64}
+    limits[i] = {id, a, b, c, cost, shadow, key, field, admits, s1, s2, s3, flags % 4 >= 2,
+                 lease, #p >= 64, bms, blk, flags >= 8, flags % 8 >= 4}
   end
 
   -- Phase 2: debit (enforced: iff allowed; shadow: iff it admits alone), write, describe.
@@ -199,6 +234,11 @@ local function check(keys, argv)
     local remaining, reset, retry, nxt, take =
         write_limit(l[1], l[2], l[3], l[4], l[5], l[7], l[8], debit, l[13], now, l[10], l[11],
                     l[12], l[14])
+    if l[17] then
+      remaining, reset, retry, nxt =
+          block_close(l[17], l[16], not admits and not l[19], not l[13] or l[18], now,
+                      remaining, reset, retry, nxt)
+    end
     reply[at + 1] = admits and 1 or 0
     reply[at + 2] = remaining
     reply[at + 3] = reset
@@ -208,5 +248,14 @@ local function check(keys, argv)
     if l[15] then taken[#taken + 1] = take / l[3] end
   end
   for j = 1, #taken do reply[at + j] = taken[j] end
+  at = at + #taken
+  for i = 1, n do
+    local l = limits[i]
+    if l[16] > 0 then
+      reply[at + 1] = l[17] and l[17][1] or 0
+      reply[at + 2] = l[17] and l[17][5] or 0
+      at = at + 2
+    end
+  end
   return reply
 end

@@ -163,7 +163,7 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
     o["bucket"] = check.limits[i].key;
     o["stated_guarantee"] = limiter::guarantee(l.algorithm, *l.find_params(id.who.plan)) +
                             limiter::hot_key_caveats(l, *l.find_params(id.who.plan)) +
-                            limiter::cluster_caveat(l);
+                            limiter::block_caveat(l) + limiter::cluster_caveat(l);
     if (decided) {
       const auto& lo = decided->limits[i];
       json::object state;
@@ -173,6 +173,18 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
       state["reset_ms"] = lo.reset_ms;
       state["retry_after_ms"] = lo.retry_after_ms;
       state["next_ms"] = lo.next_ms;
+      if (lo.block_end_ms > 0) {
+        // The penalty box: a block in force (read, not written: the peek starts none), or
+        // the one this request would start.
+        json::object block;
+        block["ends_at_ms"] = lo.block_end_ms;  // store time
+        block["seconds_left"] =
+            limiter::ceil_div(std::max<std::int64_t>(0, lo.block_end_ms - decided->now_ms), 1000);
+        block["state"] = lo.block == limiter::limit_outcome::block_event::started
+                             ? "would start with this request"
+                             : "in force";
+        state["block"] = std::move(block);
+      }
       o["now"] = std::move(state);
     }
     limits.emplace_back(std::move(o));

@@ -498,6 +498,24 @@ std::optional<std::string> gateway::explain(const observability::explain_query& 
   return answer.get();
 }
 
+std::optional<observability::unblock_answer> gateway::unblock(
+    const observability::unblock_query& q) const {
+  if (impl_->workers.empty()) return std::nullopt;
+  auto& w = *impl_->workers.front();
+  auto promise = std::make_shared<std::promise<observability::unblock_answer>>();
+  auto answer = promise->get_future();
+  asio::co_spawn(w.ioc, w.handler->unblock(q),
+                 [promise](std::exception_ptr e, observability::unblock_answer a) {
+                   if (e) {
+                     promise->set_exception(e);
+                   } else {
+                     promise->set_value(std::move(a));
+                   }
+                 });
+  if (answer.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return std::nullopt;
+  return answer.get();
+}
+
 void gateway::reopen_logs() {
   if (impl_->shared.access) impl_->shared.access->reopen();
 }
@@ -514,12 +532,20 @@ observability::metrics_sample gateway::sample() const {
   std::map<std::string, observability::upstream_counts> upstreams;
   for (const auto& [name, u] : snap->rules->upstreams) upstreams[name].upstream = name;
   std::array<std::uint64_t, identity::address_source_count> fallbacks{};
+  std::map<std::string, std::uint64_t> blocks;  // every limit with a block, at 0 if none
+  for (const auto& [name, plan] : snap->rules->plans)
+    for (const auto& l : plan.limits)
+      if (l.block.count() > 0) blocks[l.name];
+  for (const auto& r : snap->rules->routes)
+    for (const auto& l : r.limits)
+      if (l.block.count() > 0) blocks[l.name];
   std::lock_guard lock(impl_->sample_mutex);
   for (std::size_t i = 0; i < impl_->workers.size(); ++i) {
     const auto& w = *impl_->workers[i];
     const request_counters& c = w.handler->counters();
     c.add_to(routes);
     c.add_to(upstreams);
+    c.add_blocks_to(blocks);
     s.bad_requests += c.bad_requests.value();
     for (std::size_t k = 0; k < c.client_fallbacks.size(); ++k)
       fallbacks[k] += c.client_fallbacks[k].value();
@@ -594,6 +620,7 @@ observability::metrics_sample gateway::sample() const {
                     : s.breaker[static_cast<std::size_t>(bs::half_open)] ? bs::half_open
                                                                          : bs::closed;
   for (auto& [name, r] : routes) s.routes.push_back(std::move(r));
+  s.blocks_started.assign(blocks.begin(), blocks.end());
   for (auto& [name, u] : upstreams) s.upstreams.push_back(std::move(u));
   for (std::size_t k = 0; k < fallbacks.size(); ++k) {
     const auto source = static_cast<identity::address_source>(k);

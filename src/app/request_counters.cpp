@@ -64,4 +64,14 @@ void request_counters::add_to(std::map<std::string, observability::upstream_coun
   }
 }
 
+void request_counters::block_started(const std::string& limit) {
+  std::lock_guard lock(mutex_);
+  ++blocks_started_[limit];
+}
+
+void request_counters::add_blocks_to(std::map<std::string, std::uint64_t>& out) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [name, n] : blocks_started_) out[name] += n;
+}
+
 }  // namespace sluice::app

@@ -59,6 +59,13 @@ class request_counters {
   /// Adds this worker's counts for every upstream name it has seen into `out`. Any thread.
   void add_to(std::map<std::string, observability::upstream_counts>& out) const;
 
+  /// Counts a block (penalty box) started by limit `limit`. Worker thread; takes the mutex
+  /// the scraper takes, which is fine for an event that happens at most once per caller and
+  /// block duration.
+  void block_started(const std::string& limit);
+  /// Adds this worker's blocks started, by limit name, into `out`. Any thread.
+  void add_blocks_to(std::map<std::string, std::uint64_t>& out) const;
+
  private:
   route_counters& named(const std::string& name);              // mutex_ held
   upstream_counters& upstream_named(const std::string& name);  // mutex_ held
@@ -66,8 +73,9 @@ class request_counters {
   mutable std::mutex mutex_;  // guards by_name_'s structure (never taken per request)
   std::map<std::string, std::unique_ptr<route_counters>> by_name_;
   std::map<std::string, std::unique_ptr<upstream_counters>> upstreams_;
-  std::uint64_t generation_ = 0;           // worker thread only
-  std::vector<route_counters*> by_index_;  // rules.routes index -> counters
+  std::map<std::string, std::uint64_t> blocks_started_;  // by limit name; mutex_ held
+  std::uint64_t generation_ = 0;                         // worker thread only
+  std::vector<route_counters*> by_index_;                // rules.routes index -> counters
 };
 
 }  // namespace sluice::app

@@ -524,6 +524,7 @@ std::optional<http::verdict> gateway_handler::prepare_check(const snapshot& snap
     }
     check.limits.push_back({limiter::bucket_key(l.name, key->first, key->second), l.algorithm,
                             a.bucket, rt.cost, a.shadow});
+    check.limits.back().block_ms = l.block.count();  // (never with shards: a config error)
   }
   return std::nullopt;
 }
@@ -570,6 +571,10 @@ void gateway_handler::respond(const snapshot& snap, http::request_head& head,
   limiter::append_quota_lines(lines, *applied, outcome, rules.headers);
   if (!outcome.allowed) {
     counted.limited.add();
+    for (std::size_t i = 0; i < outcome.limits.size() && i < prepared.limits.size(); ++i) {
+      if (outcome.limits[i].block == limiter::limit_outcome::block_event::started)
+        counters_.block_started(prepared.limits[i]->name);
+    }
     // `retry_after_jitter:` only ever adds to the honest wait.
     const auto retry = limiter::jittered_retry_after(
         limiter::retry_after_seconds(*applied, outcome), rules.retry_after_jitter, jitter_());

@@ -31,7 +31,9 @@
 
 namespace sluice::observability {
 struct explain_query;
-}
+struct unblock_query;
+struct unblock_answer;
+}  // namespace sluice::observability
 
 namespace sluice::app {
 
@@ -139,6 +141,12 @@ class gateway_handler final : public http::request_handler {
   /// nor filled. A request refused before any limit (404, 401, 400) says so. Worker thread.
   /// (`q` by value: the coroutine owns its copy, whoever started it.)
   boost::asio::awaitable<std::string> explain(observability::explain_query q);
+
+  /// `POST /admin/unblock` (src/app/unblock.cpp): deletes the block of the caller `q` names
+  /// on limit `q.limit` from the store (a check with check_request::peek and ::lift_blocks:
+  /// nothing else is written) and answers what it lifted; every worker's over-limit cache
+  /// forgets its refusals (limiter::note_block_lift()). Worker thread.
+  boost::asio::awaitable<observability::unblock_answer> unblock(observability::unblock_query q);
 
   /// The access log: whether sessions call record(), and the line of one exchange.
   bool records() const override;

@@ -170,6 +170,11 @@ struct runtime::impl : observability::admin_backend {
     if (!json) return {std::nullopt, "the gateway did not answer within 2 s"};
     return {std::move(*json), {}};
   }
+  observability::unblock_answer unblock(const observability::unblock_query& q) override {
+    auto a = gw->unblock(q);
+    if (!a) return {503, "{\"error\":\"the gateway did not answer within 2 s\"}"};
+    return std::move(*a);
+  }
 };
 
 runtime::runtime(std::string config_file, std::shared_ptr<const config::rules> rules,

@@ -84,9 +84,9 @@ param_src loader::params(const entry* rate_e, const entry* burst_e, const param_
 
 std::optional<limit_src> loader::parse_limit(const YAML::Node& n, const std::string& path,
                                              int line) {
-  static const std::vector<std::string> keys{"name",  "by",         "algorithm", "rate",
-                                             "burst", "plans",      "mode",      "preflight",
-                                             "lease", "lease_time", "shards",    "region_share"};
+  static const std::vector<std::string> keys{
+      "name",      "by",    "algorithm",  "rate",   "burst",        "plans", "mode",
+      "preflight", "lease", "lease_time", "shards", "region_share", "block"};
   auto m = fields(n, path, line, keys);
   if (!m) return std::nullopt;
   limit_src l;
@@ -318,6 +318,54 @@ void loader::parse_hot_key_fields(const map_view& m, limit_src& l) {
   };
   if (l.defaults) each_bucket(*l.defaults);
   for (const auto& [plan, p] : l.overrides) each_bucket(p);
+  if (const entry* e = m.find("block")) parse_block(*e, l);
+}
+
+void loader::parse_block(const entry& e, limit_src& l) {
+  limit& v = l.value;
+  const std::string p = join(l.path, "block");
+  const auto text = e.value.IsScalar() ? e.value.Scalar() : std::string();
+  // `block: 0` (or 0s, 0m...) reads as "no block" to some and "forever" to others: neither.
+  const std::string_view number =
+      std::string_view(text).substr(0, text.find_first_not_of("0123456789"));
+  if (!number.empty() && number.find_first_not_of('0') == std::string_view::npos) {
+    error(e.line, p,
+          "block " + text + " is no block: a block lasts from 1s to 7d (leave block out for none)");
+    l.usable = false;
+    return;
+  }
+  const auto d = duration(e, p, "block", max_block);
+  if (!d) {
+    l.usable = false;
+    return;
+  }
+  if (*d < std::chrono::seconds{1}) {
+    error(e.line, p, "block " + text + " is shorter than 1s (Retry-After counts whole seconds)");
+    l.usable = false;
+    return;
+  }
+  if (v.mode == limit_mode::shadow) {
+    error(e.line, p,
+          "block applies only to an enforced limit: a shadow limit never refuses anybody, so "
+          "it never blocks anybody (remove block, or mode: shadow)");
+    l.usable = false;
+    return;
+  }
+  if (v.lease > 0) {
+    error(e.line, p,
+          "block cannot be combined with lease: a worker spends leased tokens without asking "
+          "the store, so a block started elsewhere would not stop it");
+    l.usable = false;
+    return;
+  }
+  if (v.shards > 1) {
+    error(e.line, p,
+          "block cannot be combined with shards: a refusal by one shard would block only that "
+          "shard, while the others go on admitting");
+    l.usable = false;
+    return;
+  }
+  v.block = *d;
 }
 
 std::vector<limit_src> loader::parse_limits(const entry& e, const std::string& path) {
@@ -391,6 +439,7 @@ std::optional<std::string> loader::difference(const limit& a, const limit& b) {
   if (a.lease != b.lease || a.lease_time != b.lease_time) return "lease";
   if (a.shards != b.shards) return "shards";
   if (a.region_share != b.region_share) return "region_share";
+  if (a.block != b.block) return "block";
   return std::nullopt;
 }
 

@@ -255,6 +255,8 @@ class loader {
   /// `lease`, `lease_time`, `shards` and `region_share` of limit `l` (fields `m`), checked
   /// against its key, algorithm and every bucket it makes (limits.cpp).
   void parse_hot_key_fields(const map_view& m, limit_src& l);
+  /// `block:` of a limit (after its mode, lease and shards are known).
+  void parse_block(const entry& e, limit_src& l);
 
   /// The first field in which two definitions of one limit name differ, if any.
   static std::optional<std::string> difference(const limit& a, const limit& b);

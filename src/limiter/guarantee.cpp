@@ -87,7 +87,22 @@ std::string guarantee(const config::limit& l) {
     if (!out.empty() && out.back() != ' ') out += "; ";
     out += "plan " + plan + ": " + guarantee(l.algorithm, p) + hot_key_caveats(l, p);
   }
-  return out + cluster_caveat(l);
+  return out + block_caveat(l) + cluster_caveat(l);
+}
+
+std::string block_caveat(const config::limit& l) {
+  if (l.block.count() <= 0) return {};
+  const std::string d = duration_text(l.block);
+  std::string out = "; penalty box (block " + d +
+                    "): a key this limit refuses is refused by it "
+                    "for " +
+                    d +
+                    " from that refusal, on the store's clock and exactly across "
+                    "instances (the block is kept in the store beside the key's bucket); a "
+                    "refusal during the block does not lengthen it, and a blocked key is charged "
+                    "nothing";
+  if (l.region_share < 1.0) out += "; with region_share, the block holds in this region only";
+  return out;
 }
 
 std::string hot_key_caveats(const config::limit& l, const config::limit_params& p) {

@@ -3,6 +3,7 @@
 #include "sluice/limiter/refusal_cache.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 namespace sluice::limiter {
 namespace {
@@ -11,8 +12,9 @@ bool same_limit(const limit_check& a, const limit_check& b) {
   const auto& x = a.bucket;
   const auto& y = b.bucket;
   return a.algorithm == b.algorithm && a.cost == b.cost && a.shadow == b.shadow &&
-         x.refill_per_ms == y.refill_per_ms && x.units_per_token == y.units_per_token &&
-         x.burst == y.burst && x.window_ms == y.window_ms && x.window_limit == y.window_limit;
+         a.block_ms == b.block_ms && x.refill_per_ms == y.refill_per_ms &&
+         x.units_per_token == y.units_per_token && x.burst == y.burst &&
+         x.window_ms == y.window_ms && x.window_limit == y.window_limit;
 }
 
 }  // namespace
@@ -20,6 +22,12 @@ bool same_limit(const limit_check& a, const limit_check& b) {
 bool refusal_cache::recall(const check_request& req, std::uint64_t generation,
                            clock::time_point now, check_outcome& out, std::uint64_t epoch) {
   if (req.limits.size() != 1 || entries_.empty()) return false;
+  if (lifts_seen_ != block_lifts()) {
+    // A block was lifted on this gateway (POST /admin/unblock): forget every refusal.
+    lifts_seen_ = block_lifts();
+    entries_.clear();
+    return false;
+  }
   const auto it = entries_.find(req.limits.front().key);
   if (it == entries_.end()) return false;
   const entry& e = it->second;
@@ -33,6 +41,7 @@ bool refusal_cache::recall(const check_request& req, std::uint64_t generation,
   out = e.outcome;
   out.now_ms = e.outcome.now_ms + elapsed;
   limit_outcome& lo = out.limits.front();
+  lo.block = limit_outcome::block_event::none;  // (in force, not started again)
   // Still > 0: `until` is at most sent + min(retry_after, next).
   lo.reset_ms = std::max<std::int64_t>(1, lo.reset_ms - elapsed);
   lo.retry_after_ms = std::max<std::int64_t>(1, lo.retry_after_ms - elapsed);
@@ -47,7 +56,10 @@ void refusal_cache::remember(const limit_check& limit, const check_outcome& out,
   if (limit.shadow || out.allowed || out.limits.size() != 1) return;
   const limit_outcome& lo = out.limits.front();
   if (lo.admits || lo.retry_after_ms <= 0 || lo.next_ms <= 0) return;
-  const std::int64_t window = std::min(lo.retry_after_ms, lo.next_ms);
+  std::int64_t window = std::min(lo.retry_after_ms, lo.next_ms);
+  // A block is lifted by an admin call on any gateway: one in force is answered from here
+  // for at most block_recheck, then asked of the store again.
+  if (lo.block_end_ms > 0) window = std::min(window, block_recheck.count());
   const auto until = sent + std::chrono::milliseconds(window);
   if (until <= clock::now()) return;
   if (entries_.size() >= capacity_ && !entries_.contains(limit.key)) {
@@ -56,6 +68,18 @@ void refusal_cache::remember(const limit_check& limit, const check_outcome& out,
     if (entries_.size() >= capacity_) entries_.clear();
   }
   entries_.insert_or_assign(limit.key, entry{limit, generation, epoch, sent, until, out});
+}
+
+namespace {
+std::atomic<std::uint64_t> lifts{0};
+}  // namespace
+
+std::uint64_t block_lifts() noexcept {
+  return lifts.load(std::memory_order_acquire);
+}
+
+void note_block_lift() noexcept {
+  lifts.fetch_add(1, std::memory_order_acq_rel);
 }
 
 }  // namespace sluice::limiter

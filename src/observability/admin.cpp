@@ -118,6 +118,7 @@ json::object limit_json(const config::limit& l) {
   }
   if (l.shards > 1) o["shards"] = l.shards;
   if (l.region_share < 1.0) o["region_share"] = l.region_share;
+  if (l.block.count() > 0) o["block_ms"] = l.block.count();
   // The limit's stated guarantee (DESIGN.md: "every limit states what it guarantees"), in
   // the limiter room's words: defaults, then each plan override.
   o["guarantee"] = limiter::guarantee(l);
@@ -350,6 +351,62 @@ bool parse_explain_query(std::string_view target, explain_query& q, std::string&
   return true;
 }
 
+/// Reads `POST /admin/unblock`'s query into `q`; false with `bad` saying why (no `limit=`,
+/// an unknown or repeated parameter, an `ip=` that is not an address).
+bool parse_unblock_query(std::string_view target, unblock_query& q, std::string& bad) {
+  const auto at = target.find('?');
+  if (at == std::string_view::npos) {
+    bad = "unblock needs ?limit=NAME and the caller (api_key=, ip=, user= or header=)";
+    return false;
+  }
+  auto parsed = boost::urls::parse_origin_form(target);
+  if (!parsed) {
+    bad = "unblock: the query cannot be read: " + parsed.error().message();
+    return false;
+  }
+  bool have_limit = false, have_key = false, have_ip = false, have_user = false,
+       have_header = false;
+  boost::urls::encoding_opts plus;
+  plus.space_as_plus = true;
+  for (const auto p : parsed->params(plus)) {
+    const std::string& key = p.key;
+    bool* seen = key == "limit"     ? &have_limit
+                 : key == "api_key" ? &have_key
+                 : key == "ip"      ? &have_ip
+                 : key == "user"    ? &have_user
+                 : key == "header"  ? &have_header
+                                    : nullptr;
+    if (seen == nullptr) {
+      bad = "unblock: unknown parameter '" + key + "' (limit, api_key, ip, user, header)";
+      return false;
+    }
+    if (*seen) {
+      bad = "unblock: " + key + " given twice";
+      return false;
+    }
+    *seen = true;
+    std::string& to = key == "limit"     ? q.limit
+                      : key == "api_key" ? q.api_key
+                      : key == "ip"      ? q.ip
+                      : key == "user"    ? q.user
+                                         : q.header;
+    to = p.value;
+  }
+  if (q.limit.empty()) {
+    bad = "unblock needs limit=NAME";
+    return false;
+  }
+  if (!q.ip.empty()) {
+    boost::system::error_code ec;
+    asio::ip::make_address(q.ip, ec);
+    if (ec) {
+      bad = "unblock: ip '" + q.ip + "' is not an IP address (IPv4, or IPv6 without brackets)";
+      return false;
+    }
+  }
+  return true;
+}
+
 class admin_handler final : public http::buffered_handler {
  public:
   explicit admin_handler(std::shared_ptr<admin_backend> backend) : backend_(std::move(backend)) {}
@@ -421,6 +478,20 @@ class admin_handler final : public http::buffered_handler {
         if (e.json)
           return reply(v, bhttp::status::ok, std::move(*e.json) + "\n", "application/json");
         return reply(v, bhttp::status::service_unavailable, e.error + "\n", "text/plain");
+      }
+      if (path == "/admin/unblock") {
+        if (method != bhttp::verb::post) return not_allowed("POST");
+        unblock_query q;
+        std::string bad;
+        if (!parse_unblock_query(req.target(), q, bad)) {
+          json::object o;
+          o["error"] = bad;
+          return reply(v, bhttp::status::bad_request, utf8::make_valid(json::serialize(o)) + "\n",
+                       "application/json");
+        }
+        auto a = backend_->unblock(q);
+        return reply(v, static_cast<bhttp::status>(a.status), std::move(a.json) + "\n",
+                     "application/json");
       }
       if (path == "/metrics") {
         // Prometheus exposition (metrics.hpp), built from a fresh sample per scrape.

@@ -164,6 +164,11 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
     }
     out.push_back(std::move(requests));
     out.push_back(std::move(policy));
+    auto blocks = family("sluice_blocks_started_total",
+                         "Blocks (penalty box, block:) started by a limit's refusal of a caller.",
+                         MetricType::Counter);
+    for (const auto& [limit, n] : s.blocks_started) add_counter(blocks, d(n), {{"limit", limit}});
+    out.push_back(std::move(blocks));
     out.push_back(std::move(shadow));
     out.push_back(std::move(upstream));
   }

@@ -29,21 +29,25 @@ int algorithm_id(config::algorithm a) noexcept {
 }
 
 std::string pack_limit(int id, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t cost,
-                       bool shadow, bool peek) {
+                       bool shadow, bool peek, int more_flags) {
   static_assert(
       std::numeric_limits<double>::is_iec559 && std::endian::native == std::endian::little,
       "struct.unpack('<d') reads little-endian IEEE 754 doubles");
-  const double v[6] = {static_cast<double>(id),   static_cast<double>(a),
-                       static_cast<double>(b),    static_cast<double>(c),
-                       static_cast<double>(cost), (shadow ? 1.0 : 0.0) + (peek ? 2.0 : 0.0)};
+  const double v[6] = {static_cast<double>(id),
+                       static_cast<double>(a),
+                       static_cast<double>(b),
+                       static_cast<double>(c),
+                       static_cast<double>(cost),
+                       (shadow ? 1.0 : 0.0) + (peek ? 2.0 : 0.0) + static_cast<double>(more_flags)};
   std::string out(sizeof v, '\0');
   std::memcpy(out.data(), v, sizeof v);
   return out;
 }
 
 std::string pack_leased_limit(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t cost,
-                              bool shadow, bool peek, std::int64_t lease, std::int64_t refund) {
-  std::string out = pack_limit(0, a, b, c, cost, shadow, peek);
+                              bool shadow, bool peek, std::int64_t lease, std::int64_t refund,
+                              int more_flags) {
+  std::string out = pack_limit(0, a, b, c, cost, shadow, peek, more_flags);
   const double v[2] = {static_cast<double>(lease), static_cast<double>(refund)};
   out.append(reinterpret_cast<const char*>(v), sizeof v);
   return out;
@@ -53,11 +57,20 @@ std::string pack_settled_limit(int id, std::int64_t a, std::int64_t b, std::int6
                                std::int64_t cost, std::int64_t units, std::int64_t taken_at_ms) {
   const double v[8] = {static_cast<double>(id),    static_cast<double>(a),
                        static_cast<double>(b),     static_cast<double>(c),
-                       static_cast<double>(cost),  4.0,
+                       static_cast<double>(cost),  16.0,
                        static_cast<double>(units), static_cast<double>(taken_at_ms)};
   std::string out(sizeof v, '\0');
   std::memcpy(out.data(), v, sizeof v);
   return out;
+}
+
+int block_flags(const limiter::check_request& req) noexcept {
+  return (req.lift_blocks ? 4 : 0) + (req.peek && req.peek_starts_blocks ? 8 : 0);
+}
+
+void append_block(std::string& packed, std::int64_t block_ms) {
+  const double v = static_cast<double>(block_ms);
+  packed.append(reinterpret_cast<const char*>(&v), sizeof v);
 }
 
 std::string redis_key(const limiter::limit_check& l, const key_layout& layout) {
@@ -85,6 +98,7 @@ std::size_t append_check_command(const limiter::check_request& req, const key_la
   out.push_back(std::to_string(req.now_ms_override));
   const std::size_t stale_at = out.size();
   out.push_back(std::to_string(req.stale_after_ms));
+  const int more = block_flags(req);
   for (std::size_t i = 0; i < n; ++i) {
     const auto& l = req.limits[i];
     if (req.settle) {
@@ -95,16 +109,17 @@ std::size_t append_check_command(const limiter::check_request& req, const key_la
                                        tb ? l.bucket.burst : 0, l.cost, l.settle, l.taken_at_ms));
     } else if (packs_lease(l)) {
       out.push_back(pack_leased_limit(l.bucket.refill_per_ms, l.bucket.units_per_token,
-                                      l.bucket.burst, l.cost, l.shadow, req.peek, l.lease,
-                                      l.refund));
+                                      l.bucket.burst, l.cost, l.shadow, req.peek, l.lease, l.refund,
+                                      more));
     } else if (l.algorithm == config::algorithm::token_bucket) {
       out.push_back(pack_limit(algorithm_id(l.algorithm), l.bucket.refill_per_ms,
-                               l.bucket.units_per_token, l.bucket.burst, l.cost, l.shadow,
-                               req.peek));
+                               l.bucket.units_per_token, l.bucket.burst, l.cost, l.shadow, req.peek,
+                               more));
     } else {
       out.push_back(pack_limit(algorithm_id(l.algorithm), l.bucket.window_ms, l.bucket.window_limit,
-                               0, l.cost, l.shadow, req.peek));
+                               0, l.cost, l.shadow, req.peek, more));
     }
+    if (packs_block(l)) append_block(out.back(), l.block_ms);
     out.push_back(std::move(fields[i]));
   }
   return stale_at;

@@ -35,6 +35,7 @@
 
 #include <boost/container/small_vector.hpp>
 
+#include "sluice/limiter/block.hpp"
 #include "sluice/limiter/token_bucket.hpp"
 #include "sluice/limiter/window.hpp"
 
@@ -66,7 +67,8 @@ struct entry {
   limiter::bucket_state state;                // token bucket
   limiter::window_counts counts;              // fixed window, sliding window
   std::unique_ptr<limiter::log_entries> log;  // sliding log (allocated only for it)
-  std::int64_t expires_at_ms = 0;
+  std::int64_t expires_at_ms = 0;             // (a block: its end)
+  bool block = false;  // a penalty box's block (limiter::block_key() of its bucket's key)
 };
 
 bool is_window(config::algorithm a) {
@@ -171,6 +173,51 @@ memory_store::clock_fn anchored_clock() {
 template <class T>
 using small = boost::container::small_vector<T, 4>;
 
+using block_event = limiter::limit_outcome::block_event;
+
+// A limit's block as a check found it: its end (0: none in force) and what the check did.
+struct limiter_block {
+  std::int64_t end = 0;
+  block_event event = block_event::none;
+};
+
+// lua/block.lua's block_open: the block of bucket `bucket_key` at `now` (an ended one is
+// dropped, as Redis expires it); with `lift` it is deleted, and reported lifted if in force.
+limiter_block open_block(shard& sh, const std::string& bucket_key, std::int64_t now, bool lift) {
+  limiter_block b;
+  const auto it = sh.buckets.find(limiter::block_key(bucket_key));
+  if (it == sh.buckets.end()) return b;
+  const bool live = it->second.block && it->second.expires_at_ms > now;
+  if (live) b.end = it->second.expires_at_ms;
+  if (lift || !live) sh.buckets.erase(it);
+  if (lift && live) b.event = block_event::lifted;
+  return b;
+}
+
+// lua/block.lua's block_close: a refusal by limit `l` with no block in force starts one
+// (stored when `write`); the block in force is applied to the limit's outcome `o`.
+void close_block(shard& sh, const limiter::limit_check& l, std::int64_t now, bool refused,
+                 bool write, limiter_block& b, limiter::limit_outcome& o, std::size_t cap,
+                 const limiter::check_request& req) {
+  std::int64_t left = b.event == block_event::none && b.end > 0 ? b.end - now : 0;
+  if (left == 0 && refused) {
+    b.end = now + l.block_ms;
+    b.event = block_event::started;
+    left = l.block_ms;
+    if (write) {
+      auto& e = sh.slot(limiter::block_key(l.key), now, cap, req);
+      e.kind = config::algorithm::token_bucket;
+      e.block = true;
+      e.log.reset();
+      e.expires_at_ms = b.end;
+      sh.min_expires_ms = std::min(sh.min_expires_ms, e.expires_at_ms);
+    }
+  }
+  if (left > 0) limiter::apply_block(o, left);
+  o.block_end_ms = b.end;
+  o.block = b.event;
+}
+
 }  // namespace
 
 struct memory_store::impl {
@@ -180,8 +227,13 @@ struct memory_store::impl {
   std::size_t cap = 0;                    // entries per shard
   std::atomic<std::uint64_t> checks{0};
 
-  std::size_t shard_of(const std::string& key) const {
-    return std::hash<std::string>{}(key) % shards_used;
+  // By the key up to its last '}' (the whole of a bucket key), so that a bucket's block
+  // (limiter::block_key()) lives in its bucket's shard, as both share a hash slot in Redis:
+  // a check locks only its buckets' shards.
+  std::size_t shard_of(std::string_view key) const {
+    const auto tag_end = key.rfind('}');
+    if (tag_end != std::string_view::npos) key = key.substr(0, tag_end + 1);
+    return std::hash<std::string_view>{}(key) % shards_used;
   }
 
   // A settle (lua/check.lua's settle, tb_settle, window_settle): each limit in order, read,
@@ -287,6 +339,8 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
   };
   small<read_state> rs(n);
   small<bool> admits(n);
+  // Penalty boxes (lua/block.lua): per limit with a block, its end and event.
+  small<limiter_block> blocks(n);
   // A lone limit's entry as phase 1 found it (live, of any kind), so phase 2 does not look
   // its key up again: nothing in between inserts or erases. (With several limits, one may
   // erase a key another shares.)
@@ -322,6 +376,11 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       r.level = limiter::refilled_level(found ? &found->state : nullptr, l.bucket, now);
       r.level = limiter::refunded_level(r.level, l.bucket, l.refund);
       admits[i] = r.level >= l.cost * l.bucket.units_per_token;
+    }
+    if (l.block_ms > 0 && !l.shadow) {
+      blocks[i] = open_block(sh, l.key, now, req.lift_blocks);
+      if (blocks[i].end > 0 && blocks[i].event == limiter::limit_outcome::block_event::none)
+        admits[i] = false;
     }
     if (!l.shadow && !admits[i]) out.allowed = false;
   }
@@ -391,6 +450,11 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       }
       out.limits.push_back(limiter::describe(after, l.bucket, l.cost, admits[i]));
       if (l.lease > 0 || l.refund > 0) out.limits.back().granted = taken / l.bucket.units_per_token;
+    }
+    if (l.block_ms > 0 && !l.shadow) {
+      const bool refused = !admits[i] && !req.lift_blocks;  // (an unblock starts none)
+      close_block(sh, l, now, refused, !req.peek || req.peek_starts_blocks, blocks[i],
+                  out.limits.back(), impl_->cap, req);
     }
   }
   locks.clear();

@@ -551,6 +551,10 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
     sub.now_ms_override = req.now_ms_override;
     sub.peek = peek;
     sub.settle = req.settle;
+    // A refusal found by the first step's peek is final (the request is refused), so that
+    // peek starts the blocks of the limits that refuse, as a one-slot check would.
+    sub.peek_starts_blocks = peek && !req.peek;
+    sub.lift_blocks = req.lift_blocks;
     for (const auto i : idx) {
       if (shadow_only && !req.limits[i].shadow) continue;
       sub.limits.push_back(req.limits[i]);

@@ -169,7 +169,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   struct pending {
     std::vector<std::string> argv;  // kept for the one NOSCRIPT retry
     std::vector<std::int64_t> bursts;
-    std::vector<std::size_t> leased;  // limits packed with a lease: their granted ends the reply
+    std::vector<std::size_t> leased;   // limits packed with a lease: their granted ends the reply
+    std::vector<std::size_t> blocked;  // limits packed with a block: 2 integers after those
     check_handler handler;
     std::uint64_t loads_at_send = 0;  // loads_sent when it was (last) sent
     bool retried = false;
@@ -809,6 +810,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       const auto& l = req.limits[i];
       p.bursts.push_back(l.bucket.quota(l.algorithm));
       if (lua::packs_lease(l)) p.leased.push_back(i);
+      if (lua::packs_block(l)) p.blocked.push_back(i);
     }
     p.handler = std::move(handler);
     p.probe = probe;
@@ -989,8 +991,10 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     }
     const auto& bursts = it->second.bursts;
     const auto& leased = it->second.leased;
+    const auto& blocked = it->second.blocked;
     const std::size_t n = bursts.size();
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 + 5 * n + leased.size()) {
+    if (r->type != REDIS_REPLY_ARRAY ||
+        r->elements != 2 + 5 * n + leased.size() + 2 * blocked.size()) {
       ++counters.errors;
       complete(it, errc::store_protocol, {}, verdict::answered);
       return;
@@ -1022,6 +1026,14 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     }
     for (std::size_t j = 0; j < leased.size(); ++j)
       out.limits[leased[j]].granted = r->element[2 + 5 * n + j]->integer;
+    for (std::size_t j = 0; j < blocked.size(); ++j) {
+      redisReply* const* e = r->element + 2 + 5 * n + leased.size() + 2 * j;
+      auto& lo = out.limits[blocked[j]];
+      lo.block_end_ms = e[0]->integer;
+      lo.block = e[1]->integer == 1   ? limiter::limit_outcome::block_event::started
+                 : e[1]->integer == 2 ? limiter::limit_outcome::block_event::lifted
+                                      : limiter::limit_outcome::block_event::none;
+    }
     ++counters.checks;
     wrong_node_streak = 0;
     if (logged_error) {

@@ -128,6 +128,10 @@ class gateway {
   /// worker's thread.
   std::optional<std::string> explain(const observability::explain_query& q) const;
 
+  /// `POST /admin/unblock`: gateway_handler::unblock() of `q`, run on the first worker;
+  /// nullopt when it did not answer within 2 s. Never on a worker's thread.
+  std::optional<observability::unblock_answer> unblock(const observability::unblock_query& q) const;
+
   /// Reopens the access log's file before its next line (SIGUSR1; no effect without one).
   void reopen_logs();
   /// Lines the access log dropped because its queue was full (0 without one).

@@ -23,6 +23,9 @@ namespace sluice::config {
 /// Largest integer a limit parameter may take: Lua numbers are doubles, exact up to 2^53.
 inline constexpr std::int64_t max_exact_integer = std::int64_t{1} << 53;
 
+/// The longest `block:` (penalty box) a limit may ask for: 7 days.
+inline constexpr std::chrono::milliseconds max_block{7LL * 24 * 3600 * 1000};
+
 /// The limiting algorithm of one limit (`algorithm:` field).
 enum class algorithm { token_bucket, fixed_window, sliding_window, sliding_log, gcra };
 
@@ -94,6 +97,10 @@ struct limit {
   /// store (0 < share <= 1; default `store.region_share`): the rate is N per ⌈P / share⌉ and
   /// the burst ⌊burst × share⌋.
   double region_share = 1.0;
+  /// `block:` the penalty box (limiter/block.hpp): once this limit refuses a key, the key
+  /// stays refused by it for this long (1s .. 7d), exactly across instances (the block lives
+  /// in the store). 0 = none. Never on a shadow limit, nor with `lease` or `shards`.
+  std::chrono::milliseconds block{0};
 
   /// The parameters that apply to a caller on plan `plan` (the override, or the defaults).
   /// Check `applies_to(plan)` first when `has_default_params` may be false.

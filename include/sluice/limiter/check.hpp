@@ -77,6 +77,10 @@ struct limit_check {
   /// the units settled; a refund is taken off that window, and dropped when it has ended
   /// (limiter::settled_counts). -1: the current window. Ignored by the token bucket.
   std::int64_t taken_at_ms = -1;
+  /// Penalty box (`block:` of the limit, limiter/block.hpp), in ms of store time: once this
+  /// limit refuses a request (enforced), the key stays refused by it for this long; the
+  /// block lives in the store beside the bucket (block_address()). 0: no block.
+  std::int64_t block_ms = 0;
 };
 
 /// The outcome of one limit in a decided check. All times are milliseconds of store time.
@@ -90,6 +94,18 @@ struct limit_outcome {
   /// Tokens taken from the bucket by a check with limit_check::lease (cost included); 0 when
   /// nothing was taken or the check asked for no lease.
   std::int64_t granted = 0;
+  /// Penalty box (limit_check::block_ms > 0): the end of the block in force after this check,
+  /// ms of store time (0: none) — one found, or one this check started; with
+  /// check_request::lift_blocks, the end of the block the check lifted. While a block is in
+  /// force the limit refuses, and Remaining, Reset, Retry-After and the next-unit time are
+  /// at least what the block leaves (limiter::apply_block).
+  std::int64_t block_end_ms = 0;
+  /// How block_end_ms came to be.
+  enum class block_event : std::uint8_t {
+    none,     ///< no block, or one that was in force already
+    started,  ///< this check's refusal started it
+    lifted,   ///< lift_blocks deleted it (the decision is as if it was not there)
+  } block = block_event::none;
 };
 
 /// The outcome of a whole check: `limits` is parallel to the request's `limit_check`s.
@@ -123,6 +139,13 @@ struct check_request {
   /// (Remaining 0 in debt; retry_after_ms is what a request of its `cost` would wait, 0 when
   /// it would be admitted, and `admits` says which). Leases, shadow and peek do not apply.
   bool settle = false;
+  /// With `peek`: a limit with a block that refuses still starts its block (the cluster's
+  /// split check peeks first, and a refusal found there is final: the request is refused).
+  bool peek_starts_blocks = false;
+  /// Admin unblock (`POST /admin/unblock`): every checked limit's block is deleted before the
+  /// decision, which is then made as if it was not there; limit_outcome::block says what was
+  /// lifted. Meant with `peek` (nothing else written).
+  bool lift_blocks = false;
 };
 
 /// Whether every limit of a settle can be settled: a token bucket, a fixed or a sliding

@@ -28,9 +28,19 @@ namespace sluice::limiter {
 /// store connection (they carry the store's connection epoch: a restarted Redis may have lost
 /// the bucket); another cost or another limit (algorithm, bucket) under the same key is a
 /// miss. A bucket deleted by hand in Redis is seen once the cached refusal ends.
+///
+/// A refusal by a limit's block (penalty box, limiter/block.hpp) is one the store would
+/// repeat until the block ends (its Retry-After and next-unit time are at least the block's
+/// remaining time, counted from the check's *sending*, so never past the block's end), but an
+/// admin call may lift the block: such a refusal is kept for at most block_recheck, and a
+/// lift on this gateway (note_block_lift()) forgets every entry at once.
 class refusal_cache {
  public:
   using clock = std::chrono::steady_clock;
+
+  /// The longest a refusal by a block is answered from the cache: an unblock on another
+  /// gateway is seen within this time.
+  static constexpr std::chrono::milliseconds block_recheck{1000};
 
   /// `capacity`: most entries kept; when full, expired ones are dropped, then all.
   explicit refusal_cache(std::size_t capacity = 65536) : capacity_(capacity) {}
@@ -61,6 +71,14 @@ class refusal_cache {
   std::unordered_map<std::string, entry> entries_;
   std::size_t capacity_;
   std::uint64_t hits_ = 0;
+  std::uint64_t lifts_seen_ = 0;  ///< block_lifts() when the entries were last checked
 };
+
+/// Blocks lifted by this process so far (POST /admin/unblock); every worker's refusal_cache
+/// forgets its entries when it sees the count change. Any thread.
+std::uint64_t block_lifts() noexcept;
+
+/// Counts one lift (the admin unblock calls it once the store deleted a block). Any thread.
+void note_block_lift() noexcept;
 
 }  // namespace sluice::limiter

@@ -35,6 +35,26 @@ struct explain_query {
   std::vector<std::pair<std::string, std::string>> headers;
 };
 
+/// A block to lift (`POST /admin/unblock`): the limit, and the caller whose block it is, named
+/// as the limit counts callers (`by:`): `api_key=` (by: api_key), `ip=` (by: ip; by: api_key
+/// for an anonymous caller; by: user or header:NAME for a caller without that value), `user=`
+/// (by: user), `header=` (the value of a by: header:NAME limit's header); none for by: global.
+struct unblock_query {
+  std::string limit;    ///< `limit=`: the limit's name (required)
+  std::string api_key;  ///< `api_key=`
+  std::string ip;       ///< `ip=`
+  std::string user;     ///< `user=`
+  std::string header;   ///< `header=`
+};
+
+/// The answer to `POST /admin/unblock`: an HTTP status (200 lifted or nothing to lift, 400 a
+/// query that does not fit the limit, 404 no such limit or one without `block:`, 503 store
+/// unavailable) and a JSON object.
+struct unblock_answer {
+  unsigned status = 404;
+  std::string json;
+};
+
 /// What the admin endpoints read and do; implemented by the app room (which knows the
 /// gateway and the rules file). Called on the admin listener's thread, one request at a time.
 class admin_backend {
@@ -69,6 +89,12 @@ class admin_backend {
     (void)q;
     return {std::nullopt, "not available"};
   }
+  /// Lifts the block (`block:`, the penalty box) of the caller `q` names on limit `q.limit`,
+  /// in the store, and says what it lifted.
+  virtual unblock_answer unblock(const unblock_query& q) {
+    (void)q;
+    return {404, "{\"error\":\"not available\"}"};
+  }
 };
 
 /// One limit as `GET /admin/config` shows it: name, by, algorithm, mode, rate and burst,
@@ -101,6 +127,10 @@ std::string_view status_page_html() noexcept;
 ///   what a request would get now — route, caller, plan, each limit's state and the decision —
 ///   spending nothing (admin_backend::explain); 400 without `path` or with a bad parameter;
 ///   503 when the gateway did not answer within 2 s.
+/// - `POST /admin/unblock?limit=NAME[&api_key=K|&ip=A|&user=U|&header=V]`: lifts that
+///   caller's block on that limit (admin_backend::unblock): 200 with what was lifted, 400 for
+///   a bad query, 404 for no such limit (or one without `block:`), 503 when the gateway or
+///   its store did not answer.
 /// - `GET /metrics`: the backend's Prometheus exposition (text/plain; version=0.0.4), or 404
 ///   when the backend publishes none.
 ///

@@ -164,6 +164,9 @@ struct metrics_sample {
   /// from leases alone (no store round trip), leases taken, tokens taken in leases beyond
   /// the requests' costs, and tokens of ended leases returned to their buckets.
   std::uint64_t leased_decisions = 0, lease_grants = 0, tokens_leased = 0, tokens_returned = 0;
+  /// Blocks (penalty box, `block:`) started, by limit name: every limit of the rules in force
+  /// with a block (at 0 if none started) and every limit name seen since start, by name.
+  std::vector<std::pair<std::string, std::uint64_t>> blocks_started;
 };
 
 /// The Prometheus text exposition (format 0.0.4, exposition_content_type) of `sample`:
@@ -172,6 +175,7 @@ struct metrics_sample {
 ///   fail_open, fail_closed (a `local` decision counts as allowed or limited);
 /// - `sluice_failure_policy_applied_total{route,policy}` — policy: fail_open, fail_closed,
 ///   local (store checks that failed and the route's policy answered);
+/// - `sluice_blocks_started_total{limit}` (penalty boxes started by a refusal);
 /// - `sluice_shadow_limited_total{route}`, `sluice_bad_requests_total`,
 ///   `sluice_client_address_fallbacks_total{reason}`;
 /// - `sluice_client_connections_open` (gauge), `sluice_client_connections_max` (gauge, the

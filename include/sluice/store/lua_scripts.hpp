@@ -29,11 +29,14 @@ namespace sluice::lua {
 /// algorithms.
 /// Reply: an array of integers {allowed, now_ms, then per limit: admits, remaining, reset_ms,
 /// retry_after_ms, next_ms, then per limit packed by pack_leased_limit(), in order: the
-/// tokens it took (limit_outcome::granted)}. Bad arguments are an error reply before anything is
-/// written. State per bucket, packed as little-endian doubles (struct.pack('<d...'), exact integers
-/// up to 2^53); every write arms the expiry to the limit's Reset, or deletes the bucket when Reset
-/// is 0; a refused request that leaves a state as it read it writes nothing and only raises the
-/// expiry when it is below the Reset (a key without one gets one):
+/// tokens it took (limit_outcome::granted), then per limit with a block (append_block()), in
+/// order: the block's end in ms of store time (0: none) and its event (0: none or in force,
+/// 1: started by this check, 2: lifted by it; limit_outcome::block)}. Bad arguments are an error
+/// reply before anything is written. State per bucket, packed as little-endian doubles
+/// (struct.pack('<d...'), exact integers up to 2^53); every write arms the expiry to the limit's
+/// Reset, or deletes the bucket when Reset is 0; a refused request that leaves a state as it read
+/// it writes nothing and only raises the expiry when it is below the Reset (a key without one gets
+/// one):
 /// - token bucket: (level units, stamp ms, units per token), 24 bytes;
 /// - fixed window: (window index, count), 16 bytes;
 /// - sliding window: (window index, current, previous), 24 bytes;
@@ -57,20 +60,37 @@ std::string_view check_library() noexcept;
 std::string_view check_function() noexcept;
 
 /// The 48-byte parameter argument of one limit (check()): struct.pack('<dddddd', id, a, b, c,
-/// cost, flags), flags = (shadow ? 1 : 0) + (peek ? 2 : 0). Every value must be an integer of
-/// at most 2^53 to arrive exact.
+/// cost, flags), flags = (shadow ? 1 : 0) + (peek ? 2 : 0) + `more_flags` (block_flags()).
+/// Every value must be an integer of at most 2^53 to arrive exact.
 std::string pack_limit(int id, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t cost,
-                       bool shadow, bool peek = false);
+                       bool shadow, bool peek = false, int more_flags = 0);
 
 /// The 64-byte parameter argument of a token bucket limit with a lease (limit_check::lease
 /// and ::refund): pack_limit(0, ...) followed by the lease and the refund, in tokens, as two
 /// more doubles. An admitted limit then takes up to `lease` tokens (never fewer than `cost`)
 /// after `refund` tokens are returned to it, and the reply ends with the tokens it took.
 std::string pack_leased_limit(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t cost,
-                              bool shadow, bool peek, std::int64_t lease, std::int64_t refund);
+                              bool shadow, bool peek, std::int64_t lease, std::int64_t refund,
+                              int more_flags = 0);
+
+/// The flags of `req` beyond shadow and peek, for every limit's parameter: 4 = lift the
+/// limit's block first (check_request::lift_blocks), 8 = a peek that still starts blocks
+/// (check_request::peek_starts_blocks).
+int block_flags(const limiter::check_request& req) noexcept;
+
+/// Appends the block, in ms, to a packed parameter (pack_limit(): 48 -> 56 bytes;
+/// pack_leased_limit(): 64 -> 72 bytes). The script then reads and starts the limit's block
+/// (lua/block.lua), and its reply ends with two integers for the limit (packs_block()).
+void append_block(std::string& packed, std::int64_t block_ms);
+
+/// Whether limit `l` goes to the script with a block (limit_check::block_ms > 0): its reply
+/// then ends with the block's end ms and event (after every limit's lease, in limit order).
+inline bool packs_block(const limiter::limit_check& l) noexcept {
+  return l.block_ms > 0;
+}
 
 /// The 64-byte parameter argument of one limit of a settle (check_request::settle):
-/// struct.pack('<dddddddd', id, a, b, c, cost, 4, units, taken_at_ms) — flags 4 marks the
+/// struct.pack('<dddddddd', id, a, b, c, cost, 16, units, taken_at_ms) — flags 16 marks the
 /// settle; `units` > 0 are charged (a debt may follow), < 0 refunded (never above the
 /// capacity), |units| <= the Limit; `taken_at_ms` the store time the units were spent at
 /// (windows: a refund comes off that window; < 0: the current one). A call is a settle when
