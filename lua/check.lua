@@ -14,7 +14,10 @@
 --   cost, flags) (48 bytes; flags: 1 = shadow, 2 = peek: decided as if, nothing written) or,
 --   for a token bucket with a lease, struct.pack('<dddddddd', ..., lease, refund) (64 bytes:
 --   take up to `lease` tokens when admitted, after `refund` tokens are returned), and the
---   field of the bucket in hash keys[i] ('' = the bucket is keys[i] itself)
+--   field of the bucket in hash keys[i] ('' = the bucket is keys[i] itself); for a
+--   concurrency limit (id 5, lua/concurrency.lua) the slot id instead (its key is never a hash)
+-- A concurrency limit's admits in the reply is, for a release or renew (which never refuse),
+-- whether the slot was held.
 -- Reply: {allowed, now_ms, then per limit: admits, remaining, reset_ms, retry_after_ms, next_ms,
 -- then per limit with a 64-byte parameter, in order: the tokens it took}
 --
@@ -42,6 +45,14 @@ local function read_limit(id, a, b, c, cost, key, field, now, lease, refund)
     if why then return nil, why end
     return w.read(slot, a, b, cost, now, id == 2), slot
   end
+  if id == 5 then
+    local cc = conc()
+    local why = cc.validate(a, b, c)
+    if why then return nil, why end
+    local slot = {key = key, id = field}
+    slot.admits = cc.read(slot, a, c, now)
+    return slot.admits, slot
+  end
   if id == 3 and field == '' then
     local l = logs()
     local why = l.validate(a, b, c, cost)
@@ -58,6 +69,7 @@ local function write_limit(id, a, b, c, cost, key, field, debit, peek, now, s1, 
     return tb_write(key, field, a, b, c * b, cost * b, debit, peek, now, s1, s2, s3, lease * b)
   end
   if id == 3 then return logs().write(s1, debit, peek) end
+  if id == 5 then return conc().write(s1, a, b, c, s1.admits, debit, peek, now) end
   return windows().write(s1, a, b, cost, debit, id == 2, peek)
 end
 
@@ -108,6 +120,7 @@ local function check(keys, argv)
     local adm = admits and 1 or 0
     local allowed = adm
     if flags % 2 == 1 then allowed = 1 end
+    if id == 5 then adm = take and 1 or 0 end
     if #p == 64 then return {allowed, now, adm, remaining, reset, retry, nxt, take / b} end
     return {allowed, now, adm, remaining, reset, retry, nxt}
   end
@@ -139,6 +152,7 @@ local function check(keys, argv)
     local remaining, reset, retry, nxt, take =
         write_limit(l[1], l[2], l[3], l[4], l[5], l[7], l[8], debit, l[13], now, l[10], l[11],
                     l[12], l[14])
+    if l[1] == 5 then admits = take end
     reply[at + 1] = admits and 1 or 0
     reply[at + 2] = remaining
     reply[at + 3] = reset

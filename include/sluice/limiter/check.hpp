@@ -29,6 +29,8 @@ struct bucket_params {
   /// "at most `window_limit` = N units per window of `window_ms` = P milliseconds".
   std::int64_t window_ms = 1;
   std::int64_t window_limit = 1;
+  // (Concurrency reads window_limit as max_in_flight and window_ms as slot_ttl: see
+  // config::algorithm.)
 
   /// Capacity in units (burst * units_per_token).
   std::int64_t capacity() const { return burst * units_per_token; }
@@ -53,6 +55,13 @@ struct bucket_params {
   }
 };
 
+/// What a check does with a concurrency limit's slot (limit_check::op; limiter/concurrency.hpp).
+enum class slot_op : std::uint8_t {
+  acquire,  ///< take slot `limit_check::slot` when the request is admitted (a check)
+  release,  ///< give the slot back (the request ended); never refuses
+  renew,    ///< push a live slot's expiry to now + slot_ttl; never refuses
+};
+
 /// One limit to check for one caller.
 struct limit_check {
   std::string key;  ///< store key (see keys.hpp), bounded, injection-proof
@@ -68,6 +77,11 @@ struct limit_check {
   /// Token leasing: tokens of an earlier lease returned to the bucket before it is read
   /// (added to its level, which never exceeds the capacity), whatever the decision. 0: none.
   std::int64_t refund = 0;
+  /// Concurrency (algorithm concurrency; bucket.window_limit = max_in_flight, bucket.window_ms
+  /// = slot_ttl): the slot this request takes, or the slot `op` releases or renews. A slot id
+  /// is unique per request across every gateway sharing the store (instance, worker, counter).
+  std::string slot;
+  slot_op op = slot_op::acquire;
 };
 
 /// The outcome of one limit in a decided check. All times are milliseconds of store time.
