@@ -2,6 +2,7 @@
 #include "sluice/limiter/concurrency.hpp"
 
 #include "sluice/limiter/keys.hpp"
+#include "sluice/limiter/refusal_cache.hpp"
 #include "sluice/store/lua_scripts.hpp"
 #include "sluice/store/memory_store.hpp"
 #include "sluice/store/redis_cluster_store.hpp"
@@ -266,6 +267,21 @@ TEST(concurrency_table, memory_store_keeps_the_slots_it_was_told) {
   auto req = make_request(c, c.steps[0], "state");
   mem.decide(req);
   EXPECT_EQ(mem.peek_state(req.limits[0].key), "a@" + std::to_string(epoch_ms + 10'000));
+}
+
+// The over-limit cache never keeps a concurrency refusal: the slot may free the next moment.
+TEST(concurrency_table, a_refusal_is_never_cached) {
+  store::memory_store mem([] { return epoch_ms; });
+  const auto& c = table().front();
+  for (std::size_t i = 0; i < 4; ++i) mem.decide(make_request(c, c.steps[i], "cache"));
+  const auto refused_req = make_request(c, c.steps[3], "cache");
+  const auto refused = mem.decide(refused_req);
+  ASSERT_FALSE(refused.allowed);
+  limiter::refusal_cache cache;
+  cache.remember(refused_req.limits[0], refused, 1, limiter::refusal_cache::clock::now());
+  EXPECT_EQ(cache.size(), 0u);
+  check_outcome out;
+  EXPECT_FALSE(cache.recall(refused_req, 1, limiter::refusal_cache::clock::now(), out));
 }
 
 TEST(concurrency_table, redis_store) {
