@@ -18,6 +18,9 @@
 --   returned); either followed by one more double, the block in ms, for a limit with a
 --   penalty box (56 or 72 bytes; lua/block.lua); and the field of the bucket in hash keys[i]
 --   ('' = the bucket is keys[i] itself)
+--   For a concurrency limit (id 5, lua/concurrency.lua) the field argument is the slot id
+--   instead (its key is never a hash). A concurrency limit's admits in the reply is, for a
+--   release or renew (which never refuse), whether the slot was held.
 -- Reply: {allowed, now_ms, then per limit: admits, remaining, reset_ms, retry_after_ms, next_ms,
 -- then per limit with a lease (64 or 72 bytes), in order: the tokens it took, then per limit
 -- with a block (56 or 72 bytes), in order: the block's end ms (0: none) and its event (0 none
@@ -49,6 +52,14 @@ local function read_limit(id, a, b, c, cost, key, field, now, lease, refund)
     if why then return nil, why end
     return w.read(slot, a, b, cost, now, id == 2), slot
   end
+  if id == 5 then
+    local cc = conc()
+    local why = cc.validate(a, b, c)
+    if why then return nil, why end
+    local slot = {key = key, id = field}
+    slot.admits = cc.read(slot, a, c, now)
+    return slot.admits, slot
+  end
   if id == 3 and field == '' then
     local l = logs()
     local why = l.validate(a, b, c, cost)
@@ -65,6 +76,7 @@ local function write_limit(id, a, b, c, cost, key, field, debit, peek, now, s1, 
     return tb_write(key, field, a, b, c * b, cost * b, debit, peek, now, s1, s2, s3, lease * b)
   end
   if id == 3 then return logs().write(s1, debit, peek) end
+  if id == 5 then return conc().write(s1, a, b, c, s1.admits, debit, peek, now) end
   return windows().write(s1, a, b, cost, debit, id == 2, peek)
 end
 
@@ -193,6 +205,7 @@ local function check(keys, argv)
     local adm = admits and 1 or 0
     local allowed = adm
     if shadow then allowed = 1 end
+    if id == 5 then adm = take and 1 or 0 end
     local reply = {allowed, now, adm, remaining, reset, retry, nxt}
     if #p >= 64 then reply[8] = take / b end
     if bms > 0 then
@@ -239,6 +252,7 @@ local function check(keys, argv)
           block_close(l[17], l[16], not admits and not l[19], not l[13] or l[18], now,
                       remaining, reset, retry, nxt)
     end
+    if l[1] == 5 then admits = take end
     reply[at + 1] = admits and 1 or 0
     reply[at + 2] = remaining
     reply[at + 3] = reset

@@ -85,8 +85,9 @@ param_src loader::params(const entry* rate_e, const entry* burst_e, const param_
 std::optional<limit_src> loader::parse_limit(const YAML::Node& n, const std::string& path,
                                              int line) {
   static const std::vector<std::string> keys{
-      "name",      "by",    "algorithm",  "rate",   "burst",        "plans", "mode",
-      "preflight", "lease", "lease_time", "shards", "region_share", "block"};
+      "name",       "by",           "algorithm",     "rate",    "burst",
+      "plans",      "mode",         "preflight",     "lease",   "lease_time",
+      "shards",     "region_share", "max_in_flight", "slot_ttl", "block"};
   auto m = fields(n, path, line, keys);
   if (!m) return std::nullopt;
   limit_src l;
@@ -150,7 +151,8 @@ std::optional<limit_src> loader::parse_limit(const YAML::Node& n, const std::str
                                 {"fixed_window", algorithm::fixed_window},
                                 {"sliding_window", algorithm::sliding_window},
                                 {"sliding_log", algorithm::sliding_log},
-                                {"gcra", algorithm::gcra}});
+                                {"gcra", algorithm::gcra},
+                                {"concurrency", algorithm::concurrency}});
     if (a) {
       l.value.algorithm = *a;
       if (*a == algorithm::gcra)
@@ -180,7 +182,21 @@ std::optional<limit_src> loader::parse_limit(const YAML::Node& n, const std::str
   const entry* rate_e = m->find("rate");
   const entry* burst_e = m->find("burst");
   const entry* plans_e = m->find("plans");
-  if (rate_e) {
+  if (l.value.algorithm == algorithm::concurrency) {
+    parse_concurrency(*m, l);
+  } else {
+    for (const char* k : {"max_in_flight", "slot_ttl"}) {
+      if (const entry* e = m->find(k)) {
+        error(e->line, join(path, k),
+              std::string(k) + " applies only to algorithm: concurrency; a " +
+                  algorithm_name(l.value.algorithm) + " limit counts units per period (rate:)");
+        l.usable = false;
+      }
+    }
+  }
+  if (l.value.algorithm == algorithm::concurrency) {
+    // (parsed above: no rate, burst or plans)
+  } else if (rate_e) {
     l.defaults = params(rate_e, burst_e, nullptr, path, line, l.value.algorithm);
     check_capacity(*l.defaults, l.value.algorithm);
     if (!l.defaults->usable) l.usable = false;
@@ -189,7 +205,7 @@ std::optional<limit_src> loader::parse_limit(const YAML::Node& n, const std::str
     l.usable = false;
   }
 
-  if (plans_e) {
+  if (plans_e && l.value.algorithm != algorithm::concurrency) {
     const std::string plans_path = join(path, "plans");
     if (auto pm = mapping(plans_e->value, plans_path, plans_e->line, nullptr, true)) {
       static const std::vector<std::string> override_keys{"rate", "burst"};
@@ -223,6 +239,60 @@ std::optional<limit_src> loader::parse_limit(const YAML::Node& n, const std::str
   for (const auto& [plan, p] : l.overrides) l.value.plan_overrides[plan] = p.value;
   parse_hot_key_fields(*m, l);
   return l;
+}
+
+void loader::parse_concurrency(const map_view& m, limit_src& l) {
+  // max_in_flight and slot_ttl are kept as the rate's count and period (config::algorithm),
+  // so the Limit, the guarantee and a reload's comparison read them as any limit's.
+  for (const char* k : {"rate", "burst"}) {
+    if (const entry* e = m.find(k)) {
+      error(e->line, join(l.path, k),
+            std::string(k) +
+                " does not apply to a concurrency limit, which counts requests in flight "
+                "(max_in_flight: N)");
+      l.usable = false;
+    }
+  }
+  if (const entry* e = m.find("plans")) {
+    error(e->line, join(l.path, "plans"),
+          "plans overrides are not supported on a concurrency limit (one max_in_flight for every "
+          "caller; declare a concurrency limit in each plan instead)");
+    l.usable = false;
+  }
+  param_src p;
+  p.rate_path = p.burst_path = join(l.path, "max_in_flight");
+  p.rate_line = p.burst_line = l.value.line;
+  p.value.rate.period = std::chrono::milliseconds{30'000};
+  if (const entry* e = m.find("slot_ttl")) {
+    const std::string sp = join(l.path, "slot_ttl");
+    if (auto d = duration(*e, sp, "slot_ttl", std::chrono::milliseconds{3'600'000})) {
+      if (*d < std::chrono::milliseconds{1000}) {
+        error(e->line, sp,
+              "slot_ttl " + format_ms(*d) +
+                  " is shorter than the minimum of 1s (slots are renewed every slot_ttl / 3)");
+        l.usable = false;
+      } else {
+        p.value.rate.period = *d;
+      }
+    } else {
+      l.usable = false;
+    }
+  }
+  if (const entry* e = m.find("max_in_flight")) {
+    p.rate_line = p.burst_line = e->line;
+    if (auto n = integer(*e, p.rate_path, "max_in_flight", 1, max_in_flight_bound)) {
+      p.value.rate.count = *n;
+      p.value.burst = *n;
+      p.rate_text = "max_in_flight " + std::to_string(*n);
+      p.usable = true;
+    } else {
+      l.usable = false;
+    }
+  } else {
+    error(l.value.line, l.path, "missing required key 'max_in_flight'");
+    l.usable = false;
+  }
+  if (p.usable) l.defaults = std::move(p);
 }
 
 void loader::parse_hot_key_fields(const map_view& m, limit_src& l) {
@@ -351,6 +421,13 @@ void loader::parse_block(const entry& e, limit_src& l) {
     l.usable = false;
     return;
   }
+  if (v.algorithm == algorithm::concurrency) {
+    error(e.line, p,
+          "block does not apply to a concurrency limit: a slot frees when a request ends, so a "
+          "refusal there says nothing about the caller (use block on a rate limit)");
+    l.usable = false;
+    return;
+  }
   if (v.lease > 0) {
     error(e.line, p,
           "block cannot be combined with lease: a worker spends leased tokens without asking "
@@ -392,6 +469,8 @@ std::vector<limit_src> loader::parse_limits(const entry& e, const std::string& p
 }
 
 void loader::check_cost(const limit_src& l, std::int64_t cost, const std::string& where) {
+  // A request holds one slot of a concurrency limit whatever its cost.
+  if (l.value.algorithm == algorithm::concurrency) return;
   auto check = [&](const param_src& p) {
     if (!p.usable) return;
     if (is_window(l.value.algorithm)) {

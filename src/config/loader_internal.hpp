@@ -51,6 +51,10 @@ bool valid_limit_name(std::string_view s);
 
 bool is_window(algorithm a);
 
+/// The most slots a concurrency limit may hold (`max_in_flight`): a check reads a key's
+/// slots whole (O(max_in_flight)).
+inline constexpr std::int64_t max_in_flight_bound = 10'000;
+
 const char* algorithm_name(algorithm a);
 
 bool same_params(const limit_params& a, const limit_params& b);
@@ -257,6 +261,9 @@ class loader {
   void parse_hot_key_fields(const map_view& m, limit_src& l);
   /// `block:` of a limit (after its mode, lease and shards are known).
   void parse_block(const entry& e, limit_src& l);
+  /// The fields of an `algorithm: concurrency` limit: max_in_flight (required, 1 ..
+  /// max_in_flight_bound), slot_ttl (1s .. 1h, default 30s); rate, burst and plans refused.
+  void parse_concurrency(const map_view& m, limit_src& l);
 
   /// The first field in which two definitions of one limit name differ, if any.
   static std::optional<std::string> difference(const limit& a, const limit& b);

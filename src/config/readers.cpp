@@ -74,6 +74,8 @@ const char* algorithm_name(algorithm a) {
       return "sliding_log";
     case algorithm::gcra:
       return "gcra";
+    case algorithm::concurrency:
+      return "concurrency";
   }
   return "?";
 }

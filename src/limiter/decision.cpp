@@ -101,11 +101,14 @@ void append_quota_lines(std::string& out, const std::vector<applied_limit>& limi
     } else {
       w.put(ietf_policy).put(": \"");
     }
-    w.put(limits[i].name)
-        .put("\";q=")
-        .number(outcome.limits[i].limit)
-        .put(";w=")
-        .number(policy_window_seconds(limits[i]));
+    w.put(limits[i].name).put("\";q=").number(outcome.limits[i].limit);
+    if (limits[i].algorithm == config::algorithm::concurrency) {
+      // A quota of requests at once has no window: the draft's quota unit says what q counts
+      // (draft-ietf-httpapi-ratelimit-headers, "Quota Units": concurrent-requests).
+      w.put(";qu=\"concurrent-requests\"");
+    } else {
+      w.put(";w=").number(policy_window_seconds(limits[i]));
+    }
     any = true;
   }
   if (!any) return;

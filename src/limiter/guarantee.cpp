@@ -24,6 +24,8 @@
 //     starts late in it): U is nearly the whole limit, and the next window admits nearly N
 //     more; measured up to 1.90x (a greedy cold start 911 ms into a window).
 // - sliding log: at most N in any rolling window of P (one stamp per admitted unit).
+// - concurrency: at most N slots live at once (each check counts the live slots in the same
+//   atomic step that takes one); a slot outlives its holder by at most slot_ttl.
 #include "sluice/limiter/guarantee.hpp"
 
 namespace sluice::limiter {
@@ -76,6 +78,17 @@ std::string guarantee(config::algorithm a, const config::limit_params& p) {
     }
     case config::algorithm::sliding_log:
       return "exact: at most " + n + " units in any rolling " + w + " (sliding log)";
+    case config::algorithm::concurrency:
+      // A slot's expiry is its last renewal + slot_ttl, and a live gateway renews every
+      // slot_ttl / 3: a dead one's slots are free at most slot_ttl after its last renewal.
+      return "exact across instances while gateways live: at most " + n +
+             " requests (and tunnels) of one key in flight at once; the slots of a gateway "
+             "that dies without releasing them (killed, crashed) come back within slot_ttl " +
+             w + " of its last renewal (renewed every " + duration_text(p.rate.period / 3) +
+             "); a gateway cut off from the store for longer than " + w +
+             " loses its slots while its requests still run, so others may then be admitted "
+             "beyond " +
+             n + " (concurrency)";
   }
   return "unknown algorithm";
 }

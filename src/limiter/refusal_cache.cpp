@@ -54,6 +54,9 @@ void refusal_cache::remember(const limit_check& limit, const check_outcome& out,
                              std::uint64_t generation, clock::time_point sent,
                              std::uint64_t epoch) {
   if (limit.shadow || out.allowed || out.limits.size() != 1) return;
+  // A concurrency slot frees whenever a request of the key ends, any moment: its refusal
+  // holds for no time that the cache could count on.
+  if (limit.algorithm == config::algorithm::concurrency) return;
   const limit_outcome& lo = out.limits.front();
   if (lo.admits || lo.retry_after_ms <= 0 || lo.next_ms <= 0) return;
   std::int64_t window = std::min(lo.retry_after_ms, lo.next_ms);

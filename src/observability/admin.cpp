@@ -51,6 +51,8 @@ const char* algorithm_text(config::algorithm a) {
       return "sliding_log";
     case config::algorithm::gcra:
       return "gcra";
+    case config::algorithm::concurrency:
+      return "concurrency";
   }
   return "unknown";
 }

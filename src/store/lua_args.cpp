@@ -22,6 +22,8 @@ int algorithm_id(config::algorithm a) noexcept {
       return 2;
     case config::algorithm::sliding_log:
       return 3;
+    case config::algorithm::concurrency:
+      return 5;
     case config::algorithm::gcra:
       return -1;
   }
@@ -73,9 +75,19 @@ void append_block(std::string& packed, std::int64_t block_ms) {
   packed.append(reinterpret_cast<const char*>(&v), sizeof v);
 }
 
+namespace {
+
+// Sliding logs (a list) and concurrency slots (a sorted set) are kept at their bucket's own
+// key: neither can be a hash field.
+bool packable(const limiter::limit_check& l) {
+  return l.algorithm != config::algorithm::sliding_log &&
+         l.algorithm != config::algorithm::concurrency;
+}
+
+}  // namespace
+
 std::string redis_key(const limiter::limit_check& l, const key_layout& layout) {
-  if (layout.packed && l.algorithm != config::algorithm::sliding_log)
-    return limiter::packed_address(l.key, layout.hash_groups).key;
+  if (layout.packed && packable(l)) return limiter::packed_address(l.key, layout.hash_groups).key;
   return l.key;
 }
 
@@ -87,7 +99,7 @@ std::size_t append_check_command(const limiter::check_request& req, const key_la
   boost::container::small_vector<std::string, 4> fields(n);
   for (std::size_t i = 0; i < n; ++i) {
     const auto& l = req.limits[i];
-    if (layout.packed && l.algorithm != config::algorithm::sliding_log) {
+    if (layout.packed && packable(l)) {
       auto at = limiter::packed_address(l.key, layout.hash_groups);
       out.push_back(std::move(at.key));
       fields[i] = std::move(at.field);
@@ -115,6 +127,11 @@ std::size_t append_check_command(const limiter::check_request& req, const key_la
       out.push_back(pack_limit(algorithm_id(l.algorithm), l.bucket.refill_per_ms,
                                l.bucket.units_per_token, l.bucket.burst, l.cost, l.shadow, req.peek,
                                more));
+    } else if (l.algorithm == config::algorithm::concurrency) {
+      out.push_back(pack_limit(algorithm_id(l.algorithm), l.bucket.window_limit, l.bucket.window_ms,
+                               static_cast<std::int64_t>(l.op), l.cost, l.shadow, req.peek, more));
+      out.push_back(l.slot);  // in the field's place: the slot id
+      continue;
     } else {
       out.push_back(pack_limit(algorithm_id(l.algorithm), l.bucket.window_ms, l.bucket.window_limit,
                                0, l.cost, l.shadow, req.peek, more));

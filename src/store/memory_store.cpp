@@ -36,6 +36,7 @@
 #include <boost/container/small_vector.hpp>
 
 #include "sluice/limiter/block.hpp"
+#include "sluice/limiter/concurrency.hpp"
 #include "sluice/limiter/token_bucket.hpp"
 #include "sluice/limiter/window.hpp"
 
@@ -67,6 +68,7 @@ struct entry {
   limiter::bucket_state state;                // token bucket
   limiter::window_counts counts;              // fixed window, sliding window
   std::unique_ptr<limiter::log_entries> log;  // sliding log (allocated only for it)
+  std::unique_ptr<limiter::slot_set> slots;   // concurrency (allocated only for it)
   std::int64_t expires_at_ms = 0;             // (a block: its end)
   bool block = false;  // a penalty box's block (limiter::block_key() of its bucket's key)
 };
@@ -335,6 +337,7 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
     std::int64_t level = 0;                   // token bucket
     limiter::window_counts counts;            // windows
     std::optional<limiter::log_entries> log;  // sliding log, expired entries dropped
+    std::optional<limiter::slot_set> slots;   // concurrency, expired slots dropped
     std::int64_t now_eff = 0;                 // windows, log: max(now, the stored state's time)
   };
   small<read_state> rs(n);
@@ -372,6 +375,11 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       r.now_eff = limiter::log_now(*r.log, now);
       limiter::expire_log(*r.log, l.bucket, r.now_eff);
       admits[i] = limiter::log_wait(*r.log, l.bucket, r.now_eff, l.cost) == 0;
+    } else if (l.algorithm == config::algorithm::concurrency) {
+      r.slots.emplace();
+      if (found && found->slots) *r.slots = *found->slots;
+      limiter::expire_slots(*r.slots, now);
+      admits[i] = limiter::slots_admit(*r.slots, l);
     } else {
       r.level = limiter::refilled_level(found ? &found->state : nullptr, l.bucket, now);
       r.level = limiter::refunded_level(r.level, l.bucket, l.refund);
@@ -407,6 +415,7 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
         e.kind = l.algorithm;
         e.counts = after;
         e.log.reset();
+        e.slots.reset();
         e.expires_at_ms = now + o.reset_ms;
         sh.min_expires_ms = std::min(sh.min_expires_ms, e.expires_at_ms);
       }
@@ -423,7 +432,40 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
         auto& e = sh.slot(l.key, now, impl_->cap, req);
         e.kind = l.algorithm;
         e.log = std::make_unique<limiter::log_entries>(std::move(after));
+        e.slots.reset();
         e.expires_at_ms = now + o.reset_ms;
+        sh.min_expires_ms = std::min(sh.min_expires_ms, e.expires_at_ms);
+      }
+      out.limits.push_back(o);
+    } else if (l.algorithm == config::algorithm::concurrency) {
+      // A release or renew acts whatever the decision; an acquire takes a slot iff debited.
+      // The set is read again as this check's earlier limits left it: a batch of releases or
+      // renewals names one key once per slot, and each must see the others' writes (the
+      // script's ZADD and ZREM compose the same way).
+      if (auto it = sh.buckets.find(l.key);
+          it != sh.buckets.end() && it->second.kind == l.algorithm && it->second.slots) {
+        *r.slots = *it->second.slots;
+        limiter::expire_slots(*r.slots, now);
+      } else {
+        r.slots->clear();
+      }
+      limiter::slot_set after = *r.slots;
+      const bool held = limiter::apply_slot_op(after, l, debit, now);
+      // (A release or renew never refuses: no Retry-After; its admits says whether the slot
+      // was held.)
+      const bool acquire = l.op == limiter::slot_op::acquire;
+      auto o = limiter::describe_slots(*r.slots, after, l.bucket, now, !acquire || admits[i]);
+      if (!acquire) o.admits = held;
+      if (req.peek) {
+        // (decided as if: nothing written)
+      } else if (after.empty()) {
+        sh.buckets.erase(l.key);
+      } else {
+        auto& e = sh.slot(l.key, now, impl_->cap, req);
+        e.kind = l.algorithm;
+        e.expires_at_ms = now + limiter::slots_ttl_ms(after, now);
+        e.slots = std::make_unique<limiter::slot_set>(std::move(after));
+        e.log.reset();
         sh.min_expires_ms = std::min(sh.min_expires_ms, e.expires_at_ms);
       }
       out.limits.push_back(o);
@@ -445,6 +487,7 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
         e.kind = l.algorithm;
         e.state = {after, now, l.bucket.units_per_token};
         e.log.reset();
+        e.slots.reset();
         e.expires_at_ms = now + limiter::ttl_ms(after, l.bucket);
         sh.min_expires_ms = std::min(sh.min_expires_ms, e.expires_at_ms);
       }
@@ -535,6 +578,17 @@ std::optional<std::string> memory_store::peek_state(const std::string& key) cons
       std::string out;
       if (e.log) {
         for (auto t : *e.log) out += (out.empty() ? "" : ",") + std::to_string(t);
+      }
+      return out;
+    }
+    case config::algorithm::concurrency: {
+      // "<id>@<expiry>" per live slot, in the order taken.
+      std::string out;
+      if (e.slots) {
+        for (const auto& s : *e.slots) {
+          if (s.expires_ms <= now) continue;
+          out += (out.empty() ? "" : ",") + s.id + "@" + std::to_string(s.expires_ms);
+        }
       }
       return out;
     }

@@ -612,8 +612,9 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
     // One step: at most one group decides the request (the others hold shadow limits only,
     // decided alone anyway), or nothing is written at all (peek), or nothing is decided (a
     // settle: each slot's limits are settled on their node, atomically per slot; a failure of
-    // one slot leaves the others settled).
-    if (req.peek || req.settle || enforced_groups <= 1) {
+    // one slot leaves the others settled), or the request only releases or renews slots (which
+    // never refuse: each group acts on its own).
+    if (req.peek || req.settle || enforced_groups <= 1 || slot_ops_only(req)) {
       std::vector<std::pair<std::uint16_t, check_request>> calls;
       for (const auto& g : groups) calls.emplace_back(g.slot, subset(req, g.limits, req.peek));
       auto rs = co_await parallel(std::move(calls), deadline);
@@ -677,6 +678,7 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
     if (auto ec = first_error(second)) {
       if (std::any_of(second.begin(), second.end(), [](const auto& r) { return r && r->allowed; }))
         ++counters.partial_commits;
+      co_await give_back_slots(req, groups, sent, second, deadline);
       co_return ec;
     }
     out.allowed = true;
@@ -684,8 +686,45 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
       merge(out, groups[sent[s]], *second[s]);
       if (!second[s]->allowed) out.allowed = false;
     }
-    if (!out.allowed) ++counters.commit_refusals;
+    if (!out.allowed) {
+      ++counters.commit_refusals;
+      co_await give_back_slots(req, groups, sent, second, deadline);
+    }
     co_return out;
+  }
+
+  // Whether every limit of `req` releases or renews a concurrency slot.
+  static bool slot_ops_only(const check_request& req) {
+    return std::all_of(req.limits.begin(), req.limits.end(), [](const limiter::limit_check& l) {
+      return l.algorithm == config::algorithm::concurrency && l.op != limiter::slot_op::acquire;
+    });
+  }
+
+  // A split check that was not admitted after all (a commit refused, or failed on a node)
+  // may have taken concurrency slots in the groups whose commit went through: those are
+  // released at once, best effort (one call per slot group, errors ignored: an unreleased
+  // slot expires after its slot_ttl), so a request that is not forwarded holds no slot.
+  asio::awaitable<void> give_back_slots(const check_request& req,
+                                        const std::vector<slot_group>& groups,
+                                        const std::vector<std::size_t>& sent,
+                                        const std::vector<check_result>& second,
+                                        std::chrono::steady_clock::time_point deadline) {
+    std::vector<std::pair<std::uint16_t, check_request>> calls;
+    for (std::size_t s = 0; s < sent.size(); ++s) {
+      if (!second[s] || !second[s]->allowed) continue;
+      check_request rel;
+      rel.now_ms_override = req.now_ms_override;
+      for (const auto i : groups[sent[s]].limits) {
+        const auto& l = req.limits[i];
+        if (l.algorithm != config::algorithm::concurrency || l.op != limiter::slot_op::acquire)
+          continue;
+        rel.limits.push_back(l);
+        rel.limits.back().op = limiter::slot_op::release;
+      }
+      if (!rel.limits.empty()) calls.emplace_back(groups[sent[s]].slot, std::move(rel));
+    }
+    if (calls.empty()) co_return;
+    (void)co_await parallel(std::move(calls), deadline);
   }
 
   void stop() {

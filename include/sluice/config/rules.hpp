@@ -27,7 +27,11 @@ inline constexpr std::int64_t max_exact_integer = std::int64_t{1} << 53;
 inline constexpr std::chrono::milliseconds max_block{7LL * 24 * 3600 * 1000};
 
 /// The limiting algorithm of one limit (`algorithm:` field).
-enum class algorithm { token_bucket, fixed_window, sliding_window, sliding_log, gcra };
+/// `concurrency`: at most `max_in_flight` requests of one key in flight at once
+/// (limiter/concurrency.hpp); its limit_params hold `max_in_flight` as the rate's count and
+/// `slot_ttl` as the rate's period (and the burst), so every step that reads a limit's
+/// count and period (the Limit, the guarantee, a reload's comparison) reads them.
+enum class algorithm { token_bucket, fixed_window, sliding_window, sliding_log, gcra, concurrency };
 
 /// What a limit counts by (`by:` field): `api_key | user | ip | global | header:NAME`.
 enum class identity_kind { api_key, user, ip, global, header };

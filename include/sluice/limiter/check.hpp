@@ -29,6 +29,8 @@ struct bucket_params {
   /// "at most `window_limit` = N units per window of `window_ms` = P milliseconds".
   std::int64_t window_ms = 1;
   std::int64_t window_limit = 1;
+  // (Concurrency reads window_limit as max_in_flight and window_ms as slot_ttl: see
+  // config::algorithm.)
 
   /// Capacity in units (burst * units_per_token).
   std::int64_t capacity() const { return burst * units_per_token; }
@@ -51,6 +53,13 @@ struct bucket_params {
   static bucket_params for_limit(const config::limit& l, const config::limit_params& p) {
     return from(l.enforced(p));
   }
+};
+
+/// What a check does with a concurrency limit's slot (limit_check::op; limiter/concurrency.hpp).
+enum class slot_op : std::uint8_t {
+  acquire,  ///< take slot `limit_check::slot` when the request is admitted (a check)
+  release,  ///< give the slot back (the request ended); never refuses
+  renew,    ///< push a live slot's expiry to now + slot_ttl; never refuses
 };
 
 /// One limit to check for one caller.
@@ -81,6 +90,11 @@ struct limit_check {
   /// limit refuses a request (enforced), the key stays refused by it for this long; the
   /// block lives in the store beside the bucket (block_address()). 0: no block.
   std::int64_t block_ms = 0;
+  /// Concurrency (algorithm concurrency; bucket.window_limit = max_in_flight, bucket.window_ms
+  /// = slot_ttl): the slot this request takes, or the slot `op` releases or renews. A slot id
+  /// is unique per request across every gateway sharing the store (instance, worker, counter).
+  std::string slot;
+  slot_op op = slot_op::acquire;
 };
 
 /// The outcome of one limit in a decided check. All times are milliseconds of store time.

@@ -16,15 +16,16 @@ namespace sluice::limiter {
 /// Remembered refusals, one per bucket key, owned by one worker (no locks).
 ///
 /// Only a check with exactly one limit, enforced (not shadow), is remembered, when the store
-/// refused it. A refusal stays valid for min(retry_after, next) from the moment the check was
-/// *sent* (the store decided it later, so the window can only end early, never late): until
-/// then no token (or window slot) reaches that bucket — other requests can only take tokens,
-/// never add them — so a check of the same key and cost is refused exactly as the store would
-/// refuse it, and Remaining cannot grow meanwhile. Recalled outcomes have Reset, Retry-After
-/// and the next-token time shortened by the time elapsed, so the quota headers are the ones
-/// the store would produce (on a gateway that is the key's only client; with several, another
-/// gateway's admissions of smaller costs may leave the store's Remaining lower).
-/// A reload invalidates everything (entries carry the rules generation), and so does a new
+/// refused it — and never a concurrency limit's refusal (a slot frees whenever a request of
+/// the key ends, so no time is known during which the refusal stands). A refusal stays valid for
+/// min(retry_after, next) from the moment the check was *sent* (the store decided it later, so the
+/// window can only end early, never late): until then no token (or window slot) reaches that bucket
+/// — other requests can only take tokens, never add them — so a check of the same key and cost is
+/// refused exactly as the store would refuse it, and Remaining cannot grow meanwhile. Recalled
+/// outcomes have Reset, Retry-After and the next-token time shortened by the time elapsed, so the
+/// quota headers are the ones the store would produce (on a gateway that is the key's only client;
+/// with several, another gateway's admissions of smaller costs may leave the store's Remaining
+/// lower). A reload invalidates everything (entries carry the rules generation), and so does a new
 /// store connection (they carry the store's connection epoch: a restarted Redis may have lost
 /// the bucket); another cost or another limit (algorithm, bucket) under the same key is a
 /// miss. A bucket deleted by hand in Redis is seen once the cached refusal ends.

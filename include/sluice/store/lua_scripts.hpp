@@ -13,7 +13,8 @@
 namespace sluice::lua {
 
 /// The check, as a script: `lua/common.lua`, the algorithm parts (`token_bucket.lua`,
-/// `window.lua`, `fixed_window.lua`, `sliding_window.lua`, `sliding_log.lua`) and the driver
+/// `window.lua`, `fixed_window.lua`, `sliding_window.lua`, `sliding_log.lua`,
+/// `concurrency.lua`) and the driver
 /// `check.lua`, concatenated, then `return check(KEYS, ARGV)`. For SCRIPT LOAD / EVALSHA (and
 /// EVAL in tests) where Redis functions are not available. Decides a batch of limits of any
 /// mix of algorithms atomically.
@@ -40,7 +41,12 @@ namespace sluice::lua {
 /// - token bucket: (level units, stamp ms, units per token), 24 bytes;
 /// - fixed window: (window index, count), 16 bytes;
 /// - sliding window: (window index, current, previous), 24 bytes;
-/// - sliding log: list of ms stamps, one per admitted unit, oldest first (never in a hash).
+/// - sliding log: list of ms stamps, one per admitted unit, oldest first (never in a hash);
+/// - concurrency: a sorted set at the bucket's own key (never in a hash), member = slot id,
+///   score = the slot's expiry in ms of store time; its parameters are (max_in_flight,
+///   slot_ttl ms, op: 0 acquire, 1 release, 2 renew) and its field argument the slot id;
+///   its reply `admits` for a release or renew is whether the slot was held
+///   (limiter/concurrency.hpp). The key expires with its latest slot.
 /// The text forms of earlier versions ("<level> <stamp> <units>", "<i>:<c>", "<i>:<c>:<p>")
 /// are still read. In a hash a field is the 8-byte expiry stamp (ms of store time) followed
 /// by the state and reads as missing from then on; the hash's own expiry is only ever raised
@@ -108,7 +114,7 @@ inline bool packs_lease(const limiter::limit_check& l) noexcept {
 }
 
 /// The script's algorithm id of `a`: token_bucket 0, fixed_window 1, sliding_window 2,
-/// sliding_log 3 (gcra is not offered: -1).
+/// sliding_log 3, concurrency 5 (gcra is not offered: -1).
 int algorithm_id(config::algorithm a) noexcept;
 
 /// How buckets are laid out in Redis (`store.layout` and `store.hash_groups`).

@@ -111,6 +111,11 @@ INSTANTIATE_TEST_SUITE_P(
                  route_with("{name: k, rate: 5/1m, mode: shadow, block: 15m}"),
                  {at7 + "block applies only to an enforced limit: a shadow limit never refuses "
                         "anybody, so it never blocks anybody (remove block, or mode: shadow)"}},
+        bad_case{"concurrency",
+                 route_with("{name: k, algorithm: concurrency, max_in_flight: 4, block: 15m}"),
+                 {at7 + "block does not apply to a concurrency limit: a slot frees when a request "
+                        "ends, so a refusal there says nothing about the caller (use block on a "
+                        "rate limit)"}},
         bad_case{"lease",
                  route_with("{name: k, rate: 50/1s, lease: 10, block: 15m}"),
                  {at7 + "block cannot be combined with lease: a worker spends leased tokens "
