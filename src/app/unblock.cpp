@@ -106,14 +106,8 @@ asio::awaitable<observability::unblock_answer> gateway_handler::unblock(
   check.limits.push_back(std::move(lc));
   check.peek = true;
   check.lift_blocks = true;
-  boost::system::result<limiter::check_outcome> decided{
-      make_error_code(sluice::errc::store_unavailable)};
-  limiter::check_outcome now;
-  if (store_->decide_now(check, now)) {
-    decided = std::move(now);
-  } else {
-    decided = co_await store_->check(check);
-  }
+  // The explain step's store call (peek: nothing written but the lift).
+  const boost::system::result<limiter::check_outcome> decided = co_await store_.peek(check);
   if (!decided) co_return refused(503, "store: " + decided.error().message());
   const limiter::limit_outcome& lo = decided->limits.front();
   const bool lifted = lo.block == limiter::limit_outcome::block_event::lifted;
