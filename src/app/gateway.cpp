@@ -513,6 +513,13 @@ observability::metrics_sample gateway::sample() const {
   for (const auto& r : snap->rules->routes) routes[r.name].route = r.name;  // present at 0
   std::map<std::string, observability::upstream_counts> upstreams;
   for (const auto& [name, u] : snap->rules->upstreams) upstreams[name].upstream = name;
+  std::map<std::string, std::uint64_t> warnings;  // present at 0: every limit with a warn_at
+  auto warn_names = [&warnings](const std::vector<config::limit>& limits) {
+    for (const auto& l : limits)
+      if (l.warn_at_bp > 0) warnings[l.name];
+  };
+  for (const auto& [name, p] : snap->rules->plans) warn_names(p.limits);
+  for (const auto& r : snap->rules->routes) warn_names(r.limits);
   std::array<std::uint64_t, identity::address_source_count> fallbacks{};
   std::lock_guard lock(impl_->sample_mutex);
   for (std::size_t i = 0; i < impl_->workers.size(); ++i) {
@@ -520,6 +527,7 @@ observability::metrics_sample gateway::sample() const {
     const request_counters& c = w.handler->counters();
     c.add_to(routes);
     c.add_to(upstreams);
+    c.add_warnings_to(warnings);
     s.bad_requests += c.bad_requests.value();
     for (std::size_t k = 0; k < c.client_fallbacks.size(); ++k)
       fallbacks[k] += c.client_fallbacks[k].value();
@@ -594,6 +602,7 @@ observability::metrics_sample gateway::sample() const {
                     : s.breaker[static_cast<std::size_t>(bs::half_open)] ? bs::half_open
                                                                          : bs::closed;
   for (auto& [name, r] : routes) s.routes.push_back(std::move(r));
+  for (auto& [name, n] : warnings) s.quota_warnings.emplace_back(name, n);
   for (auto& [name, u] : upstreams) s.upstreams.push_back(std::move(u));
   for (std::size_t k = 0; k < fallbacks.size(); ++k) {
     const auto source = static_cast<identity::address_source>(k);

@@ -59,6 +59,13 @@ class request_counters {
   /// Adds this worker's counts for every upstream name it has seen into `out`. Any thread.
   void add_to(std::map<std::string, observability::upstream_counts>& out) const;
 
+  /// The near-limit warning crossings of limit `name` (`warn_at:`). Worker thread only; the
+  /// mutex is taken only the first time the worker sees the name (a crossing is rare: once
+  /// per key and threshold, never per request).
+  observability::owned_counter& warnings_of(const std::string& name);
+  /// Adds this worker's warning crossings by limit name into `out`. Any thread.
+  void add_warnings_to(std::map<std::string, std::uint64_t>& out) const;
+
  private:
   route_counters& named(const std::string& name);              // mutex_ held
   upstream_counters& upstream_named(const std::string& name);  // mutex_ held
@@ -66,7 +73,9 @@ class request_counters {
   mutable std::mutex mutex_;  // guards by_name_'s structure (never taken per request)
   std::map<std::string, std::unique_ptr<route_counters>> by_name_;
   std::map<std::string, std::unique_ptr<upstream_counters>> upstreams_;
-  std::uint64_t generation_ = 0;           // worker thread only
+  std::map<std::string, std::unique_ptr<observability::owned_counter>> warnings_;  // by limit
+  std::map<std::string, observability::owned_counter*> warned_index_;  // worker thread only
+  std::uint64_t generation_ = 0;                                       // worker thread only
   std::vector<route_counters*> by_index_;  // rules.routes index -> counters
 };
 

@@ -47,7 +47,12 @@ void refusal_cache::remember(const limit_check& limit, const check_outcome& out,
   if (limit.shadow || out.allowed || out.limits.size() != 1) return;
   const limit_outcome& lo = out.limits.front();
   if (lo.admits || lo.retry_after_ms <= 0 || lo.next_ms <= 0) return;
-  const std::int64_t window = std::min(lo.retry_after_ms, lo.next_ms);
+  std::int64_t window = std::min(lo.retry_after_ms, lo.next_ms);
+  // A calendar quota's refusal can stand for days, and its end is on the store's clock, which
+  // this worker's monotonic clock follows only approximately over that long (NTP slews the
+  // store host's clock; an operator may step it). Kept at most calendar_hold_ms, a cached
+  // refusal cannot outlive the period's end on the store by more than that.
+  if (limit.algorithm == config::algorithm::calendar) window = std::min(window, calendar_hold_ms);
   const auto until = sent + std::chrono::milliseconds(window);
   if (until <= clock::now()) return;
   if (entries_.size() >= capacity_ && !entries_.contains(limit.key)) {

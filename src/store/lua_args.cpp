@@ -22,6 +22,8 @@ int algorithm_id(config::algorithm a) noexcept {
       return 2;
     case config::algorithm::sliding_log:
       return 3;
+    case config::algorithm::calendar:
+      return 4;
     case config::algorithm::gcra:
       return -1;
   }
@@ -83,6 +85,10 @@ std::size_t append_check_command(const limiter::check_request& req, const key_la
     } else if (l.algorithm == config::algorithm::token_bucket) {
       out.push_back(pack_limit(algorithm_id(l.algorithm), l.bucket.refill_per_ms,
                                l.bucket.units_per_token, l.bucket.burst, l.cost, l.shadow,
+                               req.peek));
+    } else if (l.algorithm == config::algorithm::calendar) {
+      out.push_back(pack_limit(algorithm_id(l.algorithm), static_cast<int>(l.bucket.calendar),
+                               l.bucket.window_limit, l.bucket.utc_offset_minutes, l.cost, l.shadow,
                                req.peek));
     } else {
       out.push_back(pack_limit(algorithm_id(l.algorithm), l.bucket.window_ms, l.bucket.window_limit,

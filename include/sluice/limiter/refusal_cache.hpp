@@ -28,9 +28,16 @@ namespace sluice::limiter {
 /// store connection (they carry the store's connection epoch: a restarted Redis may have lost
 /// the bucket); another cost or another limit (algorithm, bucket) under the same key is a
 /// miss. A bucket deleted by hand in Redis is seen once the cached refusal ends.
+///
+/// A calendar quota's refusal is kept at most `calendar_hold_ms` (1 s): it would otherwise
+/// stand until the period's end measured on the worker's clock, which over days drifts from
+/// the store's clock the period ends on (and does not follow a step of it).
 class refusal_cache {
  public:
   using clock = std::chrono::steady_clock;
+
+  /// The longest a calendar quota's refusal is answered from the cache, in ms.
+  static constexpr std::int64_t calendar_hold_ms = 1000;
 
   /// `capacity`: most entries kept; when full, expired ones are dropped, then all.
   explicit refusal_cache(std::size_t capacity = 65536) : capacity_(capacity) {}

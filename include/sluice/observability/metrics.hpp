@@ -164,6 +164,10 @@ struct metrics_sample {
   /// from leases alone (no store round trip), leases taken, tokens taken in leases beyond
   /// the requests' costs, and tokens of ended leases returned to their buckets.
   std::uint64_t leased_decisions = 0, lease_grants = 0, tokens_leased = 0, tokens_returned = 0;
+  /// Near-limit warnings (`warn_at:`): requests that took a limit from below its threshold to
+  /// at or above it, by limit name (names from the rules file: a bounded label set), sorted
+  /// by name; every limit with a `warn_at` in the rules in force is present, at 0 if need be.
+  std::vector<std::pair<std::string, std::uint64_t>> quota_warnings;
 };
 
 /// The Prometheus text exposition (format 0.0.4, exposition_content_type) of `sample`:
@@ -172,6 +176,7 @@ struct metrics_sample {
 ///   fail_open, fail_closed (a `local` decision counts as allowed or limited);
 /// - `sluice_failure_policy_applied_total{route,policy}` — policy: fail_open, fail_closed,
 ///   local (store checks that failed and the route's policy answered);
+/// - `sluice_quota_warnings_total{limit}` (requests that crossed a limit's `warn_at`);
 /// - `sluice_shadow_limited_total{route}`, `sluice_bad_requests_total`,
 ///   `sluice_client_address_fallbacks_total{reason}`;
 /// - `sluice_client_connections_open` (gauge), `sluice_client_connections_max` (gauge, the
