@@ -31,6 +31,13 @@
 # - shards: one `by: global` token bucket (30/1s, burst 15) with `shards: 3`, greedy, every
 #   admission measured as one key; the stated bound: never above the limit (0 units); the same
 #   limit without shards first, for comparison.
+# - calendar (not in the default RUNS): a calendar quota (algorithm calendar, 50/month per key)
+#   across a month boundary on a stepped store clock: a redis-server run under the test preload
+#   tests/preload/clock_step.cpp (build the sluice_test_clock_step target) whose wall clock is
+#   set T/2 s before the next 1st of a month 00:00 UTC; K = 2 gateways, greedy; the driver's
+#   --calendar-boundary-ms line: the most units a key got before and after the boundary (at
+#   most 50 each: exact=yes) and late_ms, how long after the boundary the last key was first
+#   admitted again.
 # `lease` and `shards` are rules-file fields; a build whose loader does not know one says so
 # and skips that run (the message names the loader's error).
 # Output: one line per run from sluice-accuracy. C must be a multiple of M (even traffic).
@@ -72,6 +79,7 @@ limit_for() {  # limit_for ALGORITHM N [BY] [EXTRA_FIELDS]
   local by=${3:-"header:X-Client"} extra=${4:+, $4}
   case $1 in
     token_bucket) echo "{name: acc, by: \"$by\", rate: $2/1s, burst: $(( $2 / 2 ))$extra}" ;;
+    calendar) echo "{name: acc, by: \"$by\", algorithm: calendar, rate: $2/month$extra}" ;;
     *) echo "{name: acc, by: \"$by\", algorithm: $1, rate: $2/1s$extra}" ;;
   esac
 }
@@ -186,5 +194,26 @@ if [[ ,$RUNS, == *,shards,* ]]; then
     run token_bucket 3 greedy 30 cluster global "shards: 3" --global 1 --bound-units 0
   else
     echo "shards: skipped: this build's rules loader does not accept \`shards: 3\` on a by: global limit ($BENCH_UNSUPPORTED_WHY)"
+  fi
+fi
+if [[ ,$RUNS, == *,calendar,* ]]; then
+  PRELOAD=$BUILD/tests/libsluice_test_clock_step.so
+  if [[ ! -f $PRELOAD ]]; then
+    echo "calendar: skipped: $PRELOAD is missing (build the sluice_test_clock_step target)"
+  else
+    # The next 1st of a month, 00:00 UTC; Redis's clock is set T/2 s before it (whole seconds).
+    boundary_s=$(date -u -d "$(date -u +%Y-%m-01) +1 month" +%s)
+    echo $(( boundary_s - $(date +%s) - T / 2 )) >"$WORK/clock_offset"
+    CPORT=$(bench_free_port)
+    mkdir -p "$WORK/calendar"
+    LD_PRELOAD=$PRELOAD SLUICE_CLOCK_OFFSET_FILE=$WORK/clock_offset \
+      redis-server --port "$CPORT" --bind 127.0.0.1 --save "" --appendonly no \
+      --dir "$WORK/calendar" >"$WORK/calendar/redis.log" 2>&1 &
+    BENCH_PIDS+=($!)
+    bench_wait_port "$CPORT"
+    SAVED_RPORT=${RPORT:-}
+    RPORT=$CPORT
+    run calendar 2 greedy 50 redis "" "" --calendar-boundary-ms $(( boundary_s * 1000 ))
+    RPORT=$SAVED_RPORT
   fi
 fi

@@ -5,7 +5,7 @@
 //                   --rate N --period-ms P [--burst B] [--clients C] [--keys M] [--seconds T]
 //                   [--mode greedy|even|edge] [--offered X] [--edge-ms E]
 //                   [--warmup-ms W] [--start-phase-ms S] [--dump FILE]
-//                   [--global 1] [--bound-units U]
+//                   [--global 1] [--bound-units U] [--calendar-boundary-ms B]
 //
 // It is the upstream (a keep-alive HTTP/1.1 server on 127.0.0.1:PORT that records, for every
 // forwarded request, its X-Client key, its units (path /b costs 3, any other path 1) and the
@@ -42,6 +42,13 @@
 // above the promise, bench/accuracy_analysis.hpp); with --bound-units U, the stated bound of an
 // approximate mode in units (token leasing's lease × workers × instances), `bound_units=U` and
 // `within_bound=yes|no` (the whole run's overshoot against U).
+// --calendar-boundary-ms B (algorithm calendar, a quota of N = --rate per period, a run that
+// spans the period boundary B, ms of store time): instead of the window ratios, one line with
+// the most units one key got before B (`before_max`) and from B on (`after_max`), each to be
+// at most N (`exact=yes|no`), `late_ms`: the largest delay over keys between B and the key's
+// first admission from B on (the quota reopens at the boundary: a greedy key is admitted
+// within a round trip of it), and `early`: admissions decided at or after B that the store
+// counted in the old period (always 0: every admission is measured at its own store time).
 
 #include "accuracy_analysis.hpp"
 
@@ -128,11 +135,12 @@ struct options {
   std::string mode = "greedy";
   std::int64_t edge_ms = 100;
   double offered = 2.5;
-  std::int64_t warmup_ms = -1;       // -1: two windows
-  std::int64_t start_phase_ms = -1;  // -1: start at once
-  std::string dump;                  // file for every send and admission, or empty
-  bool global = false;               // every admission counted as one key
-  double bound_units = -1;           // the stated bound in units, or -1: none stated
+  std::int64_t warmup_ms = -1;             // -1: two windows
+  std::int64_t start_phase_ms = -1;        // -1: start at once
+  std::string dump;                        // file for every send and admission, or empty
+  bool global = false;                     // every admission counted as one key
+  double bound_units = -1;                 // the stated bound in units, or -1: none stated
+  std::int64_t calendar_boundary_ms = -1;  // a calendar run's period boundary, store ms
 };
 
 /// One send of one key: ms since the common start (for max_send_gap_ms), the host clock.
@@ -192,6 +200,8 @@ int main(int argc, char** argv) {
       o.global = v == "1";
     } else if (k == "--bound-units") {
       o.bound_units = std::stod(v);
+    } else if (k == "--calendar-boundary-ms") {
+      o.calendar_boundary_ms = std::stoll(v);
     } else {
       std::cerr << "sluice-accuracy: unknown option " << k << '\n';
       return 2;
@@ -343,6 +353,43 @@ int main(int argc, char** argv) {
                        static_cast<long long>(e.units));
       std::fclose(f);
     }
+  }
+  if (o.calendar_boundary_ms >= 0) {
+    // A calendar quota: at most N units per key on each side of the boundary, and the
+    // first admission after it soon after it.
+    const std::int64_t b = o.calendar_boundary_ms;
+    std::int64_t before_max = 0, after_max = 0, late_ms = -1, keys_after = 0;
+    for (const auto& [key, ev] : per_key) {
+      std::int64_t before = 0, after = 0, first_after = -1;
+      for (const auto& e : ev) {
+        if (e.t_ms < b) {
+          before += e.units;
+        } else {
+          after += e.units;
+          if (first_after < 0 || e.t_ms < first_after) first_after = e.t_ms;
+        }
+      }
+      before_max = std::max(before_max, before);
+      after_max = std::max(after_max, after);
+      if (first_after >= 0) {
+        ++keys_after;
+        late_ms = std::max(late_ms, first_after - b);
+      }
+    }
+    std::printf(
+        "algorithm=calendar K=%zu C=%d M=%d T=%d rate=%lld boundary_ms=%lld sent=%llu "
+        "admitted=%llu refused=%llu other=%llu untimed=%llu before_max=%lld after_max=%lld "
+        "keys_admitted_after=%lld late_ms=%lld exact=%s\n",
+        o.gateways.size(), o.clients, o.keys, o.seconds, static_cast<long long>(o.rate),
+        static_cast<long long>(b), static_cast<unsigned long long>(sent.load()),
+        static_cast<unsigned long long>(ok.load()), static_cast<unsigned long long>(refused.load()),
+        static_cast<unsigned long long>(other.load()),
+        static_cast<unsigned long long>(rec.without_time.load()),
+        static_cast<long long>(before_max), static_cast<long long>(after_max),
+        static_cast<long long>(keys_after), static_cast<long long>(late_ms),
+        before_max <= o.rate && after_max <= o.rate ? "yes" : "no");
+    std::fflush(stdout);
+    std::_Exit(0);
   }
   const auto r = sluice::bench::analyse(per_key, a, o.rate, o.period_ms, o.burst, o.warmup_ms);
   const auto where = [&](const sluice::bench::rolling_window& w) {

@@ -52,6 +52,12 @@ local function read_limit(id, a, b, c, cost, key, field, now, lease, refund)
     if why then return nil, why end
     return w.read(slot, a, b, cost, now, id == 2), slot
   end
+  if id == 4 then
+    local cal = calendars()
+    local why = cal.validate(a, b, c, cost)
+    if why then return nil, why end
+    return cal.read(slot, a, b, c, cost, now), slot
+  end
   if id == 5 then
     local cc = conc()
     local why = cc.validate(a, b, c)
@@ -76,6 +82,7 @@ local function write_limit(id, a, b, c, cost, key, field, debit, peek, now, s1, 
     return tb_write(key, field, a, b, c * b, cost * b, debit, peek, now, s1, s2, s3, lease * b)
   end
   if id == 3 then return logs().write(s1, debit, peek) end
+  if id == 4 then return calendars().write(s1, b, cost, debit, peek) end
   if id == 5 then return conc().write(s1, a, b, c, s1.admits, debit, peek, now) end
   return windows().write(s1, a, b, cost, debit, id == 2, peek)
 end

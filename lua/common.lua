@@ -1,7 +1,7 @@
 -- sluice check script, part 1: shared helpers. The parts lua/common.lua, lua/token_bucket.lua,
 -- lua/window.lua, lua/fixed_window.lua, lua/sliding_window.lua, lua/sliding_log.lua,
--- lua/block.lua, lua/concurrency.lua and lua/check.lua are concatenated, in that order, into one chunk
--- that defines check(keys, argv)
+-- lua/calendar.lua, lua/block.lua, lua/concurrency.lua and lua/check.lua are concatenated, in that order,
+-- into one chunk that defines check(keys, argv)
 -- (cmake/SluiceEmbedLua.cmake; contract in include/sluice/store/lua_scripts.hpp). The chunk is
 -- run two ways: as a Redis function library (FUNCTION LOAD, then FCALL: the chunk runs once, at
 -- load) and, where functions are not available, as a script (EVALSHA: the chunk runs on every

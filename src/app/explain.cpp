@@ -5,6 +5,7 @@
 // store connection), called through gateway::explain().
 #include "request_path.hpp"
 
+#include "sluice/limiter/calendar.hpp"
 #include "sluice/limiter/guarantee.hpp"
 #include "sluice/observability/admin.hpp"
 #include "sluice/utf8.hpp"
@@ -184,6 +185,18 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
                              ? "would start with this request"
                              : "in force";
         state["block"] = std::move(block);
+      }
+      const limiter::applied_limit& al = prepared.applied[i];
+      if (al.warn_at_bp > 0) state["past_warn_at"] = limiter::past_warning(al, lo);
+      if (al.algorithm == config::algorithm::calendar && decided->now_ms > 0) {
+        // The quota's period: it resets at period_end (the store's clock, the limit's zone).
+        const auto& b = al.bucket;
+        const auto period =
+            limiter::calendar_period_at(b.calendar, b.utc_offset_minutes, decided->now_ms);
+        state["period_start_ms"] = period.start_ms;
+        state["period_end_ms"] = period.end_ms;
+        state["period_start"] = limiter::local_time_text(period.start_ms, b.utc_offset_minutes);
+        state["period_end"] = limiter::local_time_text(period.end_ms, b.utc_offset_minutes);
       }
       o["now"] = std::move(state);
     }

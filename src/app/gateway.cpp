@@ -531,6 +531,13 @@ observability::metrics_sample gateway::sample() const {
   for (const auto& r : snap->rules->routes) routes[r.name].route = r.name;  // present at 0
   std::map<std::string, observability::upstream_counts> upstreams;
   for (const auto& [name, u] : snap->rules->upstreams) upstreams[name].upstream = name;
+  std::map<std::string, std::uint64_t> warnings;  // present at 0: every limit with a warn_at
+  auto warn_names = [&warnings](const std::vector<config::limit>& limits) {
+    for (const auto& l : limits)
+      if (l.warn_at_bp > 0) warnings[l.name];
+  };
+  for (const auto& [name, p] : snap->rules->plans) warn_names(p.limits);
+  for (const auto& r : snap->rules->routes) warn_names(r.limits);
   std::array<std::uint64_t, identity::address_source_count> fallbacks{};
   std::map<std::string, std::uint64_t> blocks;  // every limit with a block, at 0 if none
   for (const auto& [name, plan] : snap->rules->plans)
@@ -546,6 +553,7 @@ observability::metrics_sample gateway::sample() const {
     c.add_to(routes);
     c.add_to(upstreams);
     c.add_blocks_to(blocks);
+    c.add_warnings_to(warnings);
     s.bad_requests += c.bad_requests.value();
     for (std::size_t k = 0; k < c.client_fallbacks.size(); ++k)
       fallbacks[k] += c.client_fallbacks[k].value();
@@ -621,6 +629,7 @@ observability::metrics_sample gateway::sample() const {
                                                                          : bs::closed;
   for (auto& [name, r] : routes) s.routes.push_back(std::move(r));
   s.blocks_started.assign(blocks.begin(), blocks.end());
+  for (auto& [name, n] : warnings) s.quota_warnings.emplace_back(name, n);
   for (auto& [name, u] : upstreams) s.upstreams.push_back(std::move(u));
   for (std::size_t k = 0; k < fallbacks.size(); ++k) {
     const auto source = static_cast<identity::address_source>(k);

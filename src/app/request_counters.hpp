@@ -65,6 +65,12 @@ class request_counters {
   void block_started(const std::string& limit);
   /// Adds this worker's blocks started, by limit name, into `out`. Any thread.
   void add_blocks_to(std::map<std::string, std::uint64_t>& out) const;
+  /// The near-limit warning crossings of limit `name` (`warn_at:`). Worker thread only; the
+  /// mutex is taken only the first time the worker sees the name (a crossing is rare: once
+  /// per key and threshold, never per request).
+  observability::owned_counter& warnings_of(const std::string& name);
+  /// Adds this worker's warning crossings by limit name into `out`. Any thread.
+  void add_warnings_to(std::map<std::string, std::uint64_t>& out) const;
 
  private:
   route_counters& named(const std::string& name);              // mutex_ held
@@ -76,6 +82,10 @@ class request_counters {
   std::map<std::string, std::uint64_t> blocks_started_;  // by limit name; mutex_ held
   std::uint64_t generation_ = 0;                         // worker thread only
   std::vector<route_counters*> by_index_;                // rules.routes index -> counters
+  std::map<std::string, std::unique_ptr<observability::owned_counter>> warnings_;  // by limit
+  std::map<std::string, observability::owned_counter*> warned_index_;  // worker thread only
+  std::uint64_t generation_ = 0;                                       // worker thread only
+  std::vector<route_counters*> by_index_;  // rules.routes index -> counters
 };
 
 }  // namespace sluice::app

@@ -63,7 +63,7 @@ compiled_route::plan_limits limits_for(const config::rules& rules, const config:
     out.limits.push_back(&l);
     out.applied.push_back({l.name, l.algorithm,
                            limiter::bucket_params::for_limit(l, *l.find_params(plan)),
-                           l.mode == config::limit_mode::shadow});
+                           l.mode == config::limit_mode::shadow, l.warn_at_bp});
     out.leases = out.leases || l.lease > 0;
     out.lease_time.push_back(l.lease_time);
   };
@@ -569,6 +569,7 @@ void gateway_handler::respond(const snapshot& snap, http::request_head& head,
   // The quota fields, rendered once: set on a 429, relayed with a forwarded response.
   std::string lines;
   limiter::append_quota_lines(lines, *applied, outcome, rules.headers);
+  count_warnings(*applied, rt.cost, outcome);
   if (!outcome.allowed) {
     counted.limited.add();
     for (std::size_t i = 0; i < outcome.limits.size() && i < prepared.limits.size(); ++i) {
@@ -590,6 +591,17 @@ void gateway_handler::respond(const snapshot& snap, http::request_head& head,
   }
   counted.allowed.add();
   forward(r, head, ctx, true, std::move(lines), counted, out);
+}
+
+void gateway_handler::count_warnings(const std::vector<limiter::applied_limit>& applied,
+                                     std::int64_t cost, const limiter::check_outcome& outcome) {
+  // (Every limit of a request is charged the route's cost; `check` may have been moved into
+  // the store call by now.)
+  const std::size_t n = std::min(applied.size(), outcome.limits.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (limiter::crossed_warning(applied[i], outcome.limits[i], cost, outcome.allowed))
+      counters_.warnings_of(applied[i].name).add();
+  }
 }
 
 std::optional<http::verdict> gateway_handler::apply_failure_policy(

@@ -272,6 +272,11 @@ class gateway_handler final : public http::request_handler {
   void respond(const snapshot& snap, http::request_head& head, const http::request_context& ctx,
                const routed& r, const identified& id, limiter::check_request& check,
                boost::system::result<limiter::check_outcome>& decided, http::verdict& out);
+  /// Counts, per limit, the near-limit warnings this decided check crossed (`warn_at:`,
+  /// limiter::crossed_warning) in `sluice_quota_warnings_total`.
+  /// `cost`: the route's, what every limit of the request was charged.
+  void count_warnings(const std::vector<limiter::applied_limit>& applied, std::int64_t cost,
+                      const limiter::check_outcome& outcome);
   /// The one place a store failure is handled: the route's `on_store_failure`. Returns the
   /// verdict for fail_open (forward, no quota fields) and fail_closed (503); for `local`,
   /// nullopt with `decided` set by the per-instance store (scaled by store.local_share) and

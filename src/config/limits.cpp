@@ -52,7 +52,8 @@ param_src loader::params(const entry* rate_e, const entry* burst_e, const param_
   if (rate_e) {
     p.rate_path = join(path, "rate");
     p.rate_line = rate_e->line;
-    r = rate_value(*rate_e, p.rate_path, p.rate_text);
+    r = algo == algorithm::calendar ? calendar_rate_value(*rate_e, p.rate_path, p.rate_text)
+                                    : rate_value(*rate_e, p.rate_path, p.rate_text);
   } else if (inherit) {
     p.rate_path = inherit->rate_path;
     p.rate_line = inherit->rate_line;
@@ -85,9 +86,9 @@ param_src loader::params(const entry* rate_e, const entry* burst_e, const param_
 std::optional<limit_src> loader::parse_limit(const YAML::Node& n, const std::string& path,
                                              int line) {
   static const std::vector<std::string> keys{
-      "name",       "by",           "algorithm",     "rate",    "burst",
-      "plans",      "mode",         "preflight",     "lease",   "lease_time",
-      "shards",     "region_share", "max_in_flight", "slot_ttl", "block"};
+      "name",          "by",       "algorithm",    "rate",       "burst",   "plans",
+      "mode",          "preflight", "lease",       "lease_time", "shards",  "region_share",
+      "max_in_flight", "slot_ttl", "block",        "utc_offset", "warn_at"};
   auto m = fields(n, path, line, keys);
   if (!m) return std::nullopt;
   limit_src l;
@@ -151,6 +152,7 @@ std::optional<limit_src> loader::parse_limit(const YAML::Node& n, const std::str
                                 {"fixed_window", algorithm::fixed_window},
                                 {"sliding_window", algorithm::sliding_window},
                                 {"sliding_log", algorithm::sliding_log},
+                                {"calendar", algorithm::calendar},
                                 {"gcra", algorithm::gcra},
                                 {"concurrency", algorithm::concurrency}});
     if (a) {
@@ -232,6 +234,29 @@ std::optional<limit_src> loader::parse_limit(const YAML::Node& n, const std::str
     } else {
       l.usable = false;
     }
+  }
+
+  if (const entry* e = m->find("utc_offset")) {
+    const std::string p = join(path, "utc_offset");
+    if (l.value.algorithm != algorithm::calendar) {
+      error(e->line, p,
+            std::string("utc_offset applies only to algorithm calendar; a ") +
+                algorithm_name(l.value.algorithm) + " limit is not aligned to local midnights");
+      l.usable = false;
+    } else if (auto off = utc_offset(*e, p)) {
+      // Every rate of the limit (its own and each plan's) counts in this zone.
+      l.value.utc_offset_minutes = *off;
+      if (l.defaults) l.defaults->value.rate.utc_offset_minutes = *off;
+      for (auto& [plan, o] : l.overrides) o.value.rate.utc_offset_minutes = *off;
+    } else {
+      l.usable = false;
+    }
+  }
+  if (const entry* e = m->find("warn_at")) {
+    if (auto bp = warn_at(*e, join(path, "warn_at")))
+      l.value.warn_at_bp = *bp;
+    else
+      l.usable = false;
   }
 
   if (l.defaults) l.value.params = l.defaults->value;
@@ -507,6 +532,7 @@ std::optional<std::string> loader::difference(const limit& a, const limit& b) {
     if (a.params.rate.count != b.params.rate.count || a.params.rate.period != b.params.rate.period)
       return "rate";
     if (a.params.burst != b.params.burst) return "burst";
+    if (a.params.rate.utc_offset_minutes != b.params.rate.utc_offset_minutes) return "utc_offset";
   }
   if (a.plan_overrides.size() != b.plan_overrides.size()) return "plans";
   for (const auto& [plan, p] : a.plan_overrides) {
@@ -519,6 +545,7 @@ std::optional<std::string> loader::difference(const limit& a, const limit& b) {
   if (a.shards != b.shards) return "shards";
   if (a.region_share != b.region_share) return "region_share";
   if (a.block != b.block) return "block";
+  if (a.warn_at_bp != b.warn_at_bp) return "warn_at";
   return std::nullopt;
 }
 

@@ -236,6 +236,18 @@ class loader {
   /// A rate; a count of 0 is reported here and still returned so that the cost checks run.
   std::optional<rate> rate_value(const entry& e, const std::string& path, std::string& text_out);
 
+  /// A calendar quota's rate (algorithm calendar): `N/day`, `N/week` or `N/month`, nullopt
+  /// (reported) for anything else; its period is the unit's longest (1, 7 or 31 days).
+  std::optional<rate> calendar_rate_value(const entry& e, const std::string& path,
+                                          std::string& text_out);
+
+  /// `utc_offset: "+HH:MM"` in minutes east of UTC, -14:00 .. +14:00.
+  std::optional<std::int32_t> utc_offset(const entry& e, const std::string& path);
+
+  /// `warn_at:` a share of the Limit in basis points, 1 .. 9999: `80%` (at most two decimals)
+  /// or a plain fraction `0.8` (at most four).
+  std::optional<std::int32_t> warn_at(const entry& e, const std::string& path);
+
   // --- limits (limits.cpp), shared by plans and routes -----------------------------
 
   /// The token bucket counts in units of 1/(period_ms / gcd(count, period_ms)) token so that a

@@ -59,7 +59,7 @@ bool valid_limit_name(std::string_view s) {
 
 bool is_window(algorithm a) {
   return a == algorithm::fixed_window || a == algorithm::sliding_window ||
-         a == algorithm::sliding_log;
+         a == algorithm::sliding_log || a == algorithm::calendar;
 }
 
 const char* algorithm_name(algorithm a) {
@@ -76,12 +76,15 @@ const char* algorithm_name(algorithm a) {
       return "gcra";
     case algorithm::concurrency:
       return "concurrency";
+    case algorithm::calendar:
+      return "calendar";
   }
   return "?";
 }
 
 bool same_params(const limit_params& a, const limit_params& b) {
-  return a.rate.count == b.rate.count && a.rate.period == b.rate.period && a.burst == b.burst;
+  return a.rate.count == b.rate.count && a.rate.period == b.rate.period && a.burst == b.burst &&
+         a.rate.unit == b.rate.unit && a.rate.utc_offset_minutes == b.rate.utc_offset_minutes;
 }
 
 std::optional<std::int64_t> check_integer(std::string_view text, std::string_view field,
@@ -370,6 +373,109 @@ std::optional<rate> loader::rate_value(const entry& e, const std::string& path,
   if (r.value.count == 0)
     error(e.line, path, "rate " + *s + " never refills: the count must be at least 1");
   return r.value;
+}
+
+std::optional<rate> loader::calendar_rate_value(const entry& e, const std::string& path,
+                                                std::string& text_out) {
+  auto s = string(e.value, path, e.line);
+  if (!s) return std::nullopt;
+  text_out = *s;
+  static const std::vector<std::string> units{"day", "week", "month"};
+  const auto slash = s->find('/');
+  const std::string unit = slash == std::string::npos ? std::string() : s->substr(slash + 1);
+  const std::string count = slash == std::string::npos ? *s : s->substr(0, slash);
+  const auto it = std::find(units.begin(), units.end(), unit);
+  if (it == units.end()) {
+    std::string why = "rate " + *s + ": a calendar quota counts per day, week or month " +
+                      "(N/day, N/week or N/month)";
+    if (slash == std::string::npos) {
+      why = "invalid rate '" + *s + "': a calendar quota counts per day, week or month " +
+            "(N/day, N/week or N/month)";
+    } else if (auto sug = text::suggest(unit, units)) {
+      why += "; did you mean " + count + "/" + *sug + "?";
+    } else if (text::parse_duration(unit[0] >= '0' && unit[0] <= '9' ? unit : "1" + unit).error ==
+               text::duration_error::none) {
+      why += ", not a fixed duration such as " + unit + " (that is algorithm fixed_window)";
+    }
+    error(e.line, path, why);
+    return std::nullopt;
+  }
+  // The count as any rate's count (N/1d reads it); its errors come before the period's, so
+  // rate_value() on the text as written reports them in its words.
+  static const std::int64_t days[] = {1, 7, 31};
+  const auto n = static_cast<std::size_t>(it - units.begin());
+  if (text::parse_rate(count + "/1d").error != text::rate_error::none) {
+    (void)rate_value(e, path, text_out);
+    return std::nullopt;
+  }
+  std::optional<rate> r = rate{};
+  r->count = text::parse_rate(count + "/1d").value.count;
+  r->period = std::chrono::milliseconds{days[n] * 86'400'000};
+  if (r->count == 0)
+    error(e.line, path, "rate " + *s + " never refills: the count must be at least 1");
+  r->unit = static_cast<calendar_unit>(n + 1);
+  return r;
+}
+
+std::optional<std::int32_t> loader::utc_offset(const entry& e, const std::string& path) {
+  auto s = string(e.value, path, e.line);
+  if (!s) return std::nullopt;
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  const std::string& t = *s;
+  if (t.size() != 6 || (t[0] != '+' && t[0] != '-') || !digit(t[1]) || !digit(t[2]) ||
+      t[3] != ':' || !digit(t[4]) || !digit(t[5])) {
+    error(e.line, path,
+          "invalid utc_offset '" + t + "': expected +HH:MM or -HH:MM, such as \"+05:30\" or " +
+              "\"-08:00\"");
+    return std::nullopt;
+  }
+  const int hours = (t[1] - '0') * 10 + (t[2] - '0');
+  const int minutes = (t[4] - '0') * 10 + (t[5] - '0');
+  if (minutes >= 60) {
+    error(e.line, path, "invalid utc_offset '" + t + "': the minutes must be 00 .. 59");
+    return std::nullopt;
+  }
+  const std::int32_t total = hours * 60 + minutes;
+  if (total > 14 * 60) {
+    error(e.line, path,
+          "utc_offset " + t + " is outside -14:00 .. +14:00 (the offsets in use on Earth)");
+    return std::nullopt;
+  }
+  return t[0] == '-' ? -total : total;
+}
+
+std::optional<std::int32_t> loader::warn_at(const entry& e, const std::string& path) {
+  auto s = string(e.value, path, e.line);
+  if (!s) return std::nullopt;
+  const bool percent = !s->empty() && s->back() == '%';
+  const std::string number = percent ? s->substr(0, s->size() - 1) : *s;
+  // Digits with at most one '.', and at most 2 decimals of a percentage or 4 of a fraction,
+  // so the threshold is a whole number of basis points (compared in integers).
+  const auto dot = number.find('.');
+  const std::size_t decimals = dot == std::string::npos ? 0 : number.size() - dot - 1;
+  const bool digits_only =
+      !number.empty() && number != "." &&
+      std::all_of(number.begin(), number.end(),
+                  [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.'; }) &&
+      std::count(number.begin(), number.end(), '.') <= 1;
+  if (!digits_only || decimals > (percent ? 2u : 4u) || number.size() > 12) {
+    error(e.line, path,
+          "invalid warn_at '" + *s + "': expected a percentage such as 80% (at most two " +
+              "decimals) or a fraction such as 0.8 (at most four)");
+    return std::nullopt;
+  }
+  // Basis points: the digits without the dot, scaled to 2 (percent) or 4 (fraction) decimals.
+  std::string whole = number;
+  if (dot != std::string::npos) whole.erase(dot, 1);
+  std::int64_t bp = whole.empty() ? 0 : std::stoll(whole);
+  for (std::size_t i = decimals; i < (percent ? 2u : 4u); ++i) bp *= 10;
+  if (bp <= 0 || bp >= 10'000) {
+    error(e.line, path,
+          "warn_at " + *s + " is outside (0 %, 100 %): a warning threshold is a share of the " +
+              "limit above 0 and below all of it");
+    return std::nullopt;
+  }
+  return static_cast<std::int32_t>(bp);
 }
 
 std::optional<file_ref> loader::file_path(const entry& e, const std::string& path) {

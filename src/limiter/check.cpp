@@ -19,6 +19,8 @@ bucket_params bucket_params::from(const config::limit_params& p) {
   out.burst = p.burst > 0 ? p.burst : n;  // burst defaults to N of the rate (DESIGN.md)
   out.window_ms = period;
   out.window_limit = n;
+  out.calendar = p.rate.unit;
+  out.utc_offset_minutes = p.rate.utc_offset_minutes;
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "sluice/limiter/decision.hpp"
 
+#include "sluice/limiter/calendar.hpp"
 #include "sluice/text_writer.hpp"
 
 #include <boost/json.hpp>
@@ -18,7 +19,15 @@ constexpr std::string_view x_remaining = "X-RateLimit-Remaining";
 constexpr std::string_view x_reset = "X-RateLimit-Reset";
 constexpr std::string_view ietf_policy = "RateLimit-Policy";
 constexpr std::string_view ietf_state = "RateLimit";
-constexpr std::string_view quota_names[] = {x_limit, x_remaining, x_reset, ietf_policy, ietf_state};
+constexpr std::string_view x_warning = "X-RateLimit-Warning";
+constexpr std::string_view quota_names[] = {x_limit,     x_remaining, x_reset,
+                                            ietf_policy, ietf_state,  x_warning};
+
+// The units used at or above which a limit of `limit` units is past `bp` basis points:
+// ⌈limit × bp / 10,000⌉, computed without overflow for limits up to 2^53.
+std::int64_t warning_threshold(std::int64_t limit, std::int64_t bp) {
+  return limit / 10'000 * bp + ceil_div(limit % 10'000 * bp, 10'000);
+}
 
 }  // namespace
 
@@ -50,9 +59,34 @@ std::int64_t policy_window_seconds(const applied_limit& limit) {
       // The window itself (draft-ietf-httpapi-ratelimit-headers-11 `w`), whole seconds,
       // rounded up and at least 1.
       return std::max<std::int64_t>(1, ceil_seconds(limit.bucket.window_ms));
+    case config::algorithm::calendar:
+      // The longest period of the unit (1, 7 or 31 days): policy_window_seconds(limit, now)
+      // gives the current period's length when the decision time is known.
+      return std::max<std::int64_t>(1, ceil_seconds(limit.bucket.window_ms));
     default:
       return policy_window_seconds(limit.bucket);
   }
+}
+
+std::int64_t policy_window_seconds(const applied_limit& limit, std::int64_t now_ms) {
+  if (limit.algorithm != config::algorithm::calendar || now_ms <= 0)
+    return policy_window_seconds(limit);
+  const calendar_period p =
+      calendar_period_at(limit.bucket.calendar, limit.bucket.utc_offset_minutes, now_ms);
+  return ceil_seconds(p.end_ms - p.start_ms);
+}
+
+bool past_warning(const applied_limit& limit, const limit_outcome& o) {
+  if (limit.shadow || limit.warn_at_bp <= 0 || o.limit <= 0) return false;
+  const std::int64_t used = o.limit - std::clamp<std::int64_t>(o.remaining, 0, o.limit);
+  return used >= warning_threshold(o.limit, limit.warn_at_bp);
+}
+
+bool crossed_warning(const applied_limit& limit, const limit_outcome& o, std::int64_t cost,
+                     bool allowed) {
+  if (!allowed || !past_warning(limit, o)) return false;
+  const std::int64_t used = o.limit - std::clamp<std::int64_t>(o.remaining, 0, o.limit);
+  return used - cost < warning_threshold(o.limit, limit.warn_at_bp);
 }
 
 std::int64_t jittered_retry_after(std::int64_t honest_seconds, std::chrono::milliseconds jitter,
@@ -81,8 +115,8 @@ std::int64_t policy_window_seconds(const bucket_params& bucket) {
 void append_quota_lines(std::string& out, const std::vector<applied_limit>& limits,
                         const check_outcome& outcome, const config::header_sets& sets) {
   const std::size_t n = std::min(limits.size(), outcome.limits.size());
-  std::size_t bound = 128;  // the X-RateLimit lines, the two names
-  for (std::size_t i = 0; i < n; ++i) bound += 2 * limits[i].name.size() + 96;
+  std::size_t bound = 160;  // the X-RateLimit lines, the three names
+  for (std::size_t i = 0; i < n; ++i) bound += 3 * limits[i].name.size() + 100;
   text_writer w(out, bound);
   if (sets.x_ratelimit) {
     if (auto i = most_constraining(limits, outcome)) {
@@ -91,6 +125,15 @@ void append_quota_lines(std::string& out, const std::vector<applied_limit>& limi
       w.put(x_remaining).put(": ").number(std::max<std::int64_t>(0, o.remaining)).put("\r\n");
       w.put(x_reset).put(": ").number(ceil_seconds(o.reset_ms)).put("\r\n");
     }
+  }
+  if (sets.x_ratelimit || sets.ietf) {
+    bool warned = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!past_warning(limits[i], outcome.limits[i])) continue;
+      w.put(warned ? ", \"" : "X-RateLimit-Warning: \"").put(limits[i].name).put("\"");
+      warned = true;
+    }
+    if (warned) w.put("\r\n");
   }
   if (!sets.ietf) return;
   bool any = false;
@@ -107,7 +150,7 @@ void append_quota_lines(std::string& out, const std::vector<applied_limit>& limi
       // (draft-ietf-httpapi-ratelimit-headers, "Quota Units": concurrent-requests).
       w.put(";qu=\"concurrent-requests\"");
     } else {
-      w.put(";w=").number(policy_window_seconds(limits[i]));
+      w.put(";w=").number(policy_window_seconds(limits[i], outcome.now_ms));
     }
     any = true;
   }

@@ -26,7 +26,12 @@
 // - sliding log: at most N in any rolling window of P (one stamp per admitted unit).
 // - concurrency: at most N slots live at once (each check counts the live slots in the same
 //   atomic step that takes one); a slot outlives its holder by at most slot_ttl.
+// - calendar: at most N per calendar period (the count lives in the store and resets at the
+//   period's first millisecond on the store clock); an interval across a boundary can hold
+//   the end of one period's N and the start of the next's, so up to 2N.
 #include "sluice/limiter/guarantee.hpp"
+
+#include "sluice/limiter/calendar.hpp"
 
 namespace sluice::limiter {
 namespace {
@@ -89,6 +94,25 @@ std::string guarantee(config::algorithm a, const config::limit_params& p) {
              " loses its slots while its requests still run, so others may then be admitted "
              "beyond " +
              n + " (concurrency)";
+    case config::algorithm::calendar: {
+      const std::string zone = "UTC" + utc_offset_text(p.rate.utc_offset_minutes);
+      std::string period;
+      switch (p.rate.unit) {
+        case config::calendar_unit::week:
+          period = "ISO week (Monday 00:00 to Monday 00:00 " + zone + ")";
+          break;
+        case config::calendar_unit::month:
+          period = "calendar month (the 1st 00:00 to the next 1st 00:00 " + zone + ", 28-31 days)";
+          break;
+        default:
+          period = "calendar day (00:00 to 00:00 " + zone + ")";
+          break;
+      }
+      return "exact per calendar period: at most " + n + " units in each " + period +
+             " on the store clock, the count reset at the boundary; up to " +
+             std::to_string(2 * p.rate.count) +
+             " (2x) in an interval across a boundary (calendar quota)";
+    }
   }
   return "unknown algorithm";
 }

@@ -63,6 +63,11 @@ void refusal_cache::remember(const limit_check& limit, const check_outcome& out,
   // A block is lifted by an admin call on any gateway: one in force is answered from here
   // for at most block_recheck, then asked of the store again.
   if (lo.block_end_ms > 0) window = std::min(window, block_recheck.count());
+  // A calendar quota's refusal can stand for days, and its end is on the store's clock, which
+  // this worker's monotonic clock follows only approximately over that long (NTP slews the
+  // store host's clock; an operator may step it). Kept at most calendar_hold_ms, a cached
+  // refusal cannot outlive the period's end on the store by more than that.
+  if (limit.algorithm == config::algorithm::calendar) window = std::min(window, calendar_hold_ms);
   const auto until = sent + std::chrono::milliseconds(window);
   if (until <= clock::now()) return;
   if (entries_.size() >= capacity_ && !entries_.contains(limit.key)) {

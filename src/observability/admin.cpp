@@ -8,6 +8,7 @@
 #include "sluice/observability/admin.hpp"
 
 #include "sluice/http/server.hpp"
+#include "sluice/limiter/calendar.hpp"
 #include "sluice/limiter/guarantee.hpp"
 #include "sluice/observability/metrics.hpp"
 #include "sluice/utf8.hpp"
@@ -53,6 +54,8 @@ const char* algorithm_text(config::algorithm a) {
       return "gcra";
     case config::algorithm::concurrency:
       return "concurrency";
+    case config::algorithm::calendar:
+      return "calendar";
   }
   return "unknown";
 }
@@ -87,7 +90,10 @@ const char* policy_text(config::failure_policy p) {
 
 json::object params_json(const config::limit_params& p) {
   json::object o;
-  o["rate"] = std::to_string(p.rate.count) + "/" + duration_text(p.rate.period);
+  o["rate"] = std::to_string(p.rate.count) + "/" +
+              (p.rate.unit != config::calendar_unit::none
+                   ? std::string(limiter::calendar_unit_name(p.rate.unit))
+                   : duration_text(p.rate.period));
   o["burst"] = p.burst != 0 ? p.burst : p.rate.count;
   return o;
 }
@@ -121,6 +127,9 @@ json::object limit_json(const config::limit& l) {
   if (l.shards > 1) o["shards"] = l.shards;
   if (l.region_share < 1.0) o["region_share"] = l.region_share;
   if (l.block.count() > 0) o["block_ms"] = l.block.count();
+  if (l.algorithm == config::algorithm::calendar)
+    o["utc_offset"] = limiter::utc_offset_text(l.utc_offset_minutes);
+  if (l.warn_at_bp > 0) o["warn_at_percent"] = static_cast<double>(l.warn_at_bp) / 100.0;
   // The limit's stated guarantee (DESIGN.md: "every limit states what it guarantees"), in
   // the limiter room's words: defaults, then each plan override.
   o["guarantee"] = limiter::guarantee(l);

@@ -172,6 +172,15 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
     out.push_back(std::move(shadow));
     out.push_back(std::move(upstream));
   }
+  {
+    auto f = family("sluice_quota_warnings_total",
+                    "Requests that took a limit from below its warn_at threshold to at or "
+                    "above it (the first response carrying X-RateLimit-Warning for it), by "
+                    "limit name.",
+                    MetricType::Counter);
+    for (const auto& [limit, n] : s.quota_warnings) add_counter(f, d(n), {{"limit", limit}});
+    out.push_back(std::move(f));
+  }
   out.push_back(counter("sluice_bad_requests_total",
                         "Requests the gateway refused before any limit was decided (400 "
                         "malformed or ambiguous, 401 unknown API key, 403 upgrade not allowed "

@@ -22,6 +22,8 @@ int algorithm_id(config::algorithm a) noexcept {
       return 2;
     case config::algorithm::sliding_log:
       return 3;
+    case config::algorithm::calendar:
+      return 4;
     case config::algorithm::concurrency:
       return 5;
     case config::algorithm::gcra:
@@ -132,6 +134,10 @@ std::size_t append_check_command(const limiter::check_request& req, const key_la
                                static_cast<std::int64_t>(l.op), l.cost, l.shadow, req.peek, more));
       out.push_back(l.slot);  // in the field's place: the slot id
       continue;
+    } else if (l.algorithm == config::algorithm::calendar) {
+      out.push_back(pack_limit(algorithm_id(l.algorithm), static_cast<int>(l.bucket.calendar),
+                               l.bucket.window_limit, l.bucket.utc_offset_minutes, l.cost, l.shadow,
+                               req.peek, more));
     } else {
       out.push_back(pack_limit(algorithm_id(l.algorithm), l.bucket.window_ms, l.bucket.window_limit,
                                0, l.cost, l.shadow, req.peek, more));

@@ -37,6 +37,7 @@
 
 #include "sluice/limiter/block.hpp"
 #include "sluice/limiter/concurrency.hpp"
+#include "sluice/limiter/calendar.hpp"
 #include "sluice/limiter/token_bucket.hpp"
 #include "sluice/limiter/window.hpp"
 
@@ -66,15 +67,17 @@ constexpr int eviction_samples = 8;
 struct entry {
   config::algorithm kind = config::algorithm::token_bucket;
   limiter::bucket_state state;                // token bucket
-  limiter::window_counts counts;              // fixed window, sliding window
+  limiter::window_counts counts;              // fixed window, sliding window, calendar
   std::unique_ptr<limiter::log_entries> log;  // sliding log (allocated only for it)
   std::unique_ptr<limiter::slot_set> slots;   // concurrency (allocated only for it)
   std::int64_t expires_at_ms = 0;             // (a block: its end)
   bool block = false;  // a penalty box's block (limiter::block_key() of its bucket's key)
 };
 
+// The algorithms whose state is window_counts (a calendar's `previous` is its zone tag).
 bool is_window(config::algorithm a) {
-  return a == config::algorithm::fixed_window || a == config::algorithm::sliding_window;
+  return a == config::algorithm::fixed_window || a == config::algorithm::sliding_window ||
+         a == config::algorithm::calendar;
 }
 
 struct shard {
@@ -339,6 +342,7 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
     std::optional<limiter::log_entries> log;  // sliding log, expired entries dropped
     std::optional<limiter::slot_set> slots;   // concurrency, expired slots dropped
     std::int64_t now_eff = 0;                 // windows, log: max(now, the stored state's time)
+    limiter::calendar_period period;          // calendar: the period decided in
   };
   small<read_state> rs(n);
   small<bool> admits(n);
@@ -365,7 +369,11 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       }
     }
     auto& r = rs[i];
-    if (is_window(l.algorithm)) {
+    if (l.algorithm == config::algorithm::calendar) {
+      r.counts = limiter::calendar_counts(found ? &found->counts : nullptr, l.bucket, now, r.period,
+                                          r.now_eff);
+      admits[i] = r.counts.current + l.cost <= l.bucket.window_limit;
+    } else if (is_window(l.algorithm)) {
       r.counts = limiter::current_counts(found ? &found->counts : nullptr, l.bucket, l.algorithm,
                                          now, r.now_eff);
       admits[i] = limiter::window_admits(r.counts, l.bucket, l.algorithm, r.now_eff, l.cost);
@@ -404,8 +412,11 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
     if (is_window(l.algorithm)) {
       limiter::window_counts after = r.counts;
       if (debit) after.current += l.cost;
-      auto o = limiter::describe_window(r.counts, after, l.bucket, l.algorithm, r.now_eff, l.cost,
-                                        admits[i]);
+      auto o = l.algorithm == config::algorithm::calendar
+                   ? limiter::describe_calendar(r.counts, after, l.bucket, r.period, r.now_eff,
+                                                l.cost, admits[i])
+                   : limiter::describe_window(r.counts, after, l.bucket, l.algorithm, r.now_eff,
+                                              l.cost, admits[i]);
       if (req.peek) {
         // (decided as if: nothing written)
       } else if (o.reset_ms <= 0) {
@@ -572,6 +583,7 @@ std::optional<std::string> memory_store::peek_state(const std::string& key) cons
     case config::algorithm::fixed_window:
       return std::to_string(e.counts.index) + ":" + std::to_string(e.counts.current);
     case config::algorithm::sliding_window:
+    case config::algorithm::calendar:  // index:count:zone
       return std::to_string(e.counts.index) + ":" + std::to_string(e.counts.current) + ":" +
              std::to_string(e.counts.previous);
     case config::algorithm::sliding_log: {

@@ -27,11 +27,29 @@ inline constexpr std::int64_t max_exact_integer = std::int64_t{1} << 53;
 inline constexpr std::chrono::milliseconds max_block{7LL * 24 * 3600 * 1000};
 
 /// The limiting algorithm of one limit (`algorithm:` field).
+/// `calendar`: a count per calendar day, ISO week or month (limiter/calendar.hpp).
 /// `concurrency`: at most `max_in_flight` requests of one key in flight at once
 /// (limiter/concurrency.hpp); its limit_params hold `max_in_flight` as the rate's count and
 /// `slot_ttl` as the rate's period (and the burst), so every step that reads a limit's
 /// count and period (the Limit, the guarantee, a reload's comparison) reads them.
-enum class algorithm { token_bucket, fixed_window, sliding_window, sliding_log, gcra, concurrency };
+enum class algorithm {
+  token_bucket,
+  fixed_window,
+  sliding_window,
+  sliding_log,
+  gcra,
+  calendar,
+  concurrency
+};
+
+/// The period of a calendar quota (`rate: N/day | N/week | N/month`, algorithm calendar).
+/// The numbers are the script's unit ids (lua/calendar.lua).
+enum class calendar_unit : std::int8_t {
+  none = 0,   ///< not a calendar rate
+  day = 1,    ///< from local midnight to the next
+  week = 2,   ///< ISO 8601 week: from Monday 00:00 local to the next Monday
+  month = 3,  ///< from the 1st 00:00 local to the 1st of the next month (28-31 days)
+};
 
 /// What a limit counts by (`by:` field): `api_key | user | ip | global | header:NAME`.
 enum class identity_kind { api_key, user, ip, global, header };
@@ -54,7 +72,13 @@ enum class forwarded_header {
 /// A rate `N/DURATION`: `count` units per `period`.
 struct rate {
   std::int64_t count = 0;               ///< units per period, 1 .. 2^53
-  std::chrono::milliseconds period{0};  ///< > 0
+  std::chrono::milliseconds period{0};  ///< > 0; a calendar rate: its longest period
+  /// A calendar rate (`N/day`, `N/week`, `N/month` of algorithm calendar): the period is
+  /// the calendar's, not `period` (which then holds the longest such period: 1, 7, 31 days).
+  calendar_unit unit = calendar_unit::none;
+  /// A calendar rate: the limit's `utc_offset` in minutes east of UTC, -840 .. 840 (the
+  /// loader copies it into every rate of the limit).
+  std::int32_t utc_offset_minutes = 0;
 };
 
 /// Rate and burst of a limit, possibly overridden for one plan.
@@ -105,6 +129,13 @@ struct limit {
   /// stays refused by it for this long (1s .. 7d), exactly across instances (the block lives
   /// in the store). 0 = none. Never on a shadow limit, nor with `lease` or `shards`.
   std::chrono::milliseconds block{0};
+  /// `warn_at:` the near-limit warning threshold in basis points of the Limit (8000 = 80 %),
+  /// 1 .. 9999; 0 = none. A response whose usage of this (enforced) limit after the request
+  /// is at least warn_at × Limit names it in `X-RateLimit-Warning` (limiter/decision.hpp).
+  std::int32_t warn_at_bp = 0;
+  /// `utc_offset:` (algorithm calendar) minutes east of UTC, -840 .. 840; also in every rate
+  /// of the limit (rate::utc_offset_minutes), where the arithmetic reads it.
+  std::int32_t utc_offset_minutes = 0;
 
   /// The parameters that apply to a caller on plan `plan` (the override, or the defaults).
   /// Check `applies_to(plan)` first when `has_default_params` may be false.

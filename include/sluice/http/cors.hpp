@@ -23,7 +23,7 @@ using field_list = std::vector<std::pair<std::string_view, std::string>>;
 /// none of them is CORS-safelisted (Fetch §3.2.4), so without this a page sees no quota.
 inline constexpr std::string_view rate_limit_exposed =
     "Retry-After, RateLimit, RateLimit-Policy, X-RateLimit-Limit, X-RateLimit-Remaining, "
-    "X-RateLimit-Reset";
+    "X-RateLimit-Reset, X-RateLimit-Warning";
 
 /// Whether `origin` (an `Origin` field value, as browsers serialise it) is allowed by one of
 /// `policy.origins`: `*`; an exact origin; `scheme://*.suffix` (one or more labels before

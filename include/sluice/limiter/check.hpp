@@ -32,6 +32,11 @@ struct bucket_params {
   // (Concurrency reads window_limit as max_in_flight and window_ms as slot_ttl: see
   // config::algorithm.)
 
+  /// Calendar quotas (algorithm calendar, limiter/calendar.hpp): the period's unit and the
+  /// zone's offset east of UTC in minutes; window_limit = N and window_ms the longest period.
+  config::calendar_unit calendar = config::calendar_unit::none;
+  std::int32_t utc_offset_minutes = 0;
+
   /// Capacity in units (burst * units_per_token).
   std::int64_t capacity() const { return burst * units_per_token; }
 
@@ -44,8 +49,8 @@ struct bucket_params {
 
   /// Reduces a rate and burst to integer bucket parameters: refill_per_ms = N/g,
   /// units_per_token = P/g with g = gcd(N, P); burst defaults to N when 0; window_ms = P,
-  /// window_limit = N. Expects validated parameters (count, period >= 1; capacity <= 2^53);
-  /// never throws.
+  /// window_limit = N; a calendar rate's unit and offset. Expects validated parameters (count,
+  /// period >= 1; capacity <= 2^53); never throws.
   static bucket_params from(const config::limit_params& p);
 
   /// The bucket one store check of limit `l` uses for parameters `p` (`l`'s own or a plan's

@@ -25,6 +25,8 @@ struct applied_limit {
   config::algorithm algorithm = config::algorithm::token_bucket;
   bucket_params bucket;
   bool shadow = false;
+  /// `warn_at:` the near-limit threshold in basis points of the Limit (1 .. 9999); 0 = none.
+  std::int32_t warn_at_bp = 0;
 };
 
 /// A header field to add to a response: a name of static storage (a literal) and its value.
@@ -45,8 +47,15 @@ std::optional<std::size_t> most_constraining(const std::vector<applied_limit>& l
 std::int64_t policy_window_seconds(const bucket_params& bucket);
 
 /// The `w` of a limit's RateLimit-Policy in seconds: the window for the window algorithms
-/// (fixed, sliding counter, log), rounded up; the token bucket's as above. At least 1.
+/// (fixed, sliding counter, log), rounded up; the token bucket's as above; a calendar
+/// quota's longest period (1, 7 or 31 days). At least 1.
 std::int64_t policy_window_seconds(const applied_limit& limit);
+
+/// The `w` of a limit's RateLimit-Policy for a check decided at store time `now_ms`: a
+/// calendar quota's current period in seconds (86,400 a day, 604,800 a week, 2,419,200 ..
+/// 2,678,400 a month: the advertised average N / w is the one of the period being counted);
+/// policy_window_seconds(limit) for other algorithms or when `now_ms` is unknown (<= 0).
+std::int64_t policy_window_seconds(const applied_limit& limit, std::int64_t now_ms);
 
 /// Retry-After with `retry_after_jitter`: `honest_seconds` plus a whole number of seconds
 /// drawn from [0, floor(jitter / 1 s)] by `random` (any uniform 64-bit value), so a crowd of
@@ -59,10 +68,24 @@ std::int64_t jittered_retry_after(std::int64_t honest_seconds, std::chrono::mill
 std::vector<std::string> shadow_violations(const std::vector<applied_limit>& limits,
                                            const check_outcome& outcome);
 
+/// Whether enforced limit `limit`, with outcome `o`, is past its `warn_at` threshold: used =
+/// Limit − Remaining is at least warn_at × Limit (compared in integers: used ≥
+/// ⌈Limit × warn_at_bp / 10,000⌉). False for a shadow limit or one without `warn_at`.
+bool past_warning(const applied_limit& limit, const limit_outcome& o);
+
+/// Whether this request took `limit` across its threshold: the check was admitted (so `cost`
+/// was debited), the limit is past_warning() after it, and was not before it (used − cost
+/// below the threshold). What `sluice_quota_warnings_total{limit}` counts.
+bool crossed_warning(const applied_limit& limit, const limit_outcome& o, std::int64_t cost,
+                     bool allowed);
+
 /// Rate-limit header fields for a decided check, in the sets chosen by `sets`:
 /// X-RateLimit-Limit/Remaining/Reset from the most constraining enforced limit;
 /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11, RFC 9651
-/// lists) naming every enforced limit in declaration order. Shadow limits never appear.
+/// lists) naming every enforced limit in declaration order; `X-RateLimit-Warning` (when any
+/// set is chosen) listing, as an RFC 9651 list of strings in declaration order, the enforced
+/// limits past their `warn_at` threshold (past_warning()), absent when none is. Shadow
+/// limits never appear.
 std::vector<header_field> quota_headers(const std::vector<applied_limit>& limits,
                                         const check_outcome& outcome,
                                         const config::header_sets& sets);

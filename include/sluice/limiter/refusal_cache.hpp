@@ -35,6 +35,9 @@ namespace sluice::limiter {
 /// remaining time, counted from the check's *sending*, so never past the block's end), but an
 /// admin call may lift the block: such a refusal is kept for at most block_recheck, and a
 /// lift on this gateway (note_block_lift()) forgets every entry at once.
+/// A calendar quota's refusal is kept at most `calendar_hold_ms` (1 s): it would otherwise
+/// stand until the period's end measured on the worker's clock, which over days drifts from
+/// the store's clock the period ends on (and does not follow a step of it).
 class refusal_cache {
  public:
   using clock = std::chrono::steady_clock;
@@ -42,6 +45,8 @@ class refusal_cache {
   /// The longest a refusal by a block is answered from the cache: an unblock on another
   /// gateway is seen within this time.
   static constexpr std::chrono::milliseconds block_recheck{1000};
+  /// The longest a calendar quota's refusal is answered from the cache, in ms.
+  static constexpr std::int64_t calendar_hold_ms = 1000;
 
   /// `capacity`: most entries kept; when full, expired ones are dropped, then all.
   explicit refusal_cache(std::size_t capacity = 65536) : capacity_(capacity) {}

@@ -167,6 +167,10 @@ struct metrics_sample {
   /// Blocks (penalty box, `block:`) started, by limit name: every limit of the rules in force
   /// with a block (at 0 if none started) and every limit name seen since start, by name.
   std::vector<std::pair<std::string, std::uint64_t>> blocks_started;
+  /// Near-limit warnings (`warn_at:`): requests that took a limit from below its threshold to
+  /// at or above it, by limit name (names from the rules file: a bounded label set), sorted
+  /// by name; every limit with a `warn_at` in the rules in force is present, at 0 if need be.
+  std::vector<std::pair<std::string, std::uint64_t>> quota_warnings;
 };
 
 /// The Prometheus text exposition (format 0.0.4, exposition_content_type) of `sample`:
@@ -176,6 +180,7 @@ struct metrics_sample {
 /// - `sluice_failure_policy_applied_total{route,policy}` — policy: fail_open, fail_closed,
 ///   local (store checks that failed and the route's policy answered);
 /// - `sluice_blocks_started_total{limit}` (penalty boxes started by a refusal);
+/// - `sluice_quota_warnings_total{limit}` (requests that crossed a limit's `warn_at`);
 /// - `sluice_shadow_limited_total{route}`, `sluice_bad_requests_total`,
 ///   `sluice_client_address_fallbacks_total{reason}`;
 /// - `sluice_client_connections_open` (gauge), `sluice_client_connections_max` (gauge, the

@@ -13,8 +13,8 @@
 namespace sluice::lua {
 
 /// The check, as a script: `lua/common.lua`, the algorithm parts (`token_bucket.lua`,
-/// `window.lua`, `fixed_window.lua`, `sliding_window.lua`, `sliding_log.lua`,
-/// `concurrency.lua`) and the driver
+/// `window.lua`, `fixed_window.lua`, `sliding_window.lua`, `sliding_log.lua`, `calendar.lua`,
+/// `block.lua`, `concurrency.lua`) and the driver
 /// `check.lua`, concatenated, then `return check(KEYS, ARGV)`. For SCRIPT LOAD / EVALSHA (and
 /// EVAL in tests) where Redis functions are not available. Decides a batch of limits of any
 /// mix of algorithms atomically.
@@ -26,8 +26,8 @@ namespace sluice::lua {
 /// (pack_limit(): algorithm id, a, b, c, cost, flags as 6 little-endian doubles; flags 1 =
 /// shadow, 2 = peek: decided as if, nothing written) and its field
 /// in hash KEYS[i] ("" = KEYS[i] is the bucket), where (a, b, c) = (refill_per_ms,
-/// units_per_token, burst) for the token bucket and (window_ms, window limit, 0) for the window
-/// algorithms.
+/// units_per_token, burst) for the token bucket, (window_ms, window limit, 0) for the window
+/// algorithms and (unit: 1 day, 2 week, 3 month; N; utc offset in minutes) for the calendar.
 /// Reply: an array of integers {allowed, now_ms, then per limit: admits, remaining, reset_ms,
 /// retry_after_ms, next_ms, then per limit packed by pack_leased_limit(), in order: the
 /// tokens it took (limit_outcome::granted), then per limit with a block (append_block()), in
@@ -47,6 +47,7 @@ namespace sluice::lua {
 ///   slot_ttl ms, op: 0 acquire, 1 release, 2 renew) and its field argument the slot id;
 ///   its reply `admits` for a release or renew is whether the slot was held
 ///   (limiter/concurrency.hpp). The key expires with its latest slot.
+/// - calendar: (period index, count, zone = unit + 4 × (offset + 840), period end ms), 32 bytes.
 /// The text forms of earlier versions ("<level> <stamp> <units>", "<i>:<c>", "<i>:<c>:<p>")
 /// are still read. In a hash a field is the 8-byte expiry stamp (ms of store time) followed
 /// by the state and reads as missing from then on; the hash's own expiry is only ever raised
@@ -114,7 +115,7 @@ inline bool packs_lease(const limiter::limit_check& l) noexcept {
 }
 
 /// The script's algorithm id of `a`: token_bucket 0, fixed_window 1, sliding_window 2,
-/// sliding_log 3, concurrency 5 (gcra is not offered: -1).
+/// sliding_log 3, calendar 4, concurrency 5 (gcra is not offered: -1).
 int algorithm_id(config::algorithm a) noexcept;
 
 /// How buckets are laid out in Redis (`store.layout` and `store.hash_groups`).

@@ -86,7 +86,8 @@ class memory_store final : public counter_store {
 
   /// Raw state of any key for tests, in the script's stored format (lua_scripts.hpp): token
   /// bucket "<level> <stamp>", fixed window "<index>:<count>", sliding window
-  /// "<index>:<current>:<previous>", sliding log the stamps joined by ','. nullopt when absent
+  /// "<index>:<current>:<previous>", calendar "<period index>:<count>:<zone>", sliding log the
+  /// stamps joined by ','. nullopt when absent
   /// or expired.
   std::optional<std::string> peek_state(const std::string& key) const;
 

@@ -130,6 +130,7 @@ metrics_sample example() {
   s.plan_cache_negative_hits = 26;
   s.plan_cache_misses = 27;
   s.plan_cache_evictions = 28;
+  s.quota_warnings = {{"monthly", 29}, {"tokens", 0}};
   s.client_address_fallbacks = {{"no_header", 29}, {"syntax_error", 30}};
   return s;
 }
@@ -244,6 +245,8 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_plan_cache_lookups_total{result=\"negative_hit\"} 26\n",
            "sluice_plan_cache_lookups_total{result=\"miss\"} 27\n",
            "sluice_plan_cache_evictions_total 28\n",
+           "sluice_quota_warnings_total{limit=\"monthly\"} 29\n",
+           "sluice_quota_warnings_total{limit=\"tokens\"} 0\n",
        }) {
     EXPECT_TRUE(contains(text, line)) << "missing: " << line << "in:\n" << text;
   }
@@ -255,7 +258,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 56u);
+  EXPECT_EQ(help, 57u);
   EXPECT_EQ(text.back(), '\n');
 }
 
