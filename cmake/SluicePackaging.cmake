@@ -65,6 +65,11 @@ configure_file(${PROJECT_SOURCE_DIR}/packaging/debian/changelog.in
 execute_process(COMMAND gzip -9nc ${PROJECT_BINARY_DIR}/packaging/changelog
                 OUTPUT_FILE ${PROJECT_BINARY_DIR}/packaging/changelog.gz)
 install(FILES ${PROJECT_BINARY_DIR}/packaging/changelog.gz DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# The manual page (packaging/sluice.1), compressed the same way.
+execute_process(COMMAND gzip -9nc ${PROJECT_SOURCE_DIR}/packaging/sluice.1
+                OUTPUT_FILE ${PROJECT_BINARY_DIR}/packaging/sluice.1.gz)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/packaging/sluice.1)
+install(FILES ${PROJECT_BINARY_DIR}/packaging/sluice.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 
 # --- Debian package ---------------------------------------------------------------------------
 # dpkg does not treat /etc files as conffiles by itself (debhelper would list them): say so.

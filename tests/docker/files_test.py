@@ -274,6 +274,24 @@ r = subprocess.run([PROMTOOL, "check", "config", os.path.join(DOCKER, "prometheu
                    capture_output=True, text=True)
 check(r.returncode == 0, f"promtool check config docker/prometheus-compose.yml: {r.stdout}{r.stderr}")
 
+# --- the alerting rules: their unit tests pass, and each alert has a test and a runbook ----------
+r = subprocess.run([PROMTOOL, "test", "rules", "sluice-alerts.test.yml"], cwd=DOCKER,
+                   capture_output=True, text=True)
+check(r.returncode == 0, f"promtool test rules docker/sluice-alerts.test.yml: {r.stdout}{r.stderr}")
+alerts = [rule["alert"] for group in load("docker/sluice-alerts.yml")["groups"] for rule in group["rules"]]
+tested = {t["alertname"] for case in load("docker/sluice-alerts.test.yml")["tests"]
+          for t in case.get("alert_rule_test", [])}
+with open(os.path.join(SOURCE, "docs", "operating.md"), encoding="utf-8") as f:
+    operating = f.read()
+for name in alerts:
+    check(name in tested, f"sluice-alerts.yml: {name} has no test in sluice-alerts.test.yml")
+    rule = next(r for g in load("docker/sluice-alerts.yml")["groups"] for r in g["rules"]
+                if r["alert"] == name)
+    check(rule.get("annotations", {}).get("runbook") == f"docs/operating.md#{name.lower()}",
+          f"sluice-alerts.yml: {name}'s runbook is not docs/operating.md#{name.lower()}")
+    check(f"\n#### {name}\n" in operating,
+          f"docs/operating.md has no runbook heading '#### {name}'")
+
 for f in failures:
     print("FAIL:", f)
 print(f"docker files: {checks} checks, {len(failures)} failed")

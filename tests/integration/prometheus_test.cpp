@@ -4,7 +4,7 @@
 // docker/sluice-alerts.yml): the scrape is up, the counters it stores equal the traffic sent,
 // and every query of the shipped Grafana dashboard (docker/grafana-dashboard.json) is valid
 // PromQL that Prometheus evaluates — the decision-rate panels with data. promtool checks the
-// configuration and the rules.
+// configuration and the rules; SluiceGatewayDown fires live once the gateway is gone.
 
 #include "harness.hpp"
 #include "support/child_process.hpp"
@@ -19,8 +19,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace sluice::test {
 namespace {
@@ -54,6 +57,44 @@ json::value query(std::uint16_t port, const std::string& promql) {
              "/api/v1/query?query=" + boost::urls::encode(promql, boost::urls::unreserved_chars));
 }
 
+/// The first value of an instant query, or nullopt (no answer, an error, no series).
+std::optional<double> value_at(std::uint16_t port, const std::string& promql) {
+  auto r = query(port, promql);
+  if (!r.is_object() || r.at("status") != "success") return std::nullopt;
+  const auto& result = r.at("data").at("result").as_array();
+  if (result.empty()) return std::nullopt;
+  return std::stod(std::string(result[0].at("value").as_array()[1].as_string()));
+}
+
+/// A real Prometheus (Debian's) on a free loopback port with the shipped configuration
+/// (docker/prometheus.yml): its target the admin listener on `admin_port`, scraping and
+/// evaluating every second, with `rules` (the text of a rule file) as its alerting rules.
+/// Stopped by its pid when destroyed.
+struct prometheus_run {
+  temp_dir dir{"prometheus"};
+  std::uint16_t port = free_loopback_port();
+  std::optional<child_process> server;
+
+  prometheus_run(std::uint16_t admin_port, const std::string& rules) {
+    std::string config = read_file(source_dir / "docker" / "prometheus.yml");
+    config = std::regex_replace(config, std::regex("scrape_interval: 15s"), "scrape_interval: 1s");
+    config = std::regex_replace(config, std::regex("evaluation_interval: 15s"),
+                                "evaluation_interval: 1s");
+    config = std::regex_replace(config, std::regex("127\\.0\\.0\\.1:9090"),
+                                "127.0.0.1:" + std::to_string(admin_port));
+    config = std::regex_replace(config, std::regex("- sluice-alerts\\.yml"),
+                                "- " + (dir.path / "sluice-alerts.yml").string());
+    std::ofstream(dir.path / "prometheus.yml") << config;
+    std::ofstream(dir.path / "sluice-alerts.yml") << rules;
+    server.emplace(
+        std::vector<std::string>{
+            "/usr/bin/prometheus", "--config.file=" + (dir.path / "prometheus.yml").string(),
+            "--storage.tsdb.path=" + (dir.path / "data").string(),
+            "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"},
+        dir.path / "out.txt", dir.path / "err.txt");
+  }
+};
+
 constexpr const char* rules_yaml = R"(
 listen: 127.0.0.1:0
 store: {type: memory}
@@ -85,31 +126,13 @@ TEST(prometheus, scrapes_the_admin_listener_and_evaluates_the_dashboard) {
   for (int i = 0; i < 7; ++i) get(rt.port(), "/v1/items", {{"X-API-Key", "key-a"}});  // 5 + 2
 
   // The shipped configuration, scraping this gateway every second.
-  temp_dir dir("prometheus");
-  std::string config = read_file(shipped);
-  config = std::regex_replace(config, std::regex("scrape_interval: 15s"), "scrape_interval: 1s");
-  config =
-      std::regex_replace(config, std::regex("evaluation_interval: 15s"), "evaluation_interval: 1s");
-  config = std::regex_replace(config, std::regex("127\\.0\\.0\\.1:9090"),
-                              "127.0.0.1:" + std::to_string(rt.admin_port()));
-  config = std::regex_replace(config, std::regex("- sluice-alerts\\.yml"),
-                              "- " + (source_dir / "docker" / "sluice-alerts.yml").string());
-  std::ofstream(dir.path / "prometheus.yml") << config;
-  const std::uint16_t port = free_loopback_port();
-  child_process server(
-      {prometheus, "--config.file=" + (dir.path / "prometheus.yml").string(),
-       "--storage.tsdb.path=" + (dir.path / "data").string(),
-       "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"},
-      dir.path / "out.txt", dir.path / "err.txt");
+  prometheus_run run(rt.admin_port(), read_file(source_dir / "docker" / "sluice-alerts.yml"));
+  const std::uint16_t port = run.port;
+  child_process& server = *run.server;
+  const temp_dir& dir = run.dir;
 
   // Up to 30 s for the first scrapes to be stored (a start and two 1 s scrapes, usually).
-  auto value_of = [&](const std::string& promql) -> std::optional<double> {
-    auto r = query(port, promql);
-    if (!r.is_object() || r.at("status") != "success") return std::nullopt;
-    const auto& result = r.at("data").at("result").as_array();
-    if (result.empty()) return std::nullopt;
-    return std::stod(std::string(result[0].at("value").as_array()[1].as_string()));
-  };
+  auto value_of = [&](const std::string& promql) { return value_at(port, promql); };
   std::optional<double> allowed;
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (std::chrono::steady_clock::now() < deadline && server.running()) {
@@ -129,7 +152,7 @@ TEST(prometheus, scrapes_the_admin_listener_and_evaluates_the_dashboard) {
   std::size_t loaded = 0;
   for (const auto& g : rules.at("data").at("groups").as_array())
     loaded += g.at("rules").as_array().size();
-  EXPECT_EQ(loaded, 5u);
+  EXPECT_EQ(loaded, 10u);
 
   // Every dashboard query, with Grafana's variables as Grafana would fill them, once three
   // scrapes are stored (a rate needs two samples in its window).
@@ -154,6 +177,43 @@ TEST(prometheus, scrapes_the_admin_listener_and_evaluates_the_dashboard) {
   }
   EXPECT_GE(queries, 15u);
   EXPECT_GE(with_data, 8u) << "of " << queries << " dashboard queries";
+}
+
+// The gateway-gone alert, live: Prometheus scrapes a gateway, the gateway stops, and
+// SluiceGatewayDown fires (its `for:` shortened to 2 s in this copy of the rules: the rule
+// itself is the shipped one, its delay is what docker/sluice-alerts.test.yml checks).
+TEST(prometheus, the_gateway_down_alert_fires_once_the_gateway_is_gone) {
+  if (!fs::exists("/usr/bin/prometheus")) GTEST_SKIP() << "prometheus is not installed";
+  upstream_server upstream;
+  std::optional<runtime_fixture> rt;
+  rt.emplace(substitute(rules_yaml, {{"UPSTREAM_URL", upstream.url()}}));
+  std::string rules = read_file(source_dir / "docker" / "sluice-alerts.yml");
+  rules = std::regex_replace(rules, std::regex("for: [0-9]+m"), "for: 2s");
+  prometheus_run run(rt->admin_port(), rules);
+
+  auto firing = [&](const std::string& name) {
+    const auto r = api(run.port, "/api/v1/alerts");
+    if (!r.is_object() || r.at("status") != "success") return false;
+    for (const auto& a : r.at("data").at("alerts").as_array()) {
+      if (a.at("labels").at("alertname") == name.c_str() && a.at("state") == "firing") return true;
+    }
+    return false;
+  };
+  // Up first (scraped at least once), and the alert silent.
+  const auto up_by = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < up_by && run.server->running() &&
+         value_at(run.port, R"(up{job="sluice"})") != 1.0)
+    std::this_thread::sleep_for(200ms);
+  ASSERT_EQ(value_at(run.port, R"(up{job="sluice"})"), 1.0) << "never scraped; prometheus stderr:\n"
+                                                            << read_file(run.dir.path / "err.txt");
+  EXPECT_FALSE(firing("SluiceGatewayDown"));
+
+  rt.reset();  // the gateway is gone: its admin listener closed
+  const auto fire_by = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < fire_by && !firing("SluiceGatewayDown"))
+    std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(firing("SluiceGatewayDown")) << api(run.port, "/api/v1/alerts");
+  EXPECT_EQ(value_at(run.port, R"(up{job="sluice"})"), 0.0);
 }
 
 }  // namespace

@@ -15,6 +15,8 @@ if (($# != 9)); then
   exit 2
 fi
 build=$1 cmake=$2 cpack=$3 version=$4 prefix=$5 binary=$6 config=$7 unit=$8 docdir=$9
+# The manual page lives beside the doc directory: PREFIX/share/man (GNUInstallDirs' mandir).
+mandir=${docdir%/doc/*}/man
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -26,7 +28,7 @@ pass() { echo "ok: $*"; }
 expected_files() {
   printf '%s\n' "$binary" "$config" "$unit" "$docdir/README.md" "$docdir/docs/operating.md" \
     "$docdir/docs/clients.md" "$docdir/examples/sluice.yaml" "$docdir/copyright" \
-    "$docdir/changelog.gz" | sort
+    "$docdir/changelog.gz" "$mandir/man1/sluice.1.gz" | sort
 }
 
 # check_tree ROOT WHAT: the file set under ROOT, the binary, the rules file and the unit.
