@@ -152,7 +152,8 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
     co_return serialized(out);
   }
   limiter::check_request check;
-  if (auto v = prepare_check(*snap, head, ctx, r, id, check)) {
+  std::vector<charged_limit> charged;  // (explain settles nothing)
+  if (auto v = prepare_check(*snap, head, ctx, r, id, check, charged)) {
     out["outcome"] = verdict_json(*v);
     co_return serialized(out);
   }
@@ -164,7 +165,8 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
     o["bucket"] = check.limits[i].key;
     o["stated_guarantee"] = limiter::guarantee(l.algorithm, *l.find_params(id.who.plan)) +
                             limiter::hot_key_caveats(l, *l.find_params(id.who.plan)) +
-                            limiter::block_caveat(l) + limiter::cluster_caveat(l);
+                            limiter::charge_caveat(l) + limiter::block_caveat(l) +
+                            limiter::cluster_caveat(l);
     if (decided) {
       const auto& lo = decided->limits[i];
       json::object state;

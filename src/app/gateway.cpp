@@ -356,7 +356,8 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
       ds.command_timeout = std::max(redis.command_timeout, std::chrono::milliseconds(50));
       w->directory = std::make_shared<store::redis_directory>(w->ioc.get_executor(), ds);
     }
-    w->handler = std::make_shared<gateway_handler>(impl_->shared, w->store, w->directory);
+    w->handler = std::make_shared<gateway_handler>(impl_->shared, w->store, w->directory,
+                                                   w->ioc.get_executor());
     w->server = std::make_unique<http::server>(w->ioc, endpoint, w->handler, limits, i);
     if (impl_->listener_tls) w->server->set_tls(tls->listener);
     endpoint = w->server->local_endpoint();  // later workers share the port actually bound
@@ -546,10 +547,14 @@ observability::metrics_sample gateway::sample() const {
   for (const auto& r : snap->rules->routes)
     for (const auto& l : r.limits)
       if (l.block.count() > 0) blocks[l.name];
+  std::array<std::uint64_t, settle_outcome_count> settled{};
   std::lock_guard lock(impl_->sample_mutex);
   for (std::size_t i = 0; i < impl_->workers.size(); ++i) {
     const auto& w = *impl_->workers[i];
     const request_counters& c = w.handler->counters();
+    const settle_counters& sc = w.handler->settlements();
+    for (std::size_t k = 0; k < settled.size(); ++k) settled[k] += sc.by_outcome[k].value();
+    s.settle_failures += sc.store_failures.value();
     c.add_to(routes);
     c.add_to(upstreams);
     c.add_blocks_to(blocks);
@@ -630,6 +635,8 @@ observability::metrics_sample gateway::sample() const {
   for (auto& [name, r] : routes) s.routes.push_back(std::move(r));
   s.blocks_started.assign(blocks.begin(), blocks.end());
   for (auto& [name, n] : warnings) s.quota_warnings.emplace_back(name, n);
+  for (std::size_t k = 0; k < settled.size(); ++k)
+    s.settlements.emplace_back(settle_outcome_label(k), settled[k]);
   for (auto& [name, u] : upstreams) s.upstreams.push_back(std::move(u));
   for (std::size_t k = 0; k < fallbacks.size(); ++k) {
     const auto source = static_cast<identity::address_source>(k);

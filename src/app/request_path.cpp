@@ -66,12 +66,41 @@ compiled_route::plan_limits limits_for(const config::rules& rules, const config:
                            l.mode == config::limit_mode::shadow, l.warn_at_bp});
     out.leases = out.leases || l.lease > 0;
     out.lease_time.push_back(l.lease_time);
+    std::shared_ptr<const limiter::usage_source> usage;
+    if (l.charge.what == config::charge_rule::kind::settle) {
+      limiter::usage_source src;
+      src.header = l.charge.settle_header;
+      src.path = l.charge.settle_path;
+      usage = std::make_shared<const limiter::usage_source>(std::move(src));
+    }
+    out.charges = out.charges || l.charge.what != config::charge_rule::kind::none;
+    out.usage.push_back(std::move(usage));
   };
   if (auto p = rules.plans.find(plan); p != rules.plans.end()) {
     for (const auto& l : p->second.limits) add(l);
   }
   for (const auto& l : route.limits) add(l);
+  if (!out.charges) out.usage.clear();  // (the plain path carries nothing)
   return out;
+}
+
+/// The units a limit with `charge:` takes at admission: the route's cost (when_status); the
+/// fixed reservation; or the request header's, capped at its max (the max when the header
+/// is absent; at least 1). nullopt: the header is not a whole number.
+std::optional<std::int64_t> admission_units(const config::charge_rule& c, std::int64_t cost,
+                                            const http::request_head& head) {
+  if (c.what != config::charge_rule::kind::settle) return cost;
+  if (c.reserve_header.empty()) return c.reserve;
+  const auto value = head[c.reserve_header];
+  if (value.empty()) return c.reserve_max;
+  std::uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (ec == std::errc::result_out_of_range && end == value.data() + value.size())
+    return c.reserve_max;  // digits beyond 2^64: capped like any large number
+  if (ec != std::errc{} || end != value.data() + value.size()) return std::nullopt;
+  return std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(std::min<std::uint64_t>(n, config::max_exact_integer)), 1,
+      c.reserve_max);
 }
 
 bool has_uppercase_free_method(std::string_view method) {
@@ -101,7 +130,10 @@ snapshot::snapshot(std::shared_ptr<const config::rules> r, std::uint64_t g,
     c.cors = route.cors ? route.cors.get() : rules->cors.get();
     const auto& anonymous = c.by_plan.at("anonymous");
     for (std::size_t i = 0; i < anonymous.limits.size(); ++i) {
-      if (!anonymous.limits[i]->preflight) continue;
+      // (A charged limit is never charged to a preflight: nothing would settle it.)
+      if (!anonymous.limits[i]->preflight ||
+          anonymous.limits[i]->charge.what != config::charge_rule::kind::none)
+        continue;
       c.preflight.limits.push_back(anonymous.limits[i]);
       c.preflight.applied.push_back(anonymous.applied[i]);
       c.preflight.lease_time.push_back(anonymous.lease_time[i]);
@@ -169,7 +201,7 @@ std::optional<http::verdict> gateway_handler::front(const snapshot& snap, http::
 std::optional<http::verdict> gateway_handler::back(const snapshot& snap, http::request_head& head,
                                                    const http::request_context& ctx, pending& q) {
   if (auto early = identify_caller(snap, head, *q.r, q.p, q.id)) return early;
-  return prepare_check(snap, head, ctx, *q.r, q.id, q.check);
+  return prepare_check(snap, head, ctx, *q.r, q.id, q.check, q.charged);
 }
 
 void gateway_handler::conclude(const snapshot& snap, http::request_head& head,
@@ -178,6 +210,15 @@ void gateway_handler::conclude(const snapshot& snap, http::request_head& head,
   q.at.decided = &decided;
   q.at.store_failed = !decided;
   respond(snap, head, ctx, *q.r, q.id, q.check, decided, out);
+  // Costs known after the response: an admitted request the store decided carries the hook
+  // that settles its charged limits (fail_open and `local` decisions have nothing to settle
+  // in the store).
+  if (!q.charged.empty() && decided && !q.at.store_failed && decided->allowed &&
+      out.what == http::verdict::kind::forward) {
+    out.forward.watch = http::exchange_watch(
+        std::make_unique<charge_hook>(snap.rules, store_.shared_store(), executor_, settlements_,
+                                      std::move(q.charged), decided->now_ms));
+  }
   finish(out, q.at, head, ctx);
 }
 
@@ -224,7 +265,7 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
     // identify: the directory round trip only for a key the snapshot does not know.
     early = co_await caller(*snap, head, ctx, *q.r, q.p, q.id);
   }
-  if (!early) early = prepare_check(*snap, head, ctx, *q.r, q.id, q.check);
+  if (!early) early = prepare_check(*snap, head, ctx, *q.r, q.id, q.check, q.charged);
   if (early) {
     v = std::move(*early);
     finish(v, q.at, head, ctx);
@@ -234,9 +275,11 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   // (Directory down: the store is known to be failing.)
   if (!q.id.directory_down) {
     const compiled_route::plan_limits& limits = *q.id.limits;
+    // (A check with a charged limit is not kept by the over-limit cache: a refund after the
+    // response may end a refusal before its Retry-After.)
     const store_plan plan{
         &limits.limits,   &limits.lease_time,
-        limits.leases,    rules.store.over_limit_cache,
+        limits.leases,    rules.store.over_limit_cache && !limits.charges,
         snap->generation, q.r->route->route->on_store_failure == config::failure_policy::local};
     co_await store_.decide(q.check, plan, decided);
   }
@@ -488,7 +531,8 @@ std::optional<http::verdict> gateway_handler::prepare_check(const snapshot& snap
                                                             http::request_head& head,
                                                             const http::request_context& ctx,
                                                             const routed& r, const identified& id,
-                                                            limiter::check_request& check) {
+                                                            limiter::check_request& check,
+                                                            std::vector<charged_limit>& charged) {
   const config::rules& rules = *snap.rules;
   const config::route& rt = *r.route->route;
   // The shadow marker and the decision time are the gateway's to set: a client's copy never
@@ -522,9 +566,22 @@ std::optional<http::verdict> gateway_handler::prepare_check(const snapshot& snap
           {keys[jitter_() % keys.size()], l.algorithm, a.bucket, rt.cost, a.shadow});
       continue;
     }
+    std::int64_t cost = rt.cost;
+    if (prepared.charges && l.charge.what != config::charge_rule::kind::none) {
+      const auto units = admission_units(l.charge, rt.cost, head);
+      if (!units) {
+        return bad_request(head.version(), "the " + l.charge.reserve_header +
+                                               " request header must be a whole number of "
+                                               "units to reserve (limit '" +
+                                               l.name + "')");
+      }
+      cost = *units;
+    }
     check.limits.push_back({limiter::bucket_key(l.name, key->first, key->second), l.algorithm,
-                            a.bucket, rt.cost, a.shadow});
+                            a.bucket, cost, a.shadow});
     check.limits.back().block_ms = l.block.count();  // (never with shards: a config error)
+    if (prepared.charges && l.charge.what != config::charge_rule::kind::none)
+      charged.push_back({check.limits.back(), &l.charge, prepared.usage[i]});
   }
   return std::nullopt;
 }

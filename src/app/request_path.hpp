@@ -3,6 +3,7 @@
 // the requests it decides, and the handler that decides each request on its head in named
 // steps — route → identify → decide → respond (429, 503...) or forward.
 
+#include "charge_hook.hpp"
 #include "request_counters.hpp"
 #include "store_step.hpp"
 
@@ -50,6 +51,10 @@ struct compiled_route {
     /// Token leasing: whether any of the limits leases, and each one's lease time.
     bool leases = false;
     std::vector<std::chrono::milliseconds> lease_time;
+    /// Costs known after the response (`charge:`): whether any of the limits has one, and
+    /// (parallel, filled only then) where each settled cost is read (null: none).
+    bool charges = false;
+    std::vector<std::shared_ptr<const limiter::usage_source>> usage;
   };
   std::unordered_map<std::string, plan_limits> by_plan;
   /// The limits a CORS preflight is charged to: the anonymous plan's and the route's that
@@ -121,9 +126,14 @@ outcome_summary summarize(const limiter::check_outcome& out,
 /// The gateway's request handler, one per worker.
 class gateway_handler final : public http::request_handler {
  public:
+  /// `executor`: the worker's, where settlements after a response are sent (charge_hook).
   gateway_handler(shared_state& shared, std::shared_ptr<store::counter_store> store,
-                  std::shared_ptr<store::redis_directory> directory = nullptr)
-      : shared_(shared), store_(std::move(store), counters_), directory_(std::move(directory)) {}
+                  std::shared_ptr<store::redis_directory> directory = nullptr,
+                  boost::asio::any_io_executor executor = {})
+      : shared_(shared),
+        store_(std::move(store), counters_),
+        directory_(std::move(directory)),
+        executor_(std::move(executor)) {}
 
   boost::asio::awaitable<http::verdict> decide(http::request_head& head,
                                                const http::request_context& ctx) override;
@@ -159,6 +169,8 @@ class gateway_handler final : public http::request_handler {
   std::uint64_t cached_refusals() const { return store_.refusals().hits(); }
   /// This worker's token leases (lease: N). Worker thread.
   const limiter::lease_book& leases() const { return store_.leases(); }
+  /// This worker's settlements of costs known after the response (any thread may read them).
+  const settle_counters& settlements() const { return *settlements_; }
   /// This worker's plan directory cache counters. Worker thread only.
   identity::plan_cache::counters plan_cache_stats() const {
     return cache_ ? cache_->stats() : identity::plan_cache::counters{};
@@ -222,6 +234,9 @@ class gateway_handler final : public http::request_handler {
     presented p;
     identified id;
     limiter::check_request check;
+    /// The limits with a `charge:` (empty for every other route): their checks as sent, for
+    /// the charge hook an admitted request carries.
+    std::vector<charged_limit> charged;
   };
   /// Steps 1 and 2a (start(), present()) into `q`; or the answer that ends the request.
   std::optional<http::verdict> front(const snapshot& snap, http::request_head& head,
@@ -264,9 +279,13 @@ class gateway_handler final : public http::request_handler {
                                         presented& p, identified& out);
   /// Step 3: every limit that applies, as one store check into `check`; or the verdict when
   /// nothing is to be checked (forward unlimited) or an identity header is ambiguous (400).
+  /// A limit with `charge:` is charged its reservation (`settle`: a fixed one, or read from
+  /// a request header and capped — not a number: 400 naming the header) and copied into
+  /// `charged`.
   std::optional<http::verdict> prepare_check(const snapshot& snap, http::request_head& head,
                                              const http::request_context& ctx, const routed& r,
-                                             const identified& id, limiter::check_request& check);
+                                             const identified& id, limiter::check_request& check,
+                                             std::vector<charged_limit>& charged);
   /// Step 4: answers from the decided outcome (429 with the quota fields, or forward), or
   /// from the failure policy when the store could not decide, into `out` (a fresh verdict).
   void respond(const snapshot& snap, http::request_head& head, const http::request_context& ctx,
@@ -311,6 +330,8 @@ class gateway_handler final : public http::request_handler {
   std::shared_ptr<store::redis_directory> directory_;  // null without a redis store
   std::unique_ptr<identity::plan_cache> cache_;        // this worker's directory cache
   std::string cache_hash_;                             // the hash cache_ holds entries of
+  boost::asio::any_io_executor executor_;              // the worker's (settlements)
+  std::shared_ptr<settle_counters> settlements_ = std::make_shared<settle_counters>();
 };
 
 }  // namespace sluice::app

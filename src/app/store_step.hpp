@@ -71,6 +71,8 @@ class store_step {
 
   /// The store this step decides on.
   store::counter_store& store() { return *store_; }
+  /// The same, shared (a charge hook settles on it after the request's handler returned).
+  const std::shared_ptr<store::counter_store>& shared_store() const { return store_; }
   /// This worker's standing refusals (Redis store only).
   const limiter::refusal_cache& refusals() const { return refusals_; }
   /// This worker's token leases (lease: N; Redis store only).

@@ -86,9 +86,9 @@ param_src loader::params(const entry* rate_e, const entry* burst_e, const param_
 std::optional<limit_src> loader::parse_limit(const YAML::Node& n, const std::string& path,
                                              int line) {
   static const std::vector<std::string> keys{
-      "name",          "by",       "algorithm",    "rate",       "burst",   "plans",
-      "mode",          "preflight", "lease",       "lease_time", "shards",  "region_share",
-      "max_in_flight", "slot_ttl", "block",        "utc_offset", "warn_at"};
+      "name",          "by",        "algorithm", "rate",       "burst",   "plans",
+      "mode",          "preflight", "lease",     "lease_time", "shards",  "region_share",
+      "max_in_flight", "slot_ttl",  "block",     "utc_offset", "warn_at", "charge"};
   auto m = fields(n, path, line, keys);
   if (!m) return std::nullopt;
   limit_src l;
@@ -414,6 +414,7 @@ void loader::parse_hot_key_fields(const map_view& m, limit_src& l) {
   if (l.defaults) each_bucket(*l.defaults);
   for (const auto& [plan, p] : l.overrides) each_bucket(p);
   if (const entry* e = m.find("block")) parse_block(*e, l);
+  if (const entry* e = m.find("charge")) parse_charge(*e, l);
 }
 
 void loader::parse_block(const entry& e, limit_src& l) {
@@ -496,6 +497,10 @@ std::vector<limit_src> loader::parse_limits(const entry& e, const std::string& p
 void loader::check_cost(const limit_src& l, std::int64_t cost, const std::string& where) {
   // A request holds one slot of a concurrency limit whatever its cost.
   if (l.value.algorithm == algorithm::concurrency) return;
+  // A settled limit's request spends its reservation at admission, not the route's cost.
+  if (l.value.charge.what == charge_rule::kind::settle)
+    cost =
+        l.value.charge.reserve_header.empty() ? l.value.charge.reserve : l.value.charge.reserve_max;
   auto check = [&](const param_src& p) {
     if (!p.usable) return;
     if (is_window(l.value.algorithm)) {
@@ -546,6 +551,7 @@ std::optional<std::string> loader::difference(const limit& a, const limit& b) {
   if (a.region_share != b.region_share) return "region_share";
   if (a.block != b.block) return "block";
   if (a.warn_at_bp != b.warn_at_bp) return "warn_at";
+  if (!(a.charge == b.charge)) return "charge";
   return std::nullopt;
 }
 

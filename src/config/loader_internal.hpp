@@ -273,6 +273,8 @@ class loader {
   void parse_hot_key_fields(const map_view& m, limit_src& l);
   /// `block:` of a limit (after its mode, lease and shards are known).
   void parse_block(const entry& e, limit_src& l);
+  /// `charge:` of a limit (charge.cpp; after its mode, algorithm, lease and shards are known).
+  void parse_charge(const entry& e, limit_src& l);
   /// The fields of an `algorithm: concurrency` limit: max_in_flight (required, 1 ..
   /// max_in_flight_bound), slot_ttl (1s .. 1h, default 30s); rate, burst and plans refused.
   void parse_concurrency(const map_view& m, limit_src& l);

@@ -124,7 +124,39 @@ std::string guarantee(const config::limit& l) {
     if (!out.empty() && out.back() != ' ') out += "; ";
     out += "plan " + plan + ": " + guarantee(l.algorithm, p) + hot_key_caveats(l, p);
   }
-  return out + block_caveat(l) + cluster_caveat(l);
+  return out + charge_caveat(l) + block_caveat(l) + cluster_caveat(l);
+}
+
+std::string charge_caveat(const config::limit& l) {
+  const config::charge_rule& c = l.charge;
+  switch (c.what) {
+    case config::charge_rule::kind::none:
+      return {};
+    case config::charge_rule::kind::when_status:
+      // Debit, then refund: the unit is taken at admission (so the check refuses while no
+      // unit is left, and in-flight requests hold theirs), and given back when the final
+      // response does not match.
+      return "; charged only for a matching response status: each admitted request holds its "
+             "cost from admission until its response ends, and gets it back (refund on the "
+             "store's clock) unless the status matches; never above the limit, but a request "
+             "may be refused while others in flight hold units they will get back (a window's "
+             "refund is dropped once the window it was taken in has ended)";
+    case config::charge_rule::kind::settle: {
+      const std::string reserved = c.reserve_header.empty()
+                                       ? std::to_string(c.reserve) + " units"
+                                       : "the request's " + c.reserve_header + " (at most " +
+                                             std::to_string(c.reserve_max) + ") units";
+      return "; cost settled after the response: " + reserved +
+             " reserved at admission (must fit), the difference to the cost read from the "
+             "response refunded or charged when it ends (a charge may leave a debt that later "
+             "requests wait out); overshoot at most (requests in flight) x (largest cost above "
+             "its reservation), none when every cost is at most its reservation; a cost that "
+             "cannot be read settles at " +
+             (c.fallback < 0 ? std::string("the reservation")
+                             : std::to_string(c.fallback) + " units");
+    }
+  }
+  return {};
 }
 
 std::string block_caveat(const config::limit& l) {

@@ -169,6 +169,15 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
                          MetricType::Counter);
     for (const auto& [limit, n] : s.blocks_started) add_counter(blocks, d(n), {{"limit", limit}});
     out.push_back(std::move(blocks));
+    auto settled = family("sluice_settlements_total",
+                          "Charged limits (charge:) settled after the response, by outcome.",
+                          MetricType::Counter);
+    for (const auto& [outcome, n] : s.settlements)
+      add_counter(settled, d(n), {{"outcome", outcome}});
+    out.push_back(std::move(settled));
+    out.push_back(counter("sluice_settle_failures_total",
+                          "Settle calls (charge:) the store did not confirm.",
+                          d(s.settle_failures)));
     out.push_back(std::move(shadow));
     out.push_back(std::move(upstream));
   }

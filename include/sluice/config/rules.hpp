@@ -4,6 +4,7 @@
 /// A `rules` value is immutable once loaded and is shared read-only between workers as a
 /// snapshot (`std::shared_ptr<const rules>`).
 
+#include "sluice/config/usage_path.hpp"
 #include "sluice/string_hash.hpp"
 
 #include <boost/unordered/unordered_flat_map.hpp>
@@ -87,6 +88,51 @@ struct limit_params {
   std::int64_t burst = 0;  ///< bucket capacity in units (token bucket); default: rate.count
 };
 
+/// `charge:` of a limit: its cost is known only after the response (DESIGN.md, "Costs known
+/// later"). Either a response filter (`when_status`) or a reservation settled from the
+/// response (`reserve` + `settle`); `none` for every other limit.
+struct charge_rule {
+  enum class kind : std::uint8_t {
+    none,         ///< the request's cost, spent at admission (every limit without `charge:`)
+    when_status,  ///< `when_status: [...]`: spent at admission, refunded unless the status matches
+    settle,       ///< `reserve` / `settle` / `fallback`: reserved, then settled at the response
+  } what = kind::none;
+
+  /// when_status: the listed statuses (100..599) ...
+  std::vector<unsigned> statuses;
+  /// ... and classes: bit k set for `kxx` (1 .. 5).
+  unsigned classes = 0;
+  /// Whether a final response status counts (when_status).
+  bool matches(unsigned status) const {
+    if (status >= 100 && status <= 599 && (classes & (1u << (status / 100))) != 0) return true;
+    for (unsigned s : statuses)
+      if (s == status) return true;
+    return false;
+  }
+
+  /// settle: the fixed reservation in units (`reserve: N`), used when reserve_header is empty.
+  std::int64_t reserve = 0;
+  /// settle: the request header a reservation is read from (`reserve: {header: X, max: M}`),
+  /// capped at reserve_max units.
+  std::string reserve_header;
+  std::int64_t reserve_max = 0;
+  /// settle: the response header the actual cost is read from (`settle: {header: X}`), or
+  /// (empty) the JSON path in the body (`settle: {json: PATH}`, settle_path_text as written).
+  std::string settle_header;
+  std::vector<usage_path_step> settle_path;
+  std::string settle_path_text;
+  /// settle: what a response whose cost cannot be read costs: the reservation (`fallback:
+  /// reserve`, the default, fallback < 0) or this many units.
+  std::int64_t fallback = -1;
+
+  bool operator==(const charge_rule& o) const {
+    return what == o.what && statuses == o.statuses && classes == o.classes &&
+           reserve == o.reserve && reserve_header == o.reserve_header &&
+           reserve_max == o.reserve_max && settle_header == o.settle_header &&
+           settle_path_text == o.settle_path_text && fallback == o.fallback;
+  }
+};
+
 /// One limit: a named bucket per caller identity. Two routes share a bucket only by naming
 /// the same limit (DESIGN.md, "A limit's fields").
 struct limit {
@@ -136,6 +182,8 @@ struct limit {
   /// `utc_offset:` (algorithm calendar) minutes east of UTC, -840 .. 840; also in every rate
   /// of the limit (rate::utc_offset_minutes), where the arithmetic reads it.
   std::int32_t utc_offset_minutes = 0;
+  /// `charge:` a cost known after the response (charge_rule); none by default.
+  charge_rule charge;
 
   /// The parameters that apply to a caller on plan `plan` (the override, or the defaults).
   /// Check `applies_to(plan)` first when `has_default_params` may be false.

@@ -22,13 +22,21 @@ std::string guarantee(config::algorithm a, const config::limit_params& p);
 
 /// The guarantee of a limit: its default parameters, then each plan override
 /// ("; plan pro: ..."), each followed by its hot_key_caveats(), prefixed "shadow (never
-/// refuses): " for `mode: shadow`, followed by block_caveat(l) and cluster_caveat(l).
+/// refuses): " for `mode: shadow`, followed by charge_caveat(l), block_caveat(l) and
+/// cluster_caveat(l).
 std::string guarantee(const config::limit& l);
 
 /// "" unless `l` has a `block:` (the penalty box, limiter/block.hpp): then "; penalty box
 /// (block D): ..." — a key the limit refuses stays refused by it for D from that refusal,
 /// exactly across instances; with region_share, in this region only.
 std::string block_caveat(const config::limit& l);
+
+/// "" unless `l` has a `charge:` (config::charge_rule): then "; ..." stating what a cost
+/// known after the response does to the bound — for `when_status`, units held from admission
+/// and refunded unless the status matches (never above the limit); for a settled cost, the
+/// overshoot bound (requests in flight × largest cost above its reservation; none when no
+/// cost exceeds its reservation) and the fallback.
+std::string charge_caveat(const config::limit& l);
 
 /// What `region_share`, `shards` and `lease` of `l` do to the guarantee of parameters `p`
 /// (one of `l`'s), each as "; ..." with its bound: a region enforces its share against its

@@ -7,6 +7,8 @@
 /// copies it, and its state is bounded (the path, a JSON parser's stack of at most
 /// `max_json_depth` levels, a few counters) whatever the body's size.
 
+#include "sluice/config/usage_path.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -36,21 +38,9 @@ inline constexpr std::size_t usage_failure_count = 9;
 /// The metric label of `f`: "no_header", "not_json", ... (the enumerator's name).
 std::string_view label(usage_failure f) noexcept;
 
-/// One step of a JSON path: an object member by name, or an array element by index.
-struct usage_path_step {
-  std::string member;                ///< the member's name (unescaped), when not an index
-  std::optional<std::size_t> index;  ///< the element's position (from 0), when an index
-  bool operator==(const usage_path_step&) const = default;
-};
-
-/// Parses a JSON path: members separated by dots, array elements as `[N]` after a member or
-/// at the start — `usage.total_tokens`, `choices[0].usage.total_tokens`, `[0].usage`. A member
-/// name is any non-empty run of bytes other than `.`, `[` and `]` (no escapes: a member whose
-/// name holds one of those cannot be named). Returns nullopt and sets `why` (a sentence
-/// fragment naming the fault, e.g. "empty member name at offset 6") on a bad path; an empty
-/// path is bad.
-std::optional<std::vector<usage_path_step>> parse_usage_path(std::string_view text,
-                                                             std::string& why);
+// A JSON path's steps and their parser live in the config room (a rules file names the path).
+using config::parse_usage_path;
+using config::usage_path_step;
 
 /// The largest cost read by default: 2^53, the largest integer every JSON reader (and a Lua
 /// double) holds exactly; ×1000 it still fits a signed 64-bit integer of milli-units.

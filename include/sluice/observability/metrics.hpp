@@ -171,6 +171,11 @@ struct metrics_sample {
   /// at or above it, by limit name (names from the rules file: a bounded label set), sorted
   /// by name; every limit with a `warn_at` in the rules in force is present, at 0 if need be.
   std::vector<std::pair<std::string, std::uint64_t>> quota_warnings;
+  /// Settlements of costs known after the response (`charge:`), by outcome label (every
+  /// label, at 0 if none: settled, refunded, charged, fallback and each usage failure), and
+  /// settle calls the store did not confirm.
+  std::vector<std::pair<std::string, std::uint64_t>> settlements;
+  std::uint64_t settle_failures = 0;
 };
 
 /// The Prometheus text exposition (format 0.0.4, exposition_content_type) of `sample`:
@@ -181,6 +186,9 @@ struct metrics_sample {
 ///   local (store checks that failed and the route's policy answered);
 /// - `sluice_blocks_started_total{limit}` (penalty boxes started by a refusal);
 /// - `sluice_quota_warnings_total{limit}` (requests that crossed a limit's `warn_at`);
+/// - `sluice_settlements_total{outcome}` (charged limits settled after the response: settled,
+///   refunded, charged, fallback, or the usage failure that made it fall back) and
+///   `sluice_settle_failures_total` (settle calls the store did not confirm);
 /// - `sluice_shadow_limited_total{route}`, `sluice_bad_requests_total`,
 ///   `sluice_client_address_fallbacks_total{reason}`;
 /// - `sluice_client_connections_open` (gauge), `sluice_client_connections_max` (gauge, the

@@ -753,7 +753,7 @@ const mistake mistake_table[] = {
         "      - {name: a, rate: 1/1s, cost: 2}\n",
      {"rules.yaml:7: routes[0].limits[0].cost: unknown key 'cost'; expected one of name, by, "
       "algorithm, rate, burst, plans, mode, preflight, lease, lease_time, shards, region_share, "
-      "max_in_flight, slot_ttl, block, utc_offset, warn_at"}},
+      "max_in_flight, slot_ttl, block, utc_offset, warn_at, charge"}},
     {"unknown_route_key",
      UP "routes:\n"
         "  - name: r\n"

@@ -1,0 +1,311 @@
+// sluice-test-support: gateway_fixture redis_server http_client scripted_upstream openai_upstream
+// Costs known after the response (`charge:`) through the gateway, on the memory store and one
+// real redis-server:
+// - failed logins: a login upstream that answers 401 to a wrong password and 200 otherwise,
+//   behind `fixed_window 5/10m` with `charge: {when_status: [401, 403]}` per client IP: 200s
+//   are never counted, the 6th request after five 401s is a 429 for that IP only and never
+//   reaches the upstream, another IP is unaffected; exact headers.
+// - AI tokens: the OpenAI-compatible upstream behind a 10,000/1h token budget per key,
+//   `reserve: {header: X-Max-Tokens, max: 4000}`, `settle: {json: usage.total_tokens}`: JSON
+//   and SSE answers; each response reports the balance after its reservation, the next one
+//   the settled balance, and explain (a peek) reads back what the store holds; the settled
+//   total never exceeds the budget; the SSE events reach the client as they are sent; a
+//   reservation header that is not a number is a 400 naming it.
+
+#include "support/gateway_fixture.hpp"
+#include "support/http_client.hpp"
+#include "support/openai_upstream.hpp"
+#include "support/redis_server.hpp"
+#include "support/scripted_upstream.hpp"
+#include "support/temp_dir.hpp"
+
+#include "sluice/app/gateway.hpp"
+#include "sluice/observability/admin.hpp"
+
+#include <gtest/gtest.h>
+#include <boost/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace sluice::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+enum class store_kind { memory, redis };
+
+std::string store_name(const testing::TestParamInfo<store_kind>& info) {
+  return info.param == store_kind::memory ? "memory" : "redis";
+}
+
+/// The `store:` of a rules file for `kind` (a redis-server started when needed).
+std::string store_line(store_kind kind, std::unique_ptr<redis_server>& redis) {
+  if (kind == store_kind::memory) return "{type: memory}";
+  redis = std::make_unique<redis_server>();
+  return "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) +
+         "\", timeout: 250ms}";
+}
+
+/// A login upstream: `X-Password: right` is a 200, anything else a 401. Counts the requests
+/// it answered.
+class login_upstream {
+ public:
+  login_upstream()
+      : server_([this](raw_socket& s, std::size_t) {
+          for (;;) {
+            const auto head = read_head(s, 5s);
+            if (!head) return;
+            if (!read_request_body(s, *head, 5s)) return;
+            answered_.fetch_add(1);
+            const bool right = head->header("X-Password") == "right";
+            const std::string res = right ? "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nwelcome\n"
+                                          : "HTTP/1.1 401 Unauthorized\r\nContent-Length: 6\r\n"
+                                            "\r\nwrong\n";
+            if (!s.write(res)) return;
+          }
+        }) {}
+  std::string url() const { return server_.url(); }
+  int answered() const { return answered_.load(); }
+
+ private:
+  std::atomic<int> answered_{0};
+  scripted_upstream server_;
+};
+
+const char* const login_rules = R"(
+listen: 127.0.0.1:0
+store: STORE
+upstreams: {api: {url: UPSTREAM_URL}}
+routes:
+  - name: login
+    match: {path_prefix: /login}
+    upstream: api
+    on_store_failure: fail_closed
+    limits:
+      - name: failed_logins
+        by: ip
+        algorithm: fixed_window
+        rate: 5/10m
+        charge: {when_status: [401, 403]}
+)";
+
+class failed_logins : public ::testing::TestWithParam<store_kind> {};
+
+TEST_P(failed_logins, five_401s_then_429_for_that_ip_only) {
+  login_upstream login;
+  std::unique_ptr<redis_server> redis;
+  const std::string store = store_line(GetParam(), redis);
+  // One worker, one keep-alive connection per client: a response's settlement is made (or
+  // sent first on the worker's store connection) before the next request is read.
+  gateway_fixture gw(substitute(login_rules, {{"STORE", store}, {"UPSTREAM_URL", login.url()}}), 1);
+  http_connection a(gw.port());                   // 127.0.0.1
+  http_connection b(gw.port(), "127.203.113.7");  // another client address
+  std::uint64_t oks = 0;                          // 200s answered (each gets its unit back)
+  auto attempt = [&oks](http_connection& c, bool right) {
+    auto r = c.request("POST", "/login", {{"X-Password", right ? "right" : "wrong"}}, "user=u");
+    if (r.status == 200u) ++oks;
+    return r;
+  };
+
+  // Keep the five 401s inside one 10-minute window of the store's clock.
+  auto first = attempt(a, true);
+  ASSERT_EQ(first.status, 200u) << first.body;
+  if (std::stoll(first.header("X-RateLimit-Reset")) < 10) {
+    std::this_thread::sleep_for(
+        std::chrono::seconds(std::stoll(first.header("X-RateLimit-Reset"))));
+    first = attempt(a, true);
+  }
+  // A 200 holds its unit while it is answered (Remaining 4), and gets it back at its end.
+  EXPECT_EQ(first.header("X-RateLimit-Limit"), "5");
+  EXPECT_EQ(first.header("X-RateLimit-Remaining"), "4");
+  EXPECT_EQ(first.header("RateLimit-Policy"), "\"failed_logins\";q=5;w=600");
+  for (int i = 0; i < 3; ++i) {
+    const auto ok = attempt(a, true);
+    EXPECT_EQ(ok.status, 200u);
+    EXPECT_EQ(ok.header("X-RateLimit-Remaining"), "4") << "a 200 was counted";
+  }
+  for (int i = 0; i < 5; ++i) {
+    const auto bad = attempt(a, false);
+    EXPECT_EQ(bad.status, 401u);
+    EXPECT_EQ(bad.header("X-RateLimit-Limit"), "5");
+    EXPECT_EQ(bad.header("X-RateLimit-Remaining"), std::to_string(4 - i)) << "401 no. " << i + 1;
+  }
+  const int reached = login.answered();
+  // The 6th: refused for this address, even with the right password, before the upstream.
+  const auto sixth = attempt(a, true);
+  ASSERT_EQ(sixth.status, 429u) << sixth.body;
+  EXPECT_EQ(sixth.header("X-RateLimit-Limit"), "5");
+  EXPECT_EQ(sixth.header("X-RateLimit-Remaining"), "0");
+  EXPECT_EQ(sixth.header("Retry-After"), sixth.header("X-RateLimit-Reset"));
+  EXPECT_LE(std::stoll(sixth.header("Retry-After")), 600);
+  EXPECT_EQ(sixth.header("RateLimit-Policy"), "\"failed_logins\";q=5;w=600");
+  EXPECT_EQ(sixth.header("RateLimit"),
+            "\"failed_logins\";r=0;t=" + sixth.header("X-RateLimit-Reset"));
+  EXPECT_EQ(sixth.header("Content-Type"), "application/problem+json");
+  EXPECT_NE(sixth.body.find("\"violated-policies\":[\"failed_logins\"]"), std::string::npos)
+      << sixth.body;
+  EXPECT_EQ(login.answered(), reached) << "a refused login reached the upstream";
+
+  // Another address is unaffected, for 200s and 401s alike.
+  const auto other = attempt(b, true);
+  EXPECT_EQ(other.status, 200u);
+  EXPECT_EQ(other.header("X-RateLimit-Remaining"), "4");
+  const auto other_bad = attempt(b, false);
+  EXPECT_EQ(other_bad.status, 401u);
+  EXPECT_EQ(other_bad.header("X-RateLimit-Remaining"), "4");
+  EXPECT_EQ(attempt(b, true).header("X-RateLimit-Remaining"), "3");  // its one 401 counted
+
+  // Settlements by outcome: 5 + 1 matched 401s kept their unit; every 200 got its unit back.
+  // (The last exchange ends just after its client has the response: poll for its count.)
+  observability::metrics_sample sample;
+  std::map<std::string, std::uint64_t> by;
+  for (int i = 0; i < 200; ++i) {
+    sample = gw.gateway().sample();
+    for (const auto& [outcome, n] : sample.settlements) by[outcome] = n;
+    if (by["refunded"] == oks) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(by["settled"], 6u);
+  EXPECT_EQ(by["refunded"], oks);
+  EXPECT_EQ(sample.settle_failures, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(stores, failed_logins,
+                         ::testing::Values(store_kind::memory, store_kind::redis), store_name);
+
+const char* const token_rules = R"(
+listen: 127.0.0.1:0
+store: STORE
+identity: {api_key: {header: X-API-Key}, unknown_key: reject}
+plans: {free: {limits: []}}
+api_keys: {key-a: free}
+upstreams: {ai: {url: UPSTREAM_URL}}
+routes:
+  - name: chat
+    match: {path_prefix: /v1/chat/completions, methods: [POST]}
+    upstream: ai
+    on_store_failure: fail_closed
+    limits:
+      - name: tokens
+        by: api_key
+        algorithm: fixed_window
+        rate: 10000/1h
+        charge:
+          reserve: {header: X-Max-Tokens, max: 4000}
+          settle: {json: usage.total_tokens}
+)";
+
+class ai_tokens : public ::testing::TestWithParam<store_kind> {};
+
+TEST_P(ai_tokens, reserve_then_settle_json_and_sse) {
+  temp_dir dir("charge-ai");
+  openai_upstream up(dir.path, {200, 4});  // SSE events 200 ms apart
+  std::unique_ptr<redis_server> redis;
+  const std::string store = store_line(GetParam(), redis);
+  gateway_fixture gw(substitute(token_rules, {{"STORE", store}, {"UPSTREAM_URL", up.url()}}), 1);
+  http_connection c(gw.port(), 10s);
+  auto complete = [&](const std::string& reserve, unsigned total, bool stream = false) {
+    header_list h{{"Content-Type", "application/json"},
+                  {"X-API-Key", "key-a"},
+                  {"X-Test-Total-Tokens", std::to_string(total)}};
+    if (!reserve.empty()) h.emplace_back("X-Max-Tokens", reserve);
+    return c.request("POST", "/v1/chat/completions", h, chat_request("hello", stream));
+  };
+  /// What the store holds for key-a: explain's Remaining for a 1-unit reservation, plus 1.
+  auto held = [&] {
+    observability::explain_query q;
+    q.method = "POST";
+    q.path = "/v1/chat/completions";
+    q.api_key = "key-a";
+    q.headers = {{"X-Max-Tokens", "1"}};
+    const auto text = gw.gateway().explain(q);
+    if (!text) return std::int64_t{-1};
+    const auto e = boost::json::parse(*text).as_object();
+    const auto& now = e.at("limits").as_array().at(0).as_object().at("now").as_object();
+    return now.at("remaining").to_number<std::int64_t>() + (now.at("admits").as_bool() ? 1 : 0);
+  };
+
+  // JSON: 1000 reserved (the response says 9000 left), 400 used: 600 refunded.
+  auto r = complete("1000", 400);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  if (std::stoll(r.header("X-RateLimit-Reset")) < 30) {
+    GTEST_SKIP() << "the hour's window of the store clock ends within 30 s";
+  }
+  EXPECT_EQ(r.header("X-RateLimit-Limit"), "10000");
+  EXPECT_EQ(r.header("X-RateLimit-Remaining"), "9000");
+  EXPECT_EQ(held(), 9600);
+
+  // SSE: 1000 reserved, 1500 used (500 charged on top). The events arrive as they are sent:
+  // the first is read before the upstream has recorded the completion, which it does just
+  // before the stream's last bytes.
+  {
+    raw_socket s = raw_socket::connect(gw.port());
+    const std::string body = chat_request("hello", true);
+    ASSERT_TRUE(
+        s.write("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                "Content-Type: application/json\r\nX-API-Key: key-a\r\n"
+                "X-Max-Tokens: 1000\r\nX-Test-Total-Tokens: 1500\r\nContent-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n" + body));
+    const auto head = read_head(s, 5s);
+    ASSERT_TRUE(head);
+    EXPECT_EQ(head->status(), 200u);
+    EXPECT_EQ(head->header("X-RateLimit-Remaining"), "8600");
+    ASSERT_TRUE(s.read_until("data: ", 5s));
+    EXPECT_EQ(up.charges().size(), 1u) << "the first event came after the stream had ended";
+    ASSERT_TRUE(s.read_until("data: [DONE]", 10s));
+    ASSERT_TRUE(s.read_until("0\r\n\r\n", 5s));
+  }
+  ASSERT_EQ(up.wait_charges(2).size(), 2u);
+  // (Another connection: its settlement is sent when the stream ends; poll for it.)
+  std::int64_t now = -1;
+  for (int i = 0; i < 200 && (now = held()) != 8100; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(now, 8100);
+
+  // A reservation that is not a number: 400 naming the header, nothing reaches the upstream.
+  r = complete("lots", 100);
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_EQ(r.header("Content-Type"), "application/problem+json");
+  EXPECT_NE(r.body.find("X-Max-Tokens"), std::string::npos) << r.body;
+  EXPECT_EQ(up.charges().size(), 2u);
+
+  // The next response reports the settled balance less its own reservation (capped at 4000).
+  r = complete("9999", 100);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.header("X-RateLimit-Remaining"), "4100");
+  EXPECT_EQ(held(), 8000);
+
+  // Spend the rest at exactly the reservation; then the balance cannot cover one: refused
+  // before the upstream spends anything (no header: the max is reserved).
+  for (int i = 0; i < 2; ++i) {
+    r = complete("4000", 4000);
+    ASSERT_EQ(r.status, 200u) << r.body;
+  }
+  EXPECT_EQ(held(), 0);
+  const std::size_t upstream_seen = up.charges().size();
+  r = complete("", 10);
+  EXPECT_EQ(r.status, 429u);
+  EXPECT_EQ(r.header("X-RateLimit-Remaining"), "0");
+  EXPECT_EQ(r.header("Retry-After"), r.header("X-RateLimit-Reset"));
+  EXPECT_EQ(up.charges().size(), upstream_seen);
+
+  // Never above the budget: every reservation covered its cost.
+  EXPECT_LE(up.total_charged(), 10'000u);
+  EXPECT_EQ(up.total_charged(), 400u + 1500u + 100u + 8000u);
+  const auto sample = gw.gateway().sample();
+  std::map<std::string, std::uint64_t> by;
+  for (const auto& [outcome, n] : sample.settlements) by[outcome] = n;
+  EXPECT_EQ(by["refunded"], 2u);
+  EXPECT_EQ(by["charged"], 1u);
+  EXPECT_EQ(by["settled"], 2u);
+  EXPECT_EQ(by["fallback"], 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(stores, ai_tokens,
+                         ::testing::Values(store_kind::memory, store_kind::redis), store_name);
+
+}  // namespace
+}  // namespace sluice::test
