@@ -85,9 +85,9 @@ param_src loader::params(const entry* rate_e, const entry* burst_e, const param_
 std::optional<limit_src> loader::parse_limit(const YAML::Node& n, const std::string& path,
                                              int line) {
   static const std::vector<std::string> keys{
-      "name",       "by",           "algorithm",     "rate",    "burst",
-      "plans",      "mode",         "preflight",     "lease",   "lease_time",
-      "shards",     "region_share", "max_in_flight", "slot_ttl", "block"};
+      "name",   "by",           "algorithm",     "rate",     "burst",
+      "plans",  "mode",         "preflight",     "lease",    "lease_time",
+      "shards", "region_share", "max_in_flight", "slot_ttl", "block"};
   auto m = fields(n, path, line, keys);
   if (!m) return std::nullopt;
   limit_src l;
