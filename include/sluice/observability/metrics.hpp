@@ -167,6 +167,13 @@ struct metrics_sample {
   /// Blocks (penalty box, `block:`) started, by limit name: every limit of the rules in force
   /// with a block (at 0 if none started) and every limit name seen since start, by name.
   std::vector<std::pair<std::string, std::uint64_t>> blocks_started;
+  /// Concurrency slots (`algorithm: concurrency`), summed over workers: held now by limit
+  /// name (every concurrency limit of the rules in force, at 0 if none is held); requests
+  /// whose slots were released, by how their exchange ended (http::exchange_end_name, every
+  /// end present); slots a renewal found expired; release calls the store did not answer.
+  std::vector<std::pair<std::string, std::int64_t>> slots_held;
+  std::vector<std::pair<std::string, std::uint64_t>> slot_releases;
+  std::uint64_t slots_lost = 0, slot_release_failures = 0;
 };
 
 /// The Prometheus text exposition (format 0.0.4, exposition_content_type) of `sample`:
@@ -176,6 +183,9 @@ struct metrics_sample {
 /// - `sluice_failure_policy_applied_total{route,policy}` — policy: fail_open, fail_closed,
 ///   local (store checks that failed and the route's policy answered);
 /// - `sluice_blocks_started_total{limit}` (penalty boxes started by a refusal);
+/// - `sluice_concurrency_slots_held{limit}` (gauge), `sluice_concurrency_releases_total{reason}`
+///   (reason: how the exchange ended), `sluice_concurrency_slots_lost_total`,
+///   `sluice_concurrency_release_failures_total`;
 /// - `sluice_shadow_limited_total{route}`, `sluice_bad_requests_total`,
 ///   `sluice_client_address_fallbacks_total{reason}`;
 /// - `sluice_client_connections_open` (gauge), `sluice_client_connections_max` (gauge, the
