@@ -7,6 +7,7 @@
 
 #include "sluice/limiter/calendar.hpp"
 #include "sluice/limiter/guarantee.hpp"
+#include "sluice/limiter/slot_book.hpp"
 #include "sluice/observability/admin.hpp"
 #include "sluice/utf8.hpp"
 
@@ -157,6 +158,8 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
     out["outcome"] = verdict_json(*v);
     co_return serialized(out);
   }
+  // A concurrency limit is asked as a new request would be: with a slot id no request holds.
+  if (prepared.concurrent) limiter::slot_book::stamp(check, "explain");
   // The store step as if: nothing is written or spent, no lease or cached refusal is used.
   const store_result decided = co_await store_.peek(check);
   for (std::size_t i = 0; i < check.limits.size(); ++i) {
@@ -176,6 +179,13 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
       state["reset_ms"] = lo.reset_ms;
       state["retry_after_ms"] = lo.retry_after_ms;
       state["next_ms"] = lo.next_ms;
+      if (l.algorithm == config::algorithm::concurrency) {
+        // Requests of the key in flight now: Remaining counts the slot this request would
+        // take (when the decision admits it), which no request holds yet.
+        const bool would_take = check.limits[i].shadow ? lo.admits : decided->allowed;
+        state["in_flight"] =
+            std::max<std::int64_t>(0, lo.limit - lo.remaining - (would_take ? 1 : 0));
+      }
       if (lo.block_end_ms > 0) {
         // The penalty box: a block in force (read, not written: the peek starts none), or
         // the one this request would start.

@@ -209,6 +209,7 @@ struct gateway::impl {
     /// The worker's token leases: requests decided from leases alone, leases taken, tokens
     /// leased beyond the requests' costs, tokens returned.
     std::uint64_t leased_decisions = 0, lease_grants = 0, tokens_leased = 0, tokens_returned = 0;
+    slot_counts slots;  ///< the worker's concurrency slots
   };
   static worker_sample read_sample(worker& w) {
     const auto& leases = w.handler->leases();
@@ -218,7 +219,8 @@ struct gateway::impl {
             leases.local_decisions(),
             leases.grants(),
             leases.tokens_leased(),
-            leases.tokens_returned()};
+            leases.tokens_returned(),
+            w.handler->slots().counts()};
   }
   std::mutex sample_mutex;                  // one scrape at a time; guards last_samples
   std::vector<worker_sample> last_samples;  // per worker: the last read (counters never go back)
@@ -333,6 +335,14 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
   limits.body_min_rate = client.body_min_rate;
   limits.send_timeout = client.send_timeout;
   limits.max_connections = max_connections;
+  // Concurrency slot ids are `<instance>.<worker>.<counter>`: the instance part is random
+  // (48 bits), so gateways sharing a store, and this process after a restart, never reuse one.
+  std::string instance;
+  {
+    std::random_device rd;
+    const std::uint64_t r = (std::uint64_t{rd()} << 32 | rd()) & 0xffffffffffffULL;
+    instance = fmt::format("{:012x}", r);
+  }
   for (unsigned i = 0; i < n; ++i) {
     auto w = std::make_unique<impl::worker>();
     if (impl_->memory) {
@@ -357,7 +367,8 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
       w->directory = std::make_shared<store::redis_directory>(w->ioc.get_executor(), ds);
     }
     w->handler = std::make_shared<gateway_handler>(impl_->shared, w->store, w->directory,
-                                                   w->ioc.get_executor());
+                                                   w->ioc.get_executor(),
+                                                   instance + "." + std::to_string(i));
     w->server = std::make_unique<http::server>(w->ioc, endpoint, w->handler, limits, i);
     if (impl_->listener_tls) w->server->set_tls(tls->listener);
     endpoint = w->server->local_endpoint();  // later workers share the port actually bound
@@ -406,10 +417,31 @@ void gateway::stop() {
   impl_->stopped = true;
   for (auto& w : impl_->workers) {
     if (!w->thread.joinable()) continue;
-    // Close the listener and the store on the worker's own thread, then end its loop;
-    // coroutine frames still pending are destroyed with the io_context.
     asio::post(w->ioc, [wp = w.get()] {
       wp->server->stop();
+      wp->handler->slots().stop();  // no more renewals
+    });
+  }
+  // Concurrency slots: the sessions the stop closed release theirs; let those calls reach the
+  // store before it stops (at most 1 s; a slot not released expires slot_ttl after its last
+  // renewal). Nothing to wait for without concurrency limits.
+  const auto release_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (auto& w : impl_->workers) {
+    if (!w->thread.joinable()) continue;
+    while (std::chrono::steady_clock::now() < release_deadline) {
+      const auto busy = impl_->on_worker(*w, [wp = w.get()] {
+        const auto& s = wp->handler->slots();
+        return s.pending() + s.held();
+      });
+      if (!busy || *busy == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  for (auto& w : impl_->workers) {
+    if (!w->thread.joinable()) continue;
+    // Close the store on the worker's own thread, then end its loop; coroutine frames still
+    // pending are destroyed with the io_context.
+    asio::post(w->ioc, [wp = w.get()] {
       wp->store->stop();
       if (wp->directory) wp->directory->stop();
       wp->guard.reset();
@@ -541,12 +573,16 @@ observability::metrics_sample gateway::sample() const {
   for (const auto& r : snap->rules->routes) warn_names(r.limits);
   std::array<std::uint64_t, identity::address_source_count> fallbacks{};
   std::map<std::string, std::uint64_t> blocks;  // every limit with a block, at 0 if none
+  std::map<std::string, std::int64_t> held;     // every concurrency limit, at 0 if none
+  std::array<std::uint64_t, http::exchange_end_count> releases{};
+  auto listed = [&](const config::limit& l) {
+    if (l.block.count() > 0) blocks[l.name];
+    if (l.algorithm == config::algorithm::concurrency) held[l.name];
+  };
   for (const auto& [name, plan] : snap->rules->plans)
-    for (const auto& l : plan.limits)
-      if (l.block.count() > 0) blocks[l.name];
+    for (const auto& l : plan.limits) listed(l);
   for (const auto& r : snap->rules->routes)
-    for (const auto& l : r.limits)
-      if (l.block.count() > 0) blocks[l.name];
+    for (const auto& l : r.limits) listed(l);
   std::array<std::uint64_t, settle_outcome_count> settled{};
   std::lock_guard lock(impl_->sample_mutex);
   for (std::size_t i = 0; i < impl_->workers.size(); ++i) {
@@ -592,6 +628,10 @@ observability::metrics_sample gateway::sample() const {
     s.lease_grants += ws.lease_grants;
     s.tokens_leased += ws.tokens_leased;
     s.tokens_returned += ws.tokens_returned;
+    for (const auto& [name, n] : ws.slots.held) held[name] += n;
+    for (std::size_t k = 0; k < releases.size(); ++k) releases[k] += ws.slots.releases[k];
+    s.slots_lost += ws.slots.lost;
+    s.slot_release_failures += ws.slots.release_failures;
     if (impl_->memory && i > 0) continue;  // one shared memory store: count it once
     const auto& st = ws.store;
     s.store.checks += st.checks;
@@ -637,6 +677,10 @@ observability::metrics_sample gateway::sample() const {
   for (auto& [name, n] : warnings) s.quota_warnings.emplace_back(name, n);
   for (std::size_t k = 0; k < settled.size(); ++k)
     s.settlements.emplace_back(settle_outcome_label(k), settled[k]);
+  s.slots_held.assign(held.begin(), held.end());
+  for (std::size_t k = 0; k < releases.size(); ++k)
+    s.slot_releases.emplace_back(http::exchange_end_name(static_cast<http::exchange_end>(k)),
+                                 releases[k]);
   for (auto& [name, u] : upstreams) s.upstreams.push_back(std::move(u));
   for (std::size_t k = 0; k < fallbacks.size(); ++k) {
     const auto source = static_cast<identity::address_source>(k);

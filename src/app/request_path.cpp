@@ -75,6 +75,7 @@ compiled_route::plan_limits limits_for(const config::rules& rules, const config:
     }
     out.charges = out.charges || l.charge.what != config::charge_rule::kind::none;
     out.usage.push_back(std::move(usage));
+    out.concurrent = out.concurrent || l.algorithm == config::algorithm::concurrency;
   };
   if (auto p = rules.plans.find(plan); p != rules.plans.end()) {
     for (const auto& l : p->second.limits) add(l);
@@ -138,6 +139,8 @@ snapshot::snapshot(std::shared_ptr<const config::rules> r, std::uint64_t g,
       c.preflight.applied.push_back(anonymous.applied[i]);
       c.preflight.lease_time.push_back(anonymous.lease_time[i]);
       c.preflight.leases = c.preflight.leases || anonymous.limits[i]->lease > 0;
+      c.preflight.concurrent = c.preflight.concurrent ||
+                               anonymous.limits[i]->algorithm == config::algorithm::concurrency;
     }
     routes.push_back(std::move(c));
   }
@@ -209,17 +212,31 @@ void gateway_handler::conclude(const snapshot& snap, http::request_head& head,
                                http::verdict& out) {
   q.at.decided = &decided;
   q.at.store_failed = !decided;
+  const bool on_local = !decided;  // a failure: only `local` decides (on the local store)
   respond(snap, head, ctx, *q.r, q.id, q.check, decided, out);
   // Costs known after the response: an admitted request the store decided carries the hook
   // that settles its charged limits (fail_open and `local` decisions have nothing to settle
   // in the store).
   if (!q.charged.empty() && decided && !q.at.store_failed && decided->allowed &&
       out.what == http::verdict::kind::forward) {
-    out.forward.watch = http::exchange_watch(
+    out.forward.watch.add(http::exchange_watch(
         std::make_unique<charge_hook>(snap.rules, store_.shared_store(), executor_, settlements_,
-                                      std::move(q.charged), decided->now_ms));
+                                      std::move(q.charged), decided->now_ms)));
   }
+  if (!q.slot.empty()) hold_slots(q, decided, on_local, out);
   finish(out, q.at, head, ctx);
+}
+
+void gateway_handler::stamp_slot(pending& q) {
+  q.slot = slots_->stamp(q.check);
+}
+
+void gateway_handler::hold_slots(pending& q, const store_result& decided, bool on_local,
+                                 http::verdict& out) {
+  if (!decided) return;  // fail_open, fail_closed: no store took a slot
+  const limiter::check_request& sent = on_local || q.sent.limits.empty() ? q.check : q.sent;
+  // (An answer's watch ends when the verdict is dropped, after the answer is sent.)
+  out.forward.watch.add(slots_->hold(q.slot, sent, *decided, on_local));
 }
 
 bool gateway_handler::needs_directory(const snapshot& snap, const routed& r, const presented& p) {
@@ -244,6 +261,7 @@ bool gateway_handler::decide_now(http::request_head& head, const http::request_c
     finish(out, q.at, head, ctx);
     return true;
   }
+  if (q.id.limits->concurrent) stamp_slot(q);
   store_result decided{make_error_code(sluice::errc::store_unavailable)};
   store_.decide_now(q.check, decided);
   conclude(*snap, head, ctx, q, decided, out);
@@ -270,6 +288,10 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
     v = std::move(*early);
     finish(v, q.at, head, ctx);
     co_return v;
+  }
+  if (q.id.limits->concurrent) {
+    stamp_slot(q);
+    q.sent = q.check;  // the store step takes `check` itself: the slots are read from a copy
   }
   store_result decided{make_error_code(sluice::errc::store_unavailable)};
   // (Directory down: the store is known to be failing.)

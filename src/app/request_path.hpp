@@ -5,6 +5,7 @@
 
 #include "charge_hook.hpp"
 #include "request_counters.hpp"
+#include "slot_keeper.hpp"
 #include "store_step.hpp"
 
 #include "sluice/http/router.hpp"
@@ -55,6 +56,8 @@ struct compiled_route {
     /// (parallel, filled only then) where each settled cost is read (null: none).
     bool charges = false;
     std::vector<std::shared_ptr<const limiter::usage_source>> usage;
+    /// Whether any of the limits is a concurrency limit: the request then takes a slot.
+    bool concurrent = false;
   };
   std::unordered_map<std::string, plan_limits> by_plan;
   /// The limits a CORS preflight is charged to: the anonymous plan's and the route's that
@@ -126,12 +129,17 @@ outcome_summary summarize(const limiter::check_outcome& out,
 /// The gateway's request handler, one per worker.
 class gateway_handler final : public http::request_handler {
  public:
-  /// `executor`: the worker's, where settlements after a response are sent (charge_hook).
+  /// `executor`: the worker's (settlements after a response and the concurrency slots'
+  /// releases and renewals run on it; none: slots are released only on a store that decides in
+  /// memory, and never renewed); `slot_prefix`: unique across the gateways sharing the store
+  /// (instance id and worker).
   gateway_handler(shared_state& shared, std::shared_ptr<store::counter_store> store,
                   std::shared_ptr<store::redis_directory> directory = nullptr,
-                  boost::asio::any_io_executor executor = {})
+                  boost::asio::any_io_executor executor = {}, std::string slot_prefix = "0")
       : shared_(shared),
-        store_(std::move(store), counters_),
+        store_(store, counters_),
+        slots_(std::make_shared<slot_keeper>(executor, std::move(store), shared.local_store,
+                                             std::move(slot_prefix))),
         directory_(std::move(directory)),
         executor_(std::move(executor)) {}
 
@@ -171,6 +179,9 @@ class gateway_handler final : public http::request_handler {
   const limiter::lease_book& leases() const { return store_.leases(); }
   /// This worker's settlements of costs known after the response (any thread may read them).
   const settle_counters& settlements() const { return *settlements_; }
+  /// This worker's concurrency slots. Worker thread.
+  slot_keeper& slots() { return *slots_; }
+  const slot_keeper& slots() const { return *slots_; }
   /// This worker's plan directory cache counters. Worker thread only.
   identity::plan_cache::counters plan_cache_stats() const {
     return cache_ ? cache_->stats() : identity::plan_cache::counters{};
@@ -237,7 +248,19 @@ class gateway_handler final : public http::request_handler {
     /// The limits with a `charge:` (empty for every other route): their checks as sent, for
     /// the charge hook an admitted request carries.
     std::vector<charged_limit> charged;
+    /// The request's slot id when its limits include a concurrency limit ("" otherwise), and
+    /// the check as sent to the store (decide() hands the store `check` itself).
+    std::string slot;
+    limiter::check_request sent;
   };
+  /// Step 3's end for a limit list with a concurrency limit: the check stamped with a new
+  /// slot id (into `q.slot`).
+  void stamp_slot(pending& q);
+  /// Step 4's end for a request with a slot: the slots the outcome took are held, and the
+  /// verdict's watch gives them back when the exchange ends (a forward), or when the answer
+  /// is sent (a 429 that took a shadow limit's slot, a preflight the gateway answers).
+  /// `on_local`: decided by `on_store_failure: local`.
+  void hold_slots(pending& q, const store_result& decided, bool on_local, http::verdict& out);
   /// Steps 1 and 2a (start(), present()) into `q`; or the answer that ends the request.
   std::optional<http::verdict> front(const snapshot& snap, http::request_head& head,
                                      const http::request_context& ctx, pending& q);
@@ -324,8 +347,9 @@ class gateway_handler final : public http::request_handler {
                          const char* policy);
 
   shared_state& shared_;
-  request_counters counters_;  // this worker's; summed by gateway::stats() and sample()
-  store_step store_;           // step 4: the store, with this worker's leases and refusals
+  request_counters counters_;           // this worker's; summed by gateway::stats() and sample()
+  store_step store_;                    // step 4: the store, with this worker's leases and refusals
+  std::shared_ptr<slot_keeper> slots_;  // this worker's concurrency slots
   std::mt19937_64 jitter_{std::random_device{}()};     // Retry-After jitter; this worker's only
   std::shared_ptr<store::redis_directory> directory_;  // null without a redis store
   std::unique_ptr<identity::plan_cache> cache_;        // this worker's directory cache

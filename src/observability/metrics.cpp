@@ -178,6 +178,21 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
     out.push_back(counter("sluice_settle_failures_total",
                           "Settle calls (charge:) the store did not confirm.",
                           d(s.settle_failures)));
+    auto held = family("sluice_concurrency_slots_held",
+                       "Concurrency slots (algorithm: concurrency) this instance's requests hold "
+                       "now, by limit.",
+                       MetricType::Gauge);
+    for (const auto& [limit, n] : s.slots_held)
+      add_gauge(held, static_cast<double>(n), {{"limit", limit}});
+    out.push_back(std::move(held));
+    auto released = family("sluice_concurrency_releases_total",
+                           "Requests whose concurrency slots were released, by how the exchange "
+                           "ended (complete, client_gone, upstream_failed, tunnel_closed, "
+                           "not_forwarded, aborted).",
+                           MetricType::Counter);
+    for (const auto& [reason, n] : s.slot_releases)
+      add_counter(released, d(n), {{"reason", reason}});
+    out.push_back(std::move(released));
     out.push_back(std::move(shadow));
     out.push_back(std::move(upstream));
   }
@@ -406,6 +421,14 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
     add_counter(f, d(st.split_partial_commits), {{"reason", "commit_failed"}});
     out.push_back(std::move(f));
   }
+  out.push_back(counter("sluice_concurrency_slots_lost_total",
+                        "Held concurrency slots a renewal found expired (counted at each "
+                        "renewal): the store was out of reach for longer than slot_ttl.",
+                        d(s.slots_lost)));
+  out.push_back(counter("sluice_concurrency_release_failures_total",
+                        "Concurrency slot releases the store did not answer; their slots "
+                        "expire slot_ttl after their last renewal.",
+                        d(s.slot_release_failures)));
   out.push_back(counter("sluice_store_cached_refusals_total",
                         "Refusals answered from the over-limit cache while the store's refusal "
                         "of that key still stood (no store round trip).",

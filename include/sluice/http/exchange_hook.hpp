@@ -73,6 +73,30 @@ class exchange_hook {
   virtual void on_end(exchange_end end, unsigned upstream_status) noexcept = 0;
 };
 
+/// Two hooks followed as one: each call goes to `first`, then to `second` (both non-null).
+/// What exchange_watch::add() makes when a request carries two hooks (a settlement and a
+/// concurrency slot, say).
+class hook_pair final : public exchange_hook {
+ public:
+  hook_pair(std::unique_ptr<exchange_hook> first, std::unique_ptr<exchange_hook> second)
+      : first_(std::move(first)), second_(std::move(second)) {}
+  void on_response_head(const response_head& head) noexcept override {
+    first_->on_response_head(head);
+    second_->on_response_head(head);
+  }
+  void on_body(std::string_view bytes) noexcept override {
+    first_->on_body(bytes);
+    second_->on_body(bytes);
+  }
+  void on_end(exchange_end end, unsigned upstream_status) noexcept override {
+    first_->on_end(end, upstream_status);
+    second_->on_end(end, upstream_status);
+  }
+
+ private:
+  std::unique_ptr<exchange_hook> first_, second_;
+};
+
 /// Owns one exchange_hook for one forwarded request and guarantees its on_end() exactly once:
 /// by end(), or — when the exchange is destroyed first (a request that never reached the
 /// relay, a session a stop destroyed) — by the destructor, with `not_forwarded` before the
@@ -97,6 +121,17 @@ class exchange_watch {
   exchange_watch(const exchange_watch&) = delete;
   exchange_watch& operator=(const exchange_watch&) = delete;
   ~exchange_watch() { abandon(); }
+
+  /// Adds the hook of `other` (a watch not yet ended or relayed) to this one's: both are then
+  /// called, this watch's first (hook_pair). Nothing changes when `other` holds none.
+  void add(exchange_watch other) {
+    if (!other.hook_) return;
+    if (!hook_) {
+      hook_ = std::move(other.hook_);
+      return;
+    }
+    hook_ = std::make_unique<hook_pair>(std::move(hook_), std::move(other.hook_));
+  }
 
   /// Whether a hook is held (and has not ended).
   explicit operator bool() const { return hook_ != nullptr; }

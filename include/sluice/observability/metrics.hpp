@@ -176,6 +176,13 @@ struct metrics_sample {
   /// settle calls the store did not confirm.
   std::vector<std::pair<std::string, std::uint64_t>> settlements;
   std::uint64_t settle_failures = 0;
+  /// Concurrency slots (`algorithm: concurrency`), summed over workers: held now by limit
+  /// name (every concurrency limit of the rules in force, at 0 if none is held); requests
+  /// whose slots were released, by how their exchange ended (http::exchange_end_name, every
+  /// end present); slots a renewal found expired; release calls the store did not answer.
+  std::vector<std::pair<std::string, std::int64_t>> slots_held;
+  std::vector<std::pair<std::string, std::uint64_t>> slot_releases;
+  std::uint64_t slots_lost = 0, slot_release_failures = 0;
 };
 
 /// The Prometheus text exposition (format 0.0.4, exposition_content_type) of `sample`:
@@ -189,6 +196,9 @@ struct metrics_sample {
 /// - `sluice_settlements_total{outcome}` (charged limits settled after the response: settled,
 ///   refunded, charged, fallback, or the usage failure that made it fall back) and
 ///   `sluice_settle_failures_total` (settle calls the store did not confirm);
+/// - `sluice_concurrency_slots_held{limit}` (gauge), `sluice_concurrency_releases_total{reason}`
+///   (reason: how the exchange ended), `sluice_concurrency_slots_lost_total`,
+///   `sluice_concurrency_release_failures_total`;
 /// - `sluice_shadow_limited_total{route}`, `sluice_bad_requests_total`,
 ///   `sluice_client_address_fallbacks_total{reason}`;
 /// - `sluice_client_connections_open` (gauge), `sluice_client_connections_max` (gauge, the

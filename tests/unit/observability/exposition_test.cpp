@@ -132,6 +132,10 @@ metrics_sample example() {
   s.plan_cache_evictions = 28;
   s.quota_warnings = {{"monthly", 29}, {"tokens", 0}};
   s.client_address_fallbacks = {{"no_header", 29}, {"syntax_error", 30}};
+  s.slots_held = {{"inflight", 3}};
+  s.slot_releases = {{"complete", 42}, {"client_gone", 43}};
+  s.slots_lost = 44;
+  s.slot_release_failures = 45;
   return s;
 }
 
@@ -247,6 +251,12 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_plan_cache_evictions_total 28\n",
            "sluice_quota_warnings_total{limit=\"monthly\"} 29\n",
            "sluice_quota_warnings_total{limit=\"tokens\"} 0\n",
+           "# TYPE sluice_concurrency_slots_held gauge\n",
+           "sluice_concurrency_slots_held{limit=\"inflight\"} 3\n",
+           "sluice_concurrency_releases_total{reason=\"complete\"} 42\n",
+           "sluice_concurrency_releases_total{reason=\"client_gone\"} 43\n",
+           "sluice_concurrency_slots_lost_total 44\n",
+           "sluice_concurrency_release_failures_total 45\n",
        }) {
     EXPECT_TRUE(contains(text, line)) << "missing: " << line << "in:\n" << text;
   }
@@ -258,7 +268,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 57u);
+  EXPECT_EQ(help, 65u);
   EXPECT_EQ(text.back(), '\n');
 }
 
