@@ -72,6 +72,8 @@ void request_counters::block_started(const std::string& limit) {
 void request_counters::add_blocks_to(std::map<std::string, std::uint64_t>& out) const {
   std::lock_guard lock(mutex_);
   for (const auto& [name, n] : blocks_started_) out[name] += n;
+}
+
 observability::owned_counter& request_counters::warnings_of(const std::string& name) {
   if (auto it = warned_index_.find(name); it != warned_index_.end()) return *it->second;
   std::lock_guard lock(mutex_);

@@ -84,8 +84,6 @@ class request_counters {
   std::vector<route_counters*> by_index_;                // rules.routes index -> counters
   std::map<std::string, std::unique_ptr<observability::owned_counter>> warnings_;  // by limit
   std::map<std::string, observability::owned_counter*> warned_index_;  // worker thread only
-  std::uint64_t generation_ = 0;                                       // worker thread only
-  std::vector<route_counters*> by_index_;  // rules.routes index -> counters
 };
 
 }  // namespace sluice::app
