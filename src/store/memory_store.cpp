@@ -36,8 +36,8 @@
 #include <boost/container/small_vector.hpp>
 
 #include "sluice/limiter/block.hpp"
-#include "sluice/limiter/concurrency.hpp"
 #include "sluice/limiter/calendar.hpp"
+#include "sluice/limiter/concurrency.hpp"
 #include "sluice/limiter/token_bucket.hpp"
 #include "sluice/limiter/window.hpp"
 
