@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks that every source file of the project names its licence (ctest `docs_spdx`, label `docs`).
 
     spdx_test.py SOURCE_DIR
