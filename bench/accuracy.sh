@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The accuracy harness (issue 5; the cluster runs, issue 11): K gateway processes sharing one
 # store, C concurrent clients on M keys for T seconds with mixed costs (1 and 3), every admitted
 # request's store decision time recorded at the upstream; per algorithm, the largest number of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Accuracy analysis of admitted traffic (issue 5, "What it must show"): given, per key, every
 // admitted request's store decision time and units, the largest number of units admitted

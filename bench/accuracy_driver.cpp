@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-accuracy: the accuracy harness's load and measurement (bench/accuracy.sh runs it).
 //
 //   sluice-accuracy --gateways HOST:PORT[,HOST:PORT...] --upstream-port PORT

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Redis Cluster benchmarks (issue 11), all in one run, loopback only:
 #
 #  A. one Redis vs a three-master cluster at the same load: wrk (bench/compare/wrk.lua, 10,000

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Side-by-side comparison of rate-limiting proxies, all on loopback, in interleaved rounds:
 #   direct         wrk -> upstream (Debian's nginx, 1 worker, a fixed 200 with a 3-byte body)
 #   nginx          wrk -> nginx + limit_req (1 worker, per-key zone on X-API-Key) -> upstream

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A loopback TCP proxy that delays replies, for bench/cluster.sh.
 
     delay_proxy.py --delay-ms D LISTEN_PORT:TARGET_PORT [LISTEN_PORT:TARGET_PORT ...]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-echo-upstream: a fast HTTP/1.1 upstream for demos and load runs.
 //
 //   sluice-echo-upstream --listen 127.0.0.1:8081 [--threads N]

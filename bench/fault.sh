@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Fault run (issue "When Redis is slow, down or restarted"): wrk on loopback through the gateway
 # while Redis fails in the middle of the run, on a fail_open and a fail_closed route at once
 # (two wrk processes, --timeout 1s so that a request hung past 1 s is counted as a timeout).

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- wrk script: every request carries one of N distinct API keys (bench-key-1 .. bench-key-N),
 -- cycling, so the gateway's store sees N buckets.
 local n = tonumber(os.getenv("SLUICE_BENCH_KEYS") or "10000")

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Helpers shared by bench/accuracy.sh and bench/cluster.sh (sourced, not run): free loopback
 # ports, waiting for a port, CPU ticks of a process tree, and a real Redis Cluster started and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # First load run: wrk on loopback, side by side in one run:
 #   direct   wrk -> echo upstream
 #   nginx    wrk -> nginx (plain proxy_pass, no limiting) -> echo upstream

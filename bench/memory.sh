@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Memory per key in Redis for each algorithm (issue 5): 1,000,000 keys created by calling the
 # embedded check script directly (EVALSHA through `redis-cli --pipe`), then
 # (INFO memory used_memory after − before) / keys.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Hot-path micro-benchmarks (Google Benchmark, bench/micro/): route matching over a 20-route
 # table, target canonicalisation, identity extraction, bucket keys, memory-store decisions
 # (1 and 3 limits; token bucket, fixed and sliding window), header/body rendering and the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The over-limit cache (store.over_limit_cache), measured: sluice on the Redis store with 90 %
 # of requests from 100 API keys over their limit (1/1h, burst 1) and 10 % from 10,000 keys
 # that are never limited. Runs wrk against the gateway with the cache on and off in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Plan directory micro-benchmark (bench/plan_directory.sh drives it): the cost of an API key
 // lookup on a cache hit (the worker's plan_cache, no round trip) and on a miss (one HGET on a
 // redis_directory connection to a hash of millions of keys), and the memory of the cache

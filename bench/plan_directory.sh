@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Plan directory benchmark (issue 4): KEYS API keys in a Redis hash (loaded with
 # `redis-cli --pipe`), then the lookup cost on a cache hit and a miss and the cache's memory,
 # measured by sluice-bench-plan-directory.

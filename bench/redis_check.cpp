@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Redis check driver (bench/redis_cpu.sh drives it): sends checks straight to a redis-server
 // through the product's own store::redis_store (so the script gets the gateway's real keys
 // and arguments), and prints how many were decided, allowed and refused. Redis-side figures

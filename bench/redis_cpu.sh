@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Redis CPU per check (issue 10): checks sent straight to a redis-server of its own (free
 # loopback port, no persistence) through the product's Redis store (sluice-bench-redis-check,
 # so the script runs with the gateway's real keys and arguments), for each algorithm with one

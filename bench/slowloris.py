@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A slowloris client for bench/slowloris.sh: holds N connections to 127.0.0.1:PORT, each
 trickling a request head that never ends (one header line every --interval seconds). A
 connection the server closes (a 408 at its header deadline, or a reset) is opened again after

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Slowloris under load, on loopback: normal traffic (wrk) through the gateway without and then
 # with --slow connections held open by bench/slowloris.py, each trickling a request head that
 # never ends (one header line a second; reconnecting when the gateway answers 408 at its

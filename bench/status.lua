@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- wrk script for bench/fault.sh: counts responses by status and whether they carried
 -- X-RateLimit-Remaining, summed over wrk's threads, printed as "status <code> <n>" and
 -- "quota_fields <n>" lines after the run.

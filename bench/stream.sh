@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Streaming and connection-scale measurements, on loopback, side by side:
 #   direct   curl -> upstream
 #   nginx    curl -> nginx (1 worker, proxy_pass, proxy_request_buffering off,

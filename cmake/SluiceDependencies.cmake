@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Dependency lookup. Everything comes from Debian packages (scripts/setup installs them);
 # no FetchContent: the build never downloads.
 find_package(Threads REQUIRED)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # sluice_embed_lua(OUTPUT file.cpp [SCRIPTS a.lua ...] [BUNDLE name PARTS p1.lua p2.lua ...])
 # Generates a C++ source defining sluice::lua::<stem>() -> std::string_view for each script,
 # and for the bundle (its PARTS concatenated in order, defining a Lua function <name>):

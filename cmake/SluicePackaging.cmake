@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Install rules and the Debian package (CPack DEB) of the `sluice` executable.
 #
 # Installed: the binary, the service's rules file (config/service.yaml, a conffile in the

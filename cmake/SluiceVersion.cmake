@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The build's version, derived from the source tree (git describe style), and its revision.
 #
 #   <base>                       a commit tagged v<base> (git describe: distance 0)

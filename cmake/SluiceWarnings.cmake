@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Warnings and sanitizers for every sluice target.
 function(sluice_set_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic)

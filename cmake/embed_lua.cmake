@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Script mode helper of sluice_embed_lua: writes OUTPUT from SCRIPTS (a ;-list) and, when
 # BUNDLE is set, one function BUNDLE() whose text is PARTS (a ;-list) concatenated in order.
 # Raw string literals are split every 8,000 characters (compilers cap one literal's length).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the client-address parsers of src/identity/identity.cpp and the trusted-proxy
 // walk over them — X-Forwarded-For entries in every form (parse_xff_entry), RFC 7239 nodes
 // and `Forwarded` lines (parse_forwarded_node, parse_forwarded_line), locate_client() on

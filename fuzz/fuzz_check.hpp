@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // FUZZ_CHECK: a property a fuzz target asserts about the code under test. A failure prints
 // the property and aborts, which libFuzzer reports as a crash (and saves the input) and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Replays fuzz inputs through a target's entry function without libFuzzer: the ctest
 // fuzz_replay_<target> (fuzz/CMakeLists.txt) runs every file of the target's seed corpus and
 // regression directories, so an input that once crashed the target fails the suite when the

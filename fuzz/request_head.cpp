@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the request-head path. The input's bytes are sent on a fresh TCP connection
 // to a real session of the gateway (http::server with the gateway's request handler,
 // app::gateway_handler, on the memory store), whose admitted requests go to a fake upstream

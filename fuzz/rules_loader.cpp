@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the rules loader. The input is a rules file's text, loaded as
 // `sluice --check-config` and every reload load it (config::load_string). Besides "no crash,
 // no UB, no leak", the target checks the loader's contract (include/sluice/config/loader.hpp):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the response usage scanner (src/limiter/usage_scanner.cpp) — a streaming JSON
 // reader following a path through Boost.JSON's basic_parser, and the SSE event-stream reader
 // in front of it — and the strict header reading.

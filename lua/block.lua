@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- sluice check script, part: the penalty box (`block:` of a limit). Mirrors
 -- src/limiter/block.cpp and the block steps of src/store/memory_store.cpp operation for
 -- operation.

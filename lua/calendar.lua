@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- sluice check script, part: calendar quota (algorithm id 4): at most N units per calendar
 -- day, ISO week or month, at a fixed offset from UTC, on the store's clock. Mirrors
 -- src/limiter/calendar.cpp operation for operation.

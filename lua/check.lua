@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- sluice check script, last part: the driver check(keys, argv). Decides every limit of one
 -- request atomically (one call = one check), whatever algorithm each limit uses.
 --

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- sluice check script, part 1: shared helpers. The parts lua/common.lua, lua/token_bucket.lua,
 -- lua/window.lua, lua/fixed_window.lua, lua/sliding_window.lua, lua/sliding_log.lua,
 -- lua/calendar.lua, lua/block.lua, lua/concurrency.lua and lua/check.lua are concatenated, in that order,

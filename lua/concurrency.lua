@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- sluice check script, part: concurrency (algorithm id 5), at most N requests of one key in
 -- flight. Mirrors src/limiter/concurrency.cpp and its use in src/store/memory_store.cpp
 -- operation for operation.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- sluice check script, part: fixed window (algorithm id 1), decided by the window functions
 -- of lua/window.lua (windows()) with sliding = false.
 --   a = window_ms, b = limit per window, c = 0

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- sluice check script, part: sliding log (algorithm id 3), exact over any rolling window.
 --   a = window_ms (P), b = limit (N), c = 0
 -- State per key (never packed into a hash): a list of timestamps in ms, one per admitted unit, oldest first (a list, not

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- sluice check script, part: sliding window counter (algorithm id 2), decided by the window
 -- functions of lua/window.lua (windows()) with sliding = true.
 --   a = window_ms, b = limit per window, c = 0

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- sluice check script, part: token bucket (algorithm id 0), in exact integer units.
 --   a = refill_per_ms (units per ms), b = units_per_token, c = burst (tokens)
 -- State per bucket (a key's value or a hash field, see put): pack('<ddd', level units, stamp

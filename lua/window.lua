@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- sluice check script, part: shared arithmetic of the window algorithms (fixed window and
 -- sliding window counter). Mirrors src/limiter/window.cpp operation for operation.
 --   a = window_ms (P), b = window limit (N), c = 0

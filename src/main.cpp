@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice command line: `sluice --config FILE`, `sluice --check-config FILE`, `sluice --version`.
 // Thin by design: everything it runs lives in sluice_core.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // UTF-8 well-formedness: the table of RFC 3629 §4 (UTF8-octets), byte by byte.
 
 #include "sluice/utf8.hpp"

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- wrk script for bench/compare.sh. Every request carries X-API-Key: key-<i>, i cycling over
 -- COMPARE_KEYS keys (default 10,000; each wrk thread starts at its own offset), on the path
 -- COMPARE_PATH (default "/"; bench/cluster.sh sends each case to its own route). With

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Shared inputs of the micro-benchmarks: one realistic rules snapshot (20 routes, plans,

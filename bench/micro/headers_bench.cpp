@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Rendering what the client is told: quota header fields (x-ratelimit, ietf), Retry-After,
 // the 429 problem body and other problem bodies.
 

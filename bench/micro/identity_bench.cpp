@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Identity extraction: the client address (with and without trusted proxies), the presented
 // API key (header, query), the caller and each limit's bucket identity.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Everything the gateway decides on a request head, in its order, without I/O: canonicalise,
 // route, client address, API key and plan, caller, each limit's identity and key, the memory
 // store's decision and the quota header fields.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Route matching over the 20-route table of fixture.hpp, and target canonicalisation.
 
 #include "fixture.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bucket keys and the memory store's synchronous decision (memory_store::decide), for one and
 // three limits, token bucket, fixed and sliding window, on one hot bucket or rotating buckets,
 // and a fresh key per check below and at the store's bound (store.max_buckets).

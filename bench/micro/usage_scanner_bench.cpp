@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading a response's cost as its body streams by (limiter::usage_scanner): bytes per second
 // on a 1 MB JSON body and on an SSE stream of 1,000 events, so the cost per response byte of a
 // settled limit is on record.

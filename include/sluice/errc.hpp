@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// sluice's error codes: one enum with a boost::system error category, so errors stay

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// A rate limiter for hot-path log lines (store errors, fail-open, accept failures), so an

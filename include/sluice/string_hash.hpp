@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// A transparent hash for string-keyed unordered containers: a std::string and a

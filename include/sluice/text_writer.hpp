@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Appending short pieces of text to a std::string without a capacity check per piece: the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// UTF-8 well-formedness (RFC 3629 §4): the rules file is YAML, whose text is Unicode, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The charge hook (charge_hook.hpp). Why debit-then-refund for `when_status`: the check that
 // admits a request takes its units like any limit's (so the limit refuses while no unit is
 // left, decided atomically with the request's other limits, with no change to the store's

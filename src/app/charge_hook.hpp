@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Costs known after the response (`charge:` of a limit, config::charge_rule), private to the
 // app room: the exchange hook a forwarded request carries when one of its limits has a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Watching the rules file (case c16).
 //
 // Why the directory and not the file: an inotify watch belongs to an inode. Editors and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `GET /admin/explain` (issue 13, "why was I limited?"): the request path's own steps — route
 // → identify → the limits that apply — run on a request described by the query, then every
 // limit decided by the store with check_request::peek set, so the answer is exactly what a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The gateway: N workers wired from config, identity, limiter, store and http; start, drain,
 // stop, reload and the counters. Each request's path is in request_path.cpp.
 

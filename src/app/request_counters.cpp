@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-worker request counters (see request_counters.hpp).
 
 #include "request_counters.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // One worker's request counters, per route and overall, for gateway_stats and the metrics
 // room. Private to the app room.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The gateway's request path (DESIGN.md): every request is decided on its head, in order —
 //
 //   route     canonical target → route (404), what the route allows of the head (413, 403)

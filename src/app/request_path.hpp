@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The gateway's request path, private to the app room: a rules snapshot compiled once for
 // the requests it decides, and the handler that decides each request on its head in named

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The process around the gateway: reload triggers and the admin listener.
 //
 // Reloads are serialised by one mutex: gateway::reload numbers a snapshot and then installs

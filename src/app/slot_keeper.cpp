@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A worker's concurrency slots on the gateway (slot_keeper.hpp). Every store call here is
 // started, never awaited by a request: a release when an exchange ends, a renewal every third
 // of the shortest slot_ttl held. A call the store cannot answer leaves the slot to expire

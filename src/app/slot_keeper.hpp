@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Concurrency slots on the gateway, private to the app room: a worker's slot keeper stamps a
 // request's check with a slot id, records the slots the decision took (limiter::slot_book),

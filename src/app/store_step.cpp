@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The store step (store_step.hpp). Order of the ladder and why:
 //   memory store   decided at once, no lease, no cache (nothing to save)
 //   leases         a limit this worker's lease covers is paid from it (no round trip at all

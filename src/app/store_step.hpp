@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The request path's store step, private to the app room: one prepared check_request decided
 // by the counter store, with what a worker keeps in front of the store — token leases

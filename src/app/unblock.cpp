@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `POST /admin/unblock` (the penalty box, limiter/block.hpp): the block of one caller on one
 // limit is deleted by the store's own check — a check with peek and lift_blocks set, which
 // writes nothing but the deletion, in the block's hash slot, so it works alike on the memory

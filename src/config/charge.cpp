@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `charge:` of a limit (config::charge_rule): a response filter (`when_status`) or a
 // reservation settled from the response (`reserve`, `settle`, `fallback`), with what it cannot
 // be combined with. The exact texts are in tests/unit/config/charge_config_test.cpp.

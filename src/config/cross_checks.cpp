@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cross-checks that run after the walk: names a route or limit refers to (upstreams,
 // plans), limits repeated under one name with other parameters, and costs no burst admits.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bounded reads of configuration files. Why the bound and the type check: the files are read
 // whole into memory and then parsed, so `--check-config /dev/zero`, a FIFO or a runaway file
 // would otherwise read forever (or block in open()) with memory growing without limit. A file

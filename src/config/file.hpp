@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Reading a configuration file whole (the rules file, the API key file). Private to the config
 // room.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The API key file: parsed into a fresh map off the request path, then swapped in whole.
 //
 // Why a line format rather than YAML: yaml-cpp builds a node per scalar, which for 500,000

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What one bucket of a limit enforces: the limit's parameters scaled to its region share and
 // split over its shards (include/sluice/config/rules.hpp, limit::enforced).
 #include "sluice/config/rules.hpp"

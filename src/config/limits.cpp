@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Limit lists (`limits:` of a plan or a route, and each plan override inside a limit): name,
 // key, algorithm, rate and burst, mode, cost checks and the comparison of two limits of one name.
 

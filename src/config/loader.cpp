@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading a rules file: yaml-cpp builds the node tree, then one pass turns it into the rules
 // model while collecting every diagnostic (DESIGN.md, "The rules file").
 //

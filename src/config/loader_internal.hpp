@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The rules loader's internals, shared by its files (src/config/): the node readers
 // (readers.cpp), the limit lists (limits.cpp), one file per section of the rules file

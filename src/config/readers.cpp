@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loader's shared YAML readers: the shape of a node (a mapping with its allowed keys and
 // duplicates, a sequence) and each kind of scalar (string, boolean, integer, size, duration,
 // address, header name, rate, environment variable name), each reporting its own diagnostic.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scalar syntaxes of the rules file. Everything here is pure string work with no allocation
 // beyond the results, so the loader can call it for every node without care.
 

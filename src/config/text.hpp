@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Scalar syntaxes of the rules file (durations, rates, addresses, urls, CIDR networks, HTTP
 // tokens) and the edit distance behind "did you mean". Private to the config room: the loader

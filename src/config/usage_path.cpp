@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JSON paths of a response's cost (include/sluice/config/usage_path.hpp): parsed once, when
 // the rules are loaded, so a bad path is a rules-file error; the usage scanner
 // (limiter/usage_scanner.hpp) walks the steps.

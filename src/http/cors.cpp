@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CORS protocol (Fetch standard §3.2) for the gateway's routes; see cors.hpp.
 
 #include "sluice/http/cors.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RFC 9457 problem bodies made by sluice itself.
 
 #include "sluice/http/problem.hpp"

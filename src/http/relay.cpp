@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Relaying one admitted request: connect (or reuse), `100 Continue`, the request body up,
 // the response head and body down, or a tunnel after `101`.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sluice/http/response_head.hpp"
 
 #include <boost/beast/http/error.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Request-target canonicalisation and route matching.
 //
 // The canonical path is what the router matches and what the upstream receives, so a request

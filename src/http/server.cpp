@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The listener and client sessions of one worker.
 //
 // One coroutine per connection owns the connection's state (stream, read buffer); requests on

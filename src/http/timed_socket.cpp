@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A TCP socket with a lazily re-armed deadline (see timed_socket.hpp for why).
 
 #include "sluice/http/timed_socket.hpp"

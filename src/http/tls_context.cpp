@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // OpenSSL contexts built from the rules: the listener's (SNI among its certificates) and the
 // https upstreams'.
 //

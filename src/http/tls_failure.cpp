@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reasons for failed TLS handshakes, from Asio's SSL error codes.
 //
 // Asio reports an OpenSSL failure (SSL_ERROR_SSL) as an error code of its ssl category whose

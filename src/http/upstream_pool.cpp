@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-worker keep-alive pool of upstream connections.
 //
 // One exchange = take an idle connection (or connect), write the request, read the response,

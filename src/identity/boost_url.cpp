@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Boost.URL is not header-only: its out-of-line functions (make_pct_string_view,
 // pct_string_view::decode, ...) are compiled here, once, as Asio and Beast are in
 // src/asio_beast.cpp. The identity room uses it to percent-decode the API key query parameter;

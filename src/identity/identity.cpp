@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sluice/identity/identity.hpp"
 
 #include <boost/beast/core/string.hpp>

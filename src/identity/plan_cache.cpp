@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LRU with expiry: a std::list holds the entries in recency order and an unordered_map
 // indexes them by key (a view into the node's own string, so each key is stored once).
 // Every operation is O(1) expected. Memory per entry: one list node (key + plan strings +

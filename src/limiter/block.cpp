@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The penalty box's places and arithmetic (include/sluice/limiter/block.hpp); lua/block.lua
 // is the script's copy.
 #include "sluice/limiter/block.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Calendar quotas in exact integer arithmetic: the reference that lua/calendar.lua mirrors
 // operation for operation (see include/sluice/limiter/calendar.hpp).
 //

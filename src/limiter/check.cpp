@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bucket_params: a rate N per P ms reduced to exact integer units (see check.hpp).
 #include "sluice/limiter/check.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Concurrency slots: the reference that lua/concurrency.lua mirrors operation for operation
 // (include/sluice/limiter/concurrency.hpp). Every time is an integer of ms of store time, so
 // the same steps are exact here and in the script's doubles. A set holds at most max_in_flight

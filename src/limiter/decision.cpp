@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sluice/limiter/decision.hpp"
 
 #include "sluice/limiter/calendar.hpp"

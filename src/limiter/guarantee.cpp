@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Stated guarantees (include/sluice/limiter/guarantee.hpp). The bounds, with N/P the rate:
 // - token bucket: in any interval of length w, at most burst + N·w/P units (the bucket holds at
 //   most burst and gains N per P; exact in integer units, store-clock time).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Token leases of one worker (include/sluice/limiter/lease_book.hpp).
 #include "sluice/limiter/lease_book.hpp"
 

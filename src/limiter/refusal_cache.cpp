@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The over-limit cache (include/sluice/limiter/refusal_cache.hpp).
 
 #include "sluice/limiter/refusal_cache.hpp"

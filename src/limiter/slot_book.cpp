@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A worker's book of held concurrency slots (include/sluice/limiter/slot_book.hpp).
 #include "sluice/limiter/slot_book.hpp"
 

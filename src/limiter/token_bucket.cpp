@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Token-bucket arithmetic in exact integer units: the reference that lua/token_bucket.lua
 // mirrors operation for operation (tests/unit/store/token_bucket_table_test.cpp holds both to
 // one table). Every quantity is an integer <= 2^53 (validated capacity), so the same steps are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sluice/limiter/usage_scanner.hpp"
 
 #include <boost/json/basic_parser_impl.hpp>

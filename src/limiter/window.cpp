@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Window algorithms in exact integer units: the reference that lua/fixed_window.lua,
 // lua/sliding_window.lua and lua/sliding_log.lua mirror operation for operation.
 //

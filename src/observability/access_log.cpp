@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The access log (include/sluice/observability/access_log.hpp): lines formatted on the caller's
 // thread, written by spdlog's async logger (overrun_oldest: a full queue drops the oldest line,
 // never blocks a worker) through a file sink that reopens its file when asked.

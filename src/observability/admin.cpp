@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The admin listener: health, readiness, the rules in force, and reload on demand.
 //
 // It reuses the client-facing http::server (same framing and smuggling defences) on an

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prometheus exposition of a metrics_sample.
 //
 // The families are assembled from the sample on every scrape and serialised with

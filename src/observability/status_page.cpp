@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The admin listener's status page (`GET /`, issue 13): one self-contained HTML document —
 // no external assets, no build step. Its script reads the same endpoints an operator's tools
 // do: /admin/config (routes, limits and their stated guarantees, generation, last reload

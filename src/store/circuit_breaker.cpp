@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The circuit breaker of a store connection (include/sluice/store/circuit_breaker.hpp).
 
 #include "sluice/store/circuit_breaker.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Redis Cluster slot routing. The rules are the Redis Cluster specification's ("Key
 // distribution model", "Hash tags", "Redirection and resharding"); the reply shapes are those
 // the CLUSTER SLOTS and CLUSTER SHARDS command docs give for RESP2 (hiredis 0.14 speaks only

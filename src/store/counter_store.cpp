@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // counter_store's settle (counter_store.hpp): a settle is a check_request marked settle, so it
 // travels every store's check path — the memory store's locks, the Redis pipeline with its
 // deadline, stale bound and NOSCRIPT reload, the cluster's routing by slot.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Redis error replies by kind (include/sluice/store/counter_store.hpp).
 // Prefixes: https://redis.io/docs/reference/protocol-spec/#simple-errors and the replication,
 // persistence and ACL documentation for READONLY, LOADING, MASTERDOWN and NOPERM.

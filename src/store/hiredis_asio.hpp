@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Private to the store room: drives one hiredis 0.14 async context from an Asio executor.
 //

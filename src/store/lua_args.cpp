@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The check script's argument layout (include/sluice/store/lua_scripts.hpp), in one place so
 // the Redis store and the table tests cannot disagree about it.
 #include "sluice/store/lua_scripts.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The embedded counter store: the same decisions as the check script of lua/, computed with the
 // reference arithmetic of src/limiter/token_bucket.cpp and src/limiter/window.cpp under
 // per-shard mutexes. Every algorithm keeps the state the script keeps, in the same units, and

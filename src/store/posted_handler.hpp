@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Private to the store room: the completion handler the Redis clients keep per command.
 

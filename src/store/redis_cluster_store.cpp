@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Redis Cluster counter store (redis_cluster_store.hpp; the Redis Cluster specification,
 // "Redirection and resharding", and the command docs of CLUSTER SHARDS, CLUSTER SLOTS, ASKING).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The plan directory's reads: HGET on a connection of the Redis store's own class (a
 // redis_store that loads no script), so the directory has what every store connection has —
 // name resolution off the worker's thread, a connect timeout, AUTH, jittered backoff, the idle

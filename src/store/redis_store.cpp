@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Redis counter store: hiredis 0.14 async on the worker's executor (STYLE.md, "hiredis 0.14
 // inside Asio"; REFERENCES.md, Redis and hiredis).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Finding the master through Redis Sentinel (sentinel_locator.hpp; the Sentinel client
 // guidelines, https://redis.io/docs/reference/sentinel-clients/, steps 1 and 2 and "Subscribe to
 // Sentinel events"; step 3, ROLE, is the store's, on its own connection).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Private to the store room: finds a Redis master through Redis Sentinel and watches for its
 // switches, on one executor (a worker's), with hiredis 0.14 async connections (hiredis_asio).

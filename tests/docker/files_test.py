@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks docker/ without building or running an image (ctest `docker_files`, label `docker`).
 
     files_test.py SOURCE_DIR SLUICE_BINARY

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks the links between the project's Markdown documents (ctest `docs_links`, label `docs`).
 
     links_test.py SOURCE_DIR

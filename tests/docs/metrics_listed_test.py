@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks that docs/operating.md lists every metric family the gateway exposes, and no other
 (ctest `docs_metrics_listed`, label `docs`).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture upstream_server http_client runtime_fixture redis_server
 // The access log through real sockets: a gateway with `access_log:` (JSON lines, then plain)
 // and a real upstream; each request is one line with its decision, deciding limit, Remaining,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: redis_cluster redis_server upstream_server http_client
 // sluice-test-serial (three gateway processes, a cluster and 12 closed-loop clients at once)
 // The accuracy harness on Redis Cluster, short version (issue 11): K = 3 gateway processes

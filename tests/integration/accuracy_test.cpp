@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The accuracy harness, short version (issue 5): K = 2 gateway instances on one Redis, every
 // admitted request's store decision time recorded at the upstream (`decision_time_header`),
 // measured with bench/accuracy_analysis.hpp. bench/accuracy.sh is the long version (K = 1, 2,

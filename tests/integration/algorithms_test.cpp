@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Window algorithms through real HTTP (issue 5): the c01 fixed-window table at its real window
 // offsets, the c07 fixed-window variant, c08 runs 2 and 3 (and the sliding log) with two
 // gateway instances on one Redis and with one four-worker memory instance, shadow mode with

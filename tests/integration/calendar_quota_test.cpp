@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Calendar quotas and near-limit warnings through real HTTP. A monthly quota on a redis-server
 // whose wall clock is stepped (tests/preload/clock_step.cpp) from five seconds before a month
 // boundary to just after it: the count resets exactly at the boundary on the store's clock,

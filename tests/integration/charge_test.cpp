@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_server http_client scripted_upstream openai_upstream
 // Costs known after the response (`charge:`) through the gateway, on the memory store and one
 // real redis-server:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The command line: --version, --check-config, --config refusing a bad file, and the
 // --listen / --admin / --workers overrides.
 // sluice-test-support: gateway_fixture

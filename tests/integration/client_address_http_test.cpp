@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client
 // The client address through real sockets (issue 12, item 1): every form a proxy writes into
 // X-Forwarded-For, and RFC 7239 Forwarded under `identity.forwarded: rfc7239`, land in the

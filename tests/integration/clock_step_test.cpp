@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: upstream_server http_client
 // A step of the host's wall clock changes no decision of the memory store (issue 10, item 5):
 // the real `sluice` binary runs under libfaketime (Debian's `faketime` package, preloaded with

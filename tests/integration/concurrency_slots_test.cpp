@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-serial
 // sluice-test-support: redis_server http_client scripted_upstream
 // Concurrency slots end to end (algorithm: concurrency): K = 3 `sluice` processes on one Redis

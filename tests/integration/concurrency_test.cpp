@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Concurrency (case c08) and bucket scope (case c15): one atomic decision per check, one
 // bucket per (limit name, identity) across workers and gateway instances.
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client

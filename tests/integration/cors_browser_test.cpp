@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client
 // CORS in a real browser (issue 12, item 2): headless Chromium loads a page from one loopback
 // origin (a test server on its own port) whose script calls the gateway — another origin —

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client
 // CORS through real sockets (issue 12, item 2): preflights are answered by the gateway, never
 // authenticated and charged only to `preflight` limits (by default by ip and global); every

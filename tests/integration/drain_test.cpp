@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-serial
 // sluice-test-support: upstream_server http_client
 // Graceful stop of the real `sluice` binary: on SIGTERM /readyz answers 503 at once, new

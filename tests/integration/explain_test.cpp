@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client runtime_fixture
 // GET /admin/explain ("why was I limited?") and the status page (GET /) on a real gateway (runtime
 // with its admin listener, from a rules file on disk), a real upstream and, for the redis store, a

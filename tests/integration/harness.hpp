@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Shared helpers of the integration tests: a store choice, a schedule on the test's clock,
 // and a compact request helper. Every test runs a real upstream, a real gateway and, for the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client
 // Hot keys through real HTTP (issue 11, items 4 and 5): token leasing on a real Redis — one
 // round trip pays for a lease of requests, two instances together never admit more than the

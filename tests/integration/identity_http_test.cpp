@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client
 // Identity through real HTTP: X-Forwarded-For spoofing (case c12), empty identities (c13),
 // the API key as a query parameter, the API key file and the store-backed plan directory

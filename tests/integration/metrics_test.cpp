@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client
 // GET /metrics on the admin listener: a real gateway (runtime with its admin listener, from a
 // rules file on disk), real upstreams and, for the redis store, a real redis-server that the

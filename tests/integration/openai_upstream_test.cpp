@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: openai_upstream scripted_upstream http_client
 // The OpenAI-compatible test upstream (tests/support/openai_upstream.py) that the settled-cost
 // tests run against: its JSON and SSE answers have the shape OpenAI sends, total_tokens varies

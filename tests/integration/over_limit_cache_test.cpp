@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client
 // The over-limit cache through real HTTP (issue 10, item 7): a refusal Redis answered is
 // repeated by the worker — same status and quota headers, no round trip — until a token could

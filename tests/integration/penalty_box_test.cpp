@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client runtime_fixture
 // The penalty box (`block:`) through the gateway: failed-login style `fixed_window 5/10m` +
 // `block: 15m` on a route, two gateways (runtime with its admin listener) on one real

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture upstream_server http_client runtime_fixture redis_server
 // A real Prometheus (Debian's `prometheus`) scrapes a real gateway's admin listener with the
 // shipped configuration (docker/prometheus.yml, its target replaced, and its alerting rules

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The proxy path: hop-by-hop headers (case c17), key collisions (case c14), framing,
 // routing, upstream errors, and the gateway's behaviour with an unreachable store.
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client

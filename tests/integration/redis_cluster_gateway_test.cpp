@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_cluster redis_server upstream_server http_client
 // sluice-test-serial
 // `store.type: redis-cluster` through real sockets (case c09): a gateway on a real Redis

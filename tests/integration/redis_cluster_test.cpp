@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: redis_cluster redis_server
 // The slot routing units (sluice/store/cluster_slots.hpp) against a real Redis Cluster of three
 // masters and three replicas: key slots agree with CLUSTER KEYSLOT, the map built from the real

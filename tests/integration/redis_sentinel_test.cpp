@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: redis_sentinel redis_server
 // The Sentinel fixture against real Sentinels: three Sentinels name the primary, and after
 // SENTINEL FAILOVER the replica, which then answers as a master; an unknown master name gets

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client
 // Hot reload (cases c16 and c05) and the admin listener, through real files, real HTTP, a real
 // upstream and both stores. The rules file is delivered every way operators and platforms

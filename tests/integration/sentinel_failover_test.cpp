@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_sentinel redis_server upstream_server http_client
 // sluice-test-serial
 // The gateway on `store.type: redis-sentinel` through real sockets during SENTINEL FAILOVER: a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Slow and greedy clients, with raw bytes on real sockets against the in-process gateway:
 // the head deadline (408 for a partial head, a silent close for an empty connection), the
 // keep-alive idle period, a stalled request body, the head caps (431, 414) and the

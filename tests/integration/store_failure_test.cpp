@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client tcp_delay_proxy
 // sluice-test-serial
 // When Redis is slow, down or restarted (issue 3; cases c10 and c11): a real redis-server

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: runtime_fixture redis_server upstream_server http_client
 // The store password from a file (issue 12, item 6): a real redis-server with --requirepass,
 // the password in a 0600 file named by `store.password_file`; the gateway authenticates with

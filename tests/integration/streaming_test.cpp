@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The streaming data path: events relayed as they come (SSE), bodies larger than every buffer
 // in both directions and both framings, `max_request_body`, `Expect: 100-continue` before and
 // after admission, upstream misbehaviour before and after the response head, malformed client

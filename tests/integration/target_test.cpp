@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture upstream_server http_client
 // Absolute-form request targets (RFC 9112 §3.2.2): a request whose target carries an
 // authority (`GET http://example.test/v1/a HTTP/1.1`) is routed by that authority, whatever

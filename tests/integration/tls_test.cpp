@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: runtime_fixture upstream_server http_client test_ca
 // TLS (issue 12, item 4) against real clients and servers: a CA made in the test with
 // Debian's openssl command, curl --cacert and Python's ssl module against the gateway (SNI

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The token-bucket cases from the field (c01-c07), through real HTTP, a real upstream, and
 // both stores: the memory store and a real redis-server.
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: http_client
 // WebSocket upgrades through the real `sluice` binary with real WebSocket peers (Debian's
 // python3-websockets): an echo upstream (tests/support/ws_echo.py) that counts the requests and

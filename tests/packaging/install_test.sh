@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Checks what an operator installs (cmake/SluicePackaging.cmake): the install tree and the
 # Debian package built from this build tree. Registered in tests/CMakeLists.txt (label
 # `packaging`), which passes the install paths the build was configured with:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The package upgrade, end to end, as an operator does it: a fresh clone of SOURCE_DIR (default:
 # this tree) is built and packaged (scripts/package, its own build tree), the .deb installed with
 # dpkg -i, one more commit made in the clone, the package built again (the same build tree: the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Checks the build's version derivation (cmake/SluiceVersion.cmake) on throwaway clones of the
 # source tree: the version names the commit, one more commit gives a higher Debian version (so
 # its package upgrades the one before), a tag names its commit, a source tarball without .git

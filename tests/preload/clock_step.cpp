@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A test preload that steps a process's wall clock while it runs (an equivalent of
 // libfaketime's FAKETIME_TIMESTAMP_FILE, which cannot run redis-server on Debian bookworm:
 // jemalloc reads the clock while libfaketime initialises and the process exits).

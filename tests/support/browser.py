@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Drives headless Chromium (Debian's `chromium`) through the DevTools protocol for the
 browser tests: opens a page, runs steps in it, and saves what the test asserts on.
 

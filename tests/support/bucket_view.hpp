@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Test helper: reads and pokes a bucket's stored state in a real Redis under either key

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Test helpers: a child process whose stdout and stderr go to files (read back by the test),

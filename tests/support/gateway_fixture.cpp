@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "support/gateway_fixture.hpp"
 
 #include "sluice/config/loader.hpp"

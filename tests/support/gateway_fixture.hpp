@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Test fixture: the gateway in-process on 127.0.0.1 port 0, from inline YAML.

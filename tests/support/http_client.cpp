@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A synchronous test client built from asynchronous operations on a private io_context: each
 // call starts one operation and runs the context for at most the deadline, then cancels.
 // Plain blocking sockets cannot do that (SO_RCVTIMEO does not bound Asio's blocking reads).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// A minimal synchronous HTTP/1.1 client for tests: one keep-alive TCP connection to a

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """An HTTPS upstream for the integration tests: Python's http.server wrapped in ssl.
 
 Listens on 127.0.0.1, port 0, with --cert and --key; prints "port N" once listening. Answers

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// An OpenAI-compatible upstream for the integration tests (tests/support/openai_upstream.py,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """An OpenAI-compatible upstream for the integration tests: POST /v1/chat/completions.
 
 Listens on 127.0.0.1, port 0; prints "port N" once listening; stops on SIGTERM. HTTP/1.1

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A real Redis Cluster for tests: redis_server nodes in cluster mode, joined by
 // `redis-cli --cluster create`. The resharding and failover helpers follow the Redis Cluster
 // specification ("Redirection and resharding", "Replica election and promotion") and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Test fixture: a real Redis Cluster on free loopback ports (by default three masters with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A real Redis Sentinel group for tests (the Redis Sentinel docs: `sentinel monitor`, the
 // discovery of replicas through the primary's INFO and of other Sentinels through the hello
 // channel, `SENTINEL FAILOVER`).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Test fixture: a real Redis Sentinel group on free loopback ports: a primary and a replica

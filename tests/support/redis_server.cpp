@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A real redis-server for tests (STYLE.md, "Tests": free loopback port found by binding port 0,
 // started and stopped by pid, nothing off loopback).
 #include "support/redis_server.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Test fixture: a real `redis-server` on a free loopback port, started and stopped by pid.

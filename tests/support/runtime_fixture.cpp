@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "support/runtime_fixture.hpp"
 
 #include "sluice/config/loader.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Test fixture: the whole runtime — gateway and admin listener, both on 127.0.0.1 port 0 —

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Byte-level test peers on plain POSIX sockets: poll(2) bounds every blocking call, so a
 // script or a test can block on "the next bytes" without an event loop and still never hang.
 

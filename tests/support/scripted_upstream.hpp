@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Byte-level test peers: a blocking loopback socket whose every operation has a deadline

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A delaying TCP proxy for fault tests: one io_context on its own thread; per connection two
 // pumps (client -> server, server -> client), each a reader coroutine queueing stamped chunks
 // and a writer coroutine delivering them when due and not held. A timer per pump, cancelled

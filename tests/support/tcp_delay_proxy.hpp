@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Test fixture: a TCP proxy on a free loopback port in front of another loopback port, on its

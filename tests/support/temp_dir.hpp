@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Test helper: a fresh private directory under the system's temporary directory, removed

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Test helper: a certificate authority made for one test with Debian's openssl command

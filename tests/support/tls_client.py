@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """TLS client for the integration tests (Python's ssl module, OpenSSL underneath).
 
 Connects to 127.0.0.1:--port, makes the TLS handshake as told, then sends each --path as a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The recording upstream: one io_context on its own thread, one coroutine per connection.
 // Recorded state is guarded by a mutex: the server thread writes it, the test thread reads it.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// A real HTTP/1.1 upstream for tests: listens on 127.0.0.1 port 0, runs on its own thread,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """WebSocket client for the integration tests (Debian's python3-websockets).
 
 Connects to --url, expects the echo upstream's greeting ("hello K"), sends --texts text

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """WebSocket echo upstream for the integration tests (Debian's python3-websockets).
 
 Listens on 127.0.0.1 on a free port and prints "port N" on stdout once it is listening. Each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Watches a rules file for changes however it is delivered: written in place, written to a

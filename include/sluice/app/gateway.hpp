@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The gateway process: N workers (one io_context and thread each, with its own store

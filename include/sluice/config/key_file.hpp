@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// `api_keys_file:` a plan directory of API keys kept in a file of its own, for deployments

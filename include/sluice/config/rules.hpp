@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The rules model: plain structs built from a rules file (see DESIGN.md, "The rules file").

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// A JSON path naming a number in a response body (`usage.total_tokens`), as a limit's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The CORS protocol of the Fetch standard (§3.2) as the gateway speaks it for a route's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Header rules of the proxy, in one place for both directions (RFC 9110 §7.6.1; case c17):

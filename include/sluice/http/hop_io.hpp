@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Reads and writes of one hop (client or upstream connection) that suspend the coroutine

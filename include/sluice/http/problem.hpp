@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// RFC 9457 problem details: the `application/problem+json` answers sluice makes itself.

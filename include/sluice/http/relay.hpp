@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Relaying one admitted request to its upstream: the request body streamed up, the response

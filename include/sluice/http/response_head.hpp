@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The relay's parser of upstream responses: Beast's HTTP/1 parser (its tokenizing, framing

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// A TCP socket with a deadline that costs nothing to move, optionally carrying TLS: the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// OpenSSL contexts built from the rules: the client listener's (its certificates, chosen by

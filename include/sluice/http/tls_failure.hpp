@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Why a TLS handshake failed, as a bounded set of reasons: the label values of

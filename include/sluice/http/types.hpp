@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// HTTP message types used across the gateway (Boost.Beast, HTTP/1.1), and the contract

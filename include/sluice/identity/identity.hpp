@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Who is calling: the client address (with trusted-proxy X-Forwarded-For handling), the API

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The per-worker cache in front of a store-backed plan directory (`identity.directory`):

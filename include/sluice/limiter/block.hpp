@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The penalty box (`block:` of a limit): once a limit refuses a key, the key stays refused by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Calendar quotas (`algorithm: calendar`, `rate: N/day | N/week | N/month`, `utc_offset`):

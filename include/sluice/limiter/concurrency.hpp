@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Concurrency limits (`algorithm: concurrency`): at most `max_in_flight` requests of one key

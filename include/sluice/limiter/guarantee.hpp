@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The guarantee a limit's settings give (DESIGN.md: "Every limit states what it guarantees"),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Store keys of buckets: one function builds every key, injectively, under a gateway-chosen

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Token leasing (`lease: N` on a token bucket limit): a worker takes up to N tokens of a

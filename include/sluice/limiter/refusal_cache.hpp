@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The over-limit cache: refusals a shared store answered, kept on the worker for as long as

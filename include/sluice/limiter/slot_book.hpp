@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// A worker's book of the concurrency slots its requests hold (limiter/concurrency.hpp): the

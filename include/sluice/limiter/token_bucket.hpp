@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Token-bucket arithmetic (the reference the Lua script `lua/token_bucket.lua` mirrors

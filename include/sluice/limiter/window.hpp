@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Window algorithms in exact integer units: fixed window, sliding window counter and sliding

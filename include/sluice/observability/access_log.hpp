@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The access log (issue 13): one line per request, plain or JSON lines, to a file or stdout,

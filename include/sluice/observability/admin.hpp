@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The admin listener (DESIGN.md, `admin:`): `GET /healthz`, `GET /readyz`,

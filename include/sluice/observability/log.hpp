@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Logging helpers: spdlog set-up and the hot-path log throttle.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Prometheus metrics (DESIGN.md, observability room): the per-worker recording primitives

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The circuit breaker of a store connection (case c11, DESIGN.md "Failure"), as its own unit

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Redis Cluster slot routing: key → hash slot (CRC16 and hash tags), the slot map of a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The counter store interface: decides a whole check_request atomically. Implementations:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The Lua scripts of `lua/`, embedded at build time (cmake/SluiceEmbedLua.cmake), and the

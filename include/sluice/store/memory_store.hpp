@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The embedded counter store (`store.type: memory`): one per process, shared by all workers,

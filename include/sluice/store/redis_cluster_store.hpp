@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The Redis Cluster counter store (`store.type: redis-cluster`): the buckets sharded over a

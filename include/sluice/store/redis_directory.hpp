@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// Reads of a store-backed plan directory: HGET on a Redis hash of API key → plan name, over

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
 /// The Redis counter store: one hiredis async connection per worker, driven by the worker's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `access_log:` section: where the access log goes and in which format.
 
 #include "config/loader_internal.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `client:` section: deadlines and caps for client connections (and the older
 // top-level `client_timeout:`).
 

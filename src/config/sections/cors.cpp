@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `cors:` blocks (top level and per route): origin patterns, methods, headers, max age,
 // credentials and the preflight setting.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `directory:` section: where API keys are looked up when they are not in the file
 // (the Redis plan directory) and its caches.
 

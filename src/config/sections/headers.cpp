@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `headers:` section (which rate-limit header sets are sent) and the gateway's own header
 // names (`shadow_header:`, `decision_time_header:`).
 

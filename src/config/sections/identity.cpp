@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `identity:` section: API key and user sources, trusted proxies, address prefixes and
 // the forwarded-address header.
 

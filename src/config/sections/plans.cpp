@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `plans:` and `api_keys:` sections (`api_keys_file:` is read by the top-level walk once
 // the plans are known).
 

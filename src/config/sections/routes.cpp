@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `routes:` section: match (path, method, host), upstream, cost, limits, CORS.
 
 #include "config/loader_internal.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `store:` section: memory, redis, redis-sentinel and redis-cluster, with their fields.
 
 #include "config/file.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `tls:` section: TLS termination on the client listener. Only the shape is checked
 // here (files named, choices known, no contradiction); the files themselves are read and
 // checked by http::build_tls (src/http/tls_context.cpp), whose problems are diagnostics too.

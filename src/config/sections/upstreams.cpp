@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `upstreams:` section: each upstream's URL and its settings (for an https:// one, how its
 // certificate is verified: `ca_file`, `verify`).
 

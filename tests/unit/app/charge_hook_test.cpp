@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Settling a charged limit after the response (src/app/charge_hook.hpp): the table of what a
 // limit with `charge:` is charged or refunded for each way an exchange can end, with the
 // metric outcome; and the guarantee each form states.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `charge:` of a limit (config::charge_rule): what each form loads as, and the exact
 // diagnostic of every way to get it wrong.
 #include "sluice/config/loader.hpp"

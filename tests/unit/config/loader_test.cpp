@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: http_client
 // (linked for SLUICE_SOURCE_DIR, which the support libraries define: the docs tests read
 // docs/operating.md from the source tree)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sluice/http/server.hpp"
 
 // sluice-test-support: upstream_server http_client

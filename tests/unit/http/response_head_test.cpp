@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The relay's upstream response parser: Beast's tokenizing into a flat field store whose
 // views outlive the bytes they were parsed from, and a body window like buffer_body's.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sluice/http/timed_socket.hpp"
 
 // A read past its deadline is cancelled and reported as a timeout; moving the deadline on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: test_ca
 #include "sluice/http/tls_context.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sluice/identity/identity.hpp"
 
 #include "sluice/config/key_file.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The penalty box (`block:` of a limit): what it loads as, its place beside the bucket, the
 // arithmetic a block applies to a limit's outcome, the guarantee it states, and the exact
 // diagnostic of every way to get it wrong.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A concurrency limit's fields (`algorithm: concurrency`, `max_in_flight`, `slot_ttl`): what
 // they load as, the Limit and guarantee they state, the RateLimit-Policy they advertise, and
 // the exact diagnostic of every way to get them wrong (a reload carrying one keeps the running

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The hot-key fields of a limit (`lease`, `lease_time`, `shards`, `region_share`) and
 // `store.region_share`: what they load as, the buckets they make (limit::enforced), the
 // guarantee they state, and the exact diagnostic of every way to get them wrong.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sluice/limiter/usage_scanner.hpp"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The access log's line formats, its keyed hash (RFC 4231 test vector), and its file: lines
 // written by the logging thread, a reopen after the file was moved (logrotate), and a full
 // queue dropping lines without blocking the writer.

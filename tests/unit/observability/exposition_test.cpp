@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The metrics room's primitives and text exposition: single-writer counters, the duration
 // histogram's bucket edges, and the exact text of a sample (Prometheus text format 0.0.4).
 #include "sluice/observability/metrics.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sluice/store/cluster_slots.hpp"
 
 #include "sluice/limiter/keys.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: redis_cluster redis_server
 #include "sluice/limiter/concurrency.hpp"
 

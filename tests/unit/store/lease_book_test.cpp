@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The worker's token leases (limiter::lease_book), driven as the request path drives it:
 // split() a check, decide the rest on a real memory store (which implements lease and
 // refund as the Redis script does: tests/unit/store/token_bucket_table_test.cpp), settle().

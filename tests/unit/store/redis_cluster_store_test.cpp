@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: redis_cluster redis_server
 // sluice-test-serial
 // The cluster store against a real Redis Cluster (three masters, three replicas): a request

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: redis_sentinel redis_server
 // sluice-test-serial
 #include "sluice/store/redis_store.hpp"

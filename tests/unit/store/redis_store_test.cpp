@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: redis_server
 #include "sluice/store/redis_store.hpp"
 #include "sluice/store/lua_scripts.hpp"

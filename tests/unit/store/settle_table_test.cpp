@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: redis_cluster redis_server
 // sluice-test-serial
 // Settling after the fact (counter_store::settle): one table of sequences — checks and settles

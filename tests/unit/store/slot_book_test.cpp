@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A worker's slot book with the memory store: ids are unique, a request's check is stamped
 // with its slot, the slots an admitted request took are held (a refused request holds none),
 // one renewal request covers every held slot, a release gives back exactly one request's.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: redis_server
 #include "sluice/limiter/token_bucket.hpp"
 
