@@ -48,8 +48,10 @@
 // the most units one key got before B (`before_max`) and from B on (`after_max`), each to be
 // at most N (`exact=yes|no`), `late_ms`: the largest delay over keys between B and the key's
 // first admission from B on (the quota reopens at the boundary: a greedy key is admitted
-// within a round trip of it), and `early`: admissions decided at or after B that the store
-// counted in the old period (always 0: every admission is measured at its own store time).
+// within a round trip of it).
+// Exit status: 0 with a line measured; 3 when the run measured nothing (no request sent, none
+// admitted, no admission recorded at the upstream; a calendar run whose keys were not admitted
+// on both sides of B), with the reason on stderr; 2 for bad options.
 
 #include "accuracy_analysis.hpp"
 
@@ -355,6 +357,23 @@ int main(int argc, char** argv) {
       std::fclose(f);
     }
   }
+  // Nothing measured (no request sent, none admitted, or no admission recorded at the
+  // upstream): a run that says nothing must not pass for one that held its limit.
+  const char* nothing = sent.load() == 0 ? "no request was sent"
+                        : ok.load() == 0
+                            ? "no request was admitted (every gateway refused or failed)"
+                        : per_key.empty() ? "the upstream recorded no admission"
+                                          : nullptr;
+  if (nothing) {
+    std::fprintf(
+        stderr,
+        "sluice-accuracy: measured nothing: %s (sent=%llu admitted=%llu refused=%llu other=%llu)\n",
+        nothing, static_cast<unsigned long long>(sent.load()),
+        static_cast<unsigned long long>(ok.load()), static_cast<unsigned long long>(refused.load()),
+        static_cast<unsigned long long>(other.load()));
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
   if (o.calendar_boundary_ms >= 0) {
     // A calendar quota: at most N units per key on each side of the boundary, and the
     // first admission after it soon after it.
@@ -390,6 +409,16 @@ int main(int argc, char** argv) {
         static_cast<long long>(keys_after), static_cast<long long>(late_ms),
         before_max <= o.rate && after_max <= o.rate ? "yes" : "no");
     std::fflush(stdout);
+    if (before_max == 0 || keys_after == 0) {
+      // The boundary was not crossed inside the run (or the quota never reopened): the run
+      // measured one side only.
+      std::fprintf(stderr,
+                   "sluice-accuracy: measured nothing across the boundary (before_max=%lld "
+                   "keys_admitted_after=%lld)\n",
+                   static_cast<long long>(before_max), static_cast<long long>(keys_after));
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
     std::_Exit(0);
   }
   const auto r = sluice::bench::analyse(per_key, a, o.rate, o.period_ms, o.burst, o.warmup_ms);

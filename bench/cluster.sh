@@ -276,8 +276,13 @@ run_case() {
     $1 == "cmp" && $2 == "socket_errors" { sock = $3 + $4 + $5 + $6 }
     $1 == "cmp" && $2 == "lat" && $3 == "50" { p50 = $4 }
     $1 == "cmp" && $2 == "lat" && $3 == "99" { p99 = $4 }
-    END { printf "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", sec, case, round, rps, p50, p99,
-      non2xx, sock, ticks, n, cs, cn, nsplit }' "$f" >>"$RESULTS"
+    END {
+      # Measured nothing: no request completed, none answered 2xx, or no store check made.
+      if (n == "" || n == 0) { print "cluster.sh: " case ": wrk counted no request" > "/dev/stderr"; exit 1 }
+      if (non2xx == n) { print "cluster.sh: " case ": no request answered 2xx" > "/dev/stderr"; exit 1 }
+      if (cn <= 0) { print "cluster.sh: " case ": the gateway made no store check" > "/dev/stderr"; exit 1 }
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", sec, case, round, rps, p50, p99,
+      non2xx, sock, ticks, n, cs, cn, nsplit }' "$f" >>"$RESULTS" || { cat "$f" >&2; exit 1; }
   tail -1 "$RESULTS" | awk -F'\t' '{ printf "  [%s round %s] %-12s %8.0f req/s  p50 %.2f ms  p99 %.2f ms  non-2xx %d  socket errors %d\n",
     $1, $3, $2, $4, $5 / 1000, $6 / 1000, $7, $8 }' >&2
 }

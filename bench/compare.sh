@@ -445,6 +445,11 @@ run_one() { # mode system round
     $1 == "cmp" && $2 == "lat" && $3 == "99.9" { p999 = $4 }
     END {
       if (n == "") { print "no wrk summary" > "/dev/stderr"; exit 1 }
+      # Measured nothing: no request completed (the system never answered), none answered
+      # 2xx, or a sluice that counted no limiter decision.
+      if (n == 0) { print sys ": wrk counted no request" > "/dev/stderr"; exit 1 }
+      if (non2xx == n) { print sys ": no request answered 2xx (" non2xx " of " n ")" > "/dev/stderr"; exit 1 }
+      if (al0 != "NA" && al1 - al0 <= 0) { print sys ": sluice counted no limiter decision" > "/dev/stderr"; exit 1 }
       us = 1e6 / tck
       printf "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", mode, sys, round, rps, n,
         non2xx, sock, sockd, p50, p99, p999, per(sut0, sut1, us), per(up0, up1, us),
