@@ -2,14 +2,17 @@
 # The build's version, derived from the source tree (git describe style), and its revision.
 #
 #   <base>                       a commit tagged v<base> (git describe: distance 0)
-#   <base>+<N>.g<hash12>         N commits after the tag v<base>; with no such tag, <base> is
-#                                the top-level VERSION file's and N counts every commit of HEAD
-#   from .tarball-version        a source tarball without .git (scripts/dist writes the file:
+#   <base>+<N>.g<hash12>         N commits after the tag v<base>
+#   <base>~<N>.g<hash12>         no tag v* yet: <base> is the top-level VERSION file's and N
+#                                counts every commit of HEAD
+#   from .tarball-version        a source tarball without .git (the tarball carries the file:
 #                                "<version> <revision>" on one line)
 #   <base>+unknown               neither git nor .tarball-version
 #
 # N grows with each commit, so a package built after one more commit has a higher Debian
 # version (dpkg --compare-versions) and upgrades the one before; the hash names the commit.
+# Before the first tag the separator is `~`, which dpkg sorts before the version itself: the
+# builds leading up to the first release v<base> rank below it, and that release upgrades them.
 # SLUICE_VERSION_OVERRIDE / SLUICE_REVISION_OVERRIDE (cache or -D) replace both, for a build
 # whose context holds no .git (the container image's: docker/build-test passes them).
 #
@@ -44,17 +47,19 @@ function(sluice_describe source_dir out_version out_revision)
                                 --match "v[0-9]*" --abbrev=12 HEAD
                         OUTPUT_VARIABLE described RESULT_VARIABLE rc ERROR_QUIET
                         OUTPUT_STRIP_TRAILING_WHITESPACE)
+        set(separator "+")
         if(rc EQUAL 0 AND described MATCHES "^v(.+)-([0-9]+)-g[0-9a-f]+$")
           set(base "${CMAKE_MATCH_1}")
           set(distance "${CMAKE_MATCH_2}")
         else()
+          set(separator "~")
           execute_process(COMMAND ${SLUICE_GIT} -C "${source_dir}" rev-list --count HEAD
                           OUTPUT_VARIABLE distance ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
         endif()
         if(distance STREQUAL "0")
           set(version "${base}")
         else()
-          set(version "${base}+${distance}.g${short}")
+          set(version "${base}${separator}${distance}.g${short}")
         endif()
       endif()
     endif()

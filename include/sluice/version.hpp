@@ -9,7 +9,9 @@
 namespace sluice {
 
 /// `sluice --version` prints this: "0.1.0" for a commit tagged v0.1.0, else
-/// "<base>+<commits>.g<12 hex digits of the commit>", for example "0.1.0+412.g78bc591a0c1d".
+/// "<tag>+<commits since it>.g<12 hex digits of the commit>", or before the first tag
+/// "<VERSION file>~<commits>.g<...>" (dpkg sorts it below the release), for example
+/// "0.1.0~412.g78bc591a0c1d".
 /// A later commit always gives a higher Debian version.
 extern const std::string_view version;
 

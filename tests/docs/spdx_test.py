@@ -29,7 +29,7 @@ def tracked(root):
         found = []
         for d, dirs, files in os.walk(root):
             rel = os.path.relpath(d, root)
-            dirs[:] = [x for x in dirs if os.path.join(rel, x).lstrip("./") not in SKIP_DIRS]
+            dirs[:] = [x for x in dirs if os.path.normpath(os.path.join(rel, x)) not in SKIP_DIRS]
             found += [os.path.normpath(os.path.join(rel, f)) for f in files]
         return found
 

@@ -53,13 +53,14 @@ TEST(cli, version) {
 }
 
 // The version names the commit it was built from (cmake/SluiceVersion.cmake): a build of a
-// git tree is "<base>" on a tag, else "<base>+<commits>.g<first 12 hex digits of revision>".
+// git tree is "<base>" on a tag, else "<base>+<commits>.g<first 12 hex digits of revision>"
+// ("~" before the first tag).
 TEST(cli, version_names_the_revision) {
   const std::string v(sluice::version), rev(sluice::revision);
   if (rev == "unknown") GTEST_SKIP() << "built outside a git tree: " << v;
   ASSERT_EQ(rev.size(), 40u) << rev;
-  const auto plus = v.find('+');
-  if (plus == std::string::npos) return;  // a tagged commit: the tag is the name
+  const auto plus = v.find_first_of("+~");  // after a tag, or before the first one
+  if (plus == std::string::npos) return;    // a tagged commit: the tag is the name
   EXPECT_EQ(v.substr(v.size() - 13), "g" + rev.substr(0, 12)) << v;
   const auto dot = v.find(".g", plus);
   ASSERT_NE(dot, std::string::npos) << v;

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Checks the build's version derivation (cmake/SluiceVersion.cmake) on throwaway clones of the
 # source tree: the version names the commit, one more commit gives a higher Debian version (so
-# its package upgrades the one before), a tag names its commit, a source tarball without .git
-# reads .tarball-version; and the built binary reports the tree's version. Registered in
+# its package upgrades the one before), the first tag v<VERSION> ranks above every build before
+# it and below the commit after it, a source tarball without .git reads .tarball-version; and
+# the built binary reports the tree's version. Registered in
 # tests/CMakeLists.txt (label `packaging`):
 #
 #   version_test.sh SOURCE_DIR CMAKE BINARY
@@ -42,7 +43,7 @@ git clone -q "$src" "$tmp/clone"
 git -C "$tmp/clone" tag -l 'v[0-9]*' | xargs -r git -C "$tmp/clone" tag -d >/dev/null
 read -r v1 r1 <<<"$(describe "$tmp/clone")"
 count=$(git -C "$tmp/clone" rev-list --count HEAD)
-[[ $v1 == "$base+$count.g${r1:0:12}" ]] || fail "untagged: $v1, wanted $base+$count.g${r1:0:12}"
+[[ $v1 == "$base~$count.g${r1:0:12}" ]] || fail "untagged: $v1, wanted $base~$count.g${r1:0:12}"
 pass "untagged: $v1"
 
 git_in "$tmp/clone" commit -q --allow-empty -m "one more commit"
@@ -51,12 +52,14 @@ read -r v2 r2 <<<"$(describe "$tmp/clone")"
 newer "$v2" "$v1" || fail "after a commit: $v2 is not newer than $v1 for dpkg"
 pass "one more commit: $v2 > $v1"
 
-git_in "$tmp/clone" tag -a v9.1.0 -m "release 9.1.0"
+# The first release, v<VERSION>: it must upgrade every build before it (their `~` sorts
+# below it), and the commit after it must upgrade the release.
+git_in "$tmp/clone" tag -a "v$base" -m "release $base"
 read -r v3 _ <<<"$(describe "$tmp/clone")"
-[[ $v3 == 9.1.0 ]] || fail "on the tag v9.1.0: $v3"
+[[ $v3 == "$base" ]] || fail "on the tag v$base: $v3"
 git_in "$tmp/clone" commit -q --allow-empty -m "after the release"
 read -r v4 r4 <<<"$(describe "$tmp/clone")"
-[[ $v4 == "9.1.0+1.g${r4:0:12}" ]] || fail "one commit after v9.1.0: $v4"
+[[ $v4 == "$base+1.g${r4:0:12}" ]] || fail "one commit after v$base: $v4"
 newer "$v4" "$v3" && newer "$v3" "$v2" || fail "$v4 > $v3 > $v2 does not hold for dpkg"
 pass "tagged: $v3, then $v4"
 
