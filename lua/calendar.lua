@@ -10,7 +10,9 @@
 -- 146,097 days, years starting March 1st so the leap day ends a year; 2000 leap, 2100 not).
 -- State per bucket (a key's value or a hash field): pack('<dddd', period index, count, zone,
 -- period end ms), zone = unit + 4 * (offset + 840): a count stored under another unit or
--- offset (the limit changed on reload) reads as nothing. Its expiry is the period's end while
+-- offset (the limit changed on reload) reads as nothing. (The period end is not read back: it
+-- makes the state 32 bytes, so a 24-byte token bucket or sliding window state left at the key
+-- by a limit whose algorithm changed is never read as a count.) Its expiry is the period's end while
 -- something is counted, or it is deleted. The functions are made only when a check has a
 -- calendar limit (calendars()).
 

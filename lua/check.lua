@@ -114,7 +114,7 @@ local function bad_limit(i, why)
 end
 
 -- Settles every limit of a call whose parameters carry flags 16 (check_request::settle):
--- struct.pack('<dddddddd', id, a, b, c, cost, 4, units, taken_at) — units > 0 charged, < 0
+-- struct.pack('<dddddddd', id, a, b, c, cost, 16, units, taken_at) — units > 0 charged, < 0
 -- refunded (|units| <= the Limit), taken_at the store time the units were spent at (windows;
 -- < 0: now). Nothing is decided or refused: every limit is validated first, then each is
 -- settled in order (tb_settle, window_settle), so the call is atomic. A sliding log cannot
@@ -185,10 +185,10 @@ local function check(keys, argv)
   if stale_after >= 0 and clock > stale_after then
     return redis.error_reply('STALE sluice check: now ' .. int(clock))
   end
-  -- A settle (flags 16) comes in the 64-byte form, which a check uses only for leases.
-  if #argv[3] == 64 then
-    local _, _, _, _, _, flags = unpack_state('<dddddddd', argv[3])
-    if flags >= 16 then return settle(keys, argv, now, n) end
+  -- A settle (flags 16) comes in the 64-byte form, which a check uses only for leases: its
+  -- flags are the 6th double (one unpack of 8 bytes, not of the whole parameter).
+  if #argv[3] == 64 and unpack_state('<d', argv[3], 41) >= 16 then
+    return settle(keys, argv, now, n)
   end
 
   if n == 1 then
@@ -197,17 +197,19 @@ local function check(keys, argv)
     if not id then return bad_limit(1) end
     local admits, s1, s2, s3 = read_limit(id, a, b, c, cost, key, field, now, lease, refund)
     if admits == nil then return bad_limit(1, s1) end
-    local shadow, peek = flags % 2 == 1, flags % 4 >= 2
+    -- flags: 1 shadow, 2 peek, 4 lift the block first, 8 a peek that still starts blocks
+    local shadow, peek, lift = flags % 2 == 1, flags % 4 >= 2, flags % 8 >= 4
     local blk
     if bms > 0 and not shadow then
-      blk = block_open(key, field, now, flags % 8 >= 4)
+      if id == 5 then return bad_limit(1, 'a concurrency limit takes no block') end
+      blk = block_open(key, field, now, lift)
       if block_left(blk, now) > 0 then admits = false end
     end
     local remaining, reset, retry, nxt, take =
         write_limit(id, a, b, c, cost, key, field, admits, peek, now, s1, s2, s3, lease)
     if blk then
       remaining, reset, retry, nxt =
-          block_close(blk, bms, not admits and flags % 8 < 4, not peek or flags >= 8, now,
+          block_close(blk, bms, not admits and not lift, not peek or flags % 16 >= 8, now,
                       remaining, reset, retry, nxt)
     end
     local adm = admits and 1 or 0
@@ -232,15 +234,17 @@ local function check(keys, argv)
     if not id then return bad_limit(i) end
     local admits, s1, s2, s3 = read_limit(id, a, b, c, cost, key, field, now, lease, refund)
     if admits == nil then return bad_limit(i, s1) end
-    local shadow = flags % 2 == 1
+    -- flags: 1 shadow, 2 peek, 4 lift the block first, 8 a peek that still starts blocks
+    local shadow, lift = flags % 2 == 1, flags % 8 >= 4
     local blk
     if bms > 0 and not shadow then
-      blk = block_open(key, field, now, flags % 8 >= 4)
+      if id == 5 then return bad_limit(i, 'a concurrency limit takes no block') end
+      blk = block_open(key, field, now, lift)
       if block_left(blk, now) > 0 then admits = false end
     end
     if not shadow and not admits then allowed = false end
     limits[i] = {id, a, b, c, cost, shadow, key, field, admits, s1, s2, s3, flags % 4 >= 2,
-                 lease, #p >= 64, bms, blk, flags >= 8, flags % 8 >= 4}
+                 lease, #p >= 64, bms, blk, flags % 16 >= 8, lift}
   end
 
   -- Phase 2: debit (enforced: iff allowed; shadow: iff it admits alone), write, describe.

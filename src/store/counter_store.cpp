@@ -8,13 +8,28 @@
 
 namespace sluice::store {
 
-boost::asio::awaitable<boost::system::result<limiter::check_outcome>> counter_store::settle(
-    limiter::check_request req) {
+std::optional<boost::system::result<limiter::check_outcome>> counter_store::settle_now(
+    limiter::check_request& req) {
   req.settle = true;
   req.peek = false;
-  if (!limiter::can_settle(req)) co_return make_error_code(errc::store_error);
+  // What a settle does not do: take or return a lease, start a block. Cleared here, so every
+  // store packs and reads a settle's limits alike (the Redis store expects the lease and block
+  // fields of a reply from these, and a settle's reply has none).
+  for (auto& l : req.limits) {
+    l.lease = 0;
+    l.refund = 0;
+    l.block_ms = 0;
+  }
+  using result = boost::system::result<limiter::check_outcome>;
+  if (!limiter::can_settle(req)) return result(make_error_code(errc::store_error));
   limiter::check_outcome out;
-  if (decide_now(req, out)) co_return out;
+  if (decide_now(req, out)) return result(std::move(out));
+  return std::nullopt;
+}
+
+boost::asio::awaitable<boost::system::result<limiter::check_outcome>> counter_store::settle(
+    limiter::check_request req) {
+  if (auto done = settle_now(req)) co_return std::move(*done);
   co_return co_await check(std::move(req));
 }
 

@@ -129,9 +129,13 @@ struct shard {
       sweep_locked(now_ms);
       if (buckets.size() < cap) return;
     }
+    // The request's own entries are never evicted to make room for it: its buckets, and the
+    // blocks of its limits with a penalty box (a block in force must hold, docs: "The penalty
+    // box").
     const auto of_request = [&req](const std::string& k) {
-      return std::any_of(req.limits.begin(), req.limits.end(),
-                         [&k](const limiter::limit_check& l) { return l.key == k; });
+      return std::any_of(req.limits.begin(), req.limits.end(), [&k](const limiter::limit_check& l) {
+        return l.key == k || (l.block_ms > 0 && limiter::block_key(l.key) == k);
+      });
     };
     // Sample `eviction_samples` consecutive entries of the map's node list from a random
     // hash bucket on: the order is the hash's, unrelated to expiry, and each further entry
@@ -350,8 +354,9 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
   // Penalty boxes (lua/block.lua): per limit with a block, its end and event.
   small<limiter_block> blocks(n);
   // A lone limit's entry as phase 1 found it (live, of any kind), so phase 2 does not look
-  // its key up again: nothing in between inserts or erases. (With several limits, one may
-  // erase a key another shares.)
+  // its key up again: nothing in between inserts, and what may be erased (an ended block,
+  // another key) leaves this iterator valid (an unordered_map erase invalidates only the
+  // erased element's). (With several limits, one may erase a key another shares.)
   using entry_at = std::unordered_map<std::string, entry>::iterator;
   std::optional<entry_at> lone;
   limiter::check_outcome out;

@@ -226,7 +226,7 @@ class topology_query : public std::enable_shared_from_this<topology_query> {
 struct slot_group {
   std::uint16_t slot = 0;
   std::vector<std::size_t> limits;
-  bool enforced = false;  // holds a limit that is not shadow
+  bool enforced = false;  // holds an enforced limit that can refuse (can_refuse())
   bool shadow = false;    // holds a shadow limit
 };
 
@@ -598,7 +598,13 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
         slot_group g;
         g.slot = sb.slot;
         g.limits = sb.keys;
-        for (const auto i : g.limits) (req.limits[i].shadow ? g.shadow : g.enforced) = true;
+        for (const auto i : g.limits) {
+          if (req.limits[i].shadow) {
+            g.shadow = true;
+          } else if (can_refuse(req, req.limits[i])) {
+            g.enforced = true;
+          }
+        }
         groups.push_back(std::move(g));
       }
     }
@@ -610,12 +616,11 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
     const auto enforced_groups = static_cast<std::size_t>(
         std::count_if(groups.begin(), groups.end(), [](const auto& g) { return g.enforced; }));
 
-    // One step: at most one group decides the request (the others hold shadow limits only,
-    // decided alone anyway), or nothing is written at all (peek), or nothing is decided (a
-    // settle: each slot's limits are settled on their node, atomically per slot; a failure of
-    // one slot leaves the others settled), or the request only releases or renews slots (which
-    // never refuse: each group acts on its own).
-    if (req.peek || req.settle || enforced_groups <= 1 || slot_ops_only(req)) {
+    // One step: at most one group can refuse the request (the others hold shadow limits,
+    // decided alone anyway, or limits that never refuse: a settle's, settled atomically per
+    // slot — a failure of one slot leaves the others settled —, a slot's release or renewal),
+    // or nothing is written at all (peek).
+    if (req.peek || enforced_groups <= 1) {
       std::vector<std::pair<std::uint16_t, check_request>> calls;
       for (const auto& g : groups) calls.emplace_back(g.slot, subset(req, g.limits, req.peek));
       auto rs = co_await parallel(std::move(calls), deadline);
@@ -694,11 +699,11 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
     co_return out;
   }
 
-  // Whether every limit of `req` releases or renews a concurrency slot.
-  static bool slot_ops_only(const check_request& req) {
-    return std::all_of(req.limits.begin(), req.limits.end(), [](const limiter::limit_check& l) {
-      return l.algorithm == config::algorithm::concurrency && l.op != limiter::slot_op::acquire;
-    });
+  // Whether limit `l` of `req` can refuse it: not in a settle (it only charges or refunds),
+  // and not a concurrency slot's release or renewal (they only act on a slot held).
+  static bool can_refuse(const check_request& req, const limiter::limit_check& l) {
+    return !req.settle &&
+           !(l.algorithm == config::algorithm::concurrency && l.op != limiter::slot_op::acquire);
   }
 
   // A split check that was not admitted after all (a commit refused, or failed on a node)

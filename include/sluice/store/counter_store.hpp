@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -122,13 +123,22 @@ class counter_store {
   /// that later checks honour: refused until it is paid back, Remaining 0, Retry-After
   /// counting it. A refund never takes a balance above its capacity; a window's refund comes
   /// off the window the units were taken in (limit_check::taken_at_ms) and is dropped once
-  /// that window has ended. Sets req.settle and decides it as check() does (decide_now() first);
+  /// that window has ended. Sets req.settle and decides it as check() does (decide_now() first;
+  /// a limit's lease, refund and block are ignored: settle_now());
   /// the outcome describes each limit after settling for a request of its `cost`.
   /// Errors: those of check(); errc::store_error for a limit that cannot settle
   /// (limiter::can_settle: a sliding log, |settle| above the Limit). A settle that timed out
   /// may or may not have been applied (never re-sent). Completes on the caller's executor.
   boost::asio::awaitable<boost::system::result<limiter::check_outcome>> settle(
       limiter::check_request req);
+
+  /// settle()'s steps that need no wait: prepares `req` as a settle (req.settle set; each
+  /// limit's lease, refund and block cleared: a settle takes no lease and starts no block),
+  /// then answers at once — errc::store_error for a limit that cannot settle, or the outcome
+  /// on a store that decides in memory. nullopt on a store that needs a round trip: then
+  /// settle(std::move(req)) (or check(), `req` being prepared).
+  std::optional<boost::system::result<limiter::check_outcome>> settle_now(
+      limiter::check_request& req);
 
   /// A store that decides in memory, without waiting (the memory store), decides here and
   /// returns true with `out` set; a store that needs a round trip returns false (then

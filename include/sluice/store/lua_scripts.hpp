@@ -25,7 +25,8 @@ namespace sluice::lua {
 /// (-1: no bound): a check run later than that writes nothing and answers the error
 /// `STALE sluice check: now <Redis TIME ms>`. Then 2 arguments per limit i: its parameters
 /// (pack_limit(): algorithm id, a, b, c, cost, flags as 6 little-endian doubles; flags 1 =
-/// shadow, 2 = peek: decided as if, nothing written) and its field
+/// shadow, 2 = peek: decided as if, nothing written, 4 = lift the limit's block first, 8 = a
+/// peek that still starts blocks, 16 = a settle: pack_settled_limit()) and its field
 /// in hash KEYS[i] ("" = KEYS[i] is the bucket), where (a, b, c) = (refill_per_ms,
 /// units_per_token, burst) for the token bucket, (window_ms, window limit, 0) for the window
 /// algorithms and (unit: 1 day, 2 week, 3 month; N; utc offset in minutes) for the calendar.

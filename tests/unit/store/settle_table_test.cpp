@@ -221,6 +221,30 @@ void refuses_what_cannot_settle(asio::io_context& ioc, store::counter_store& sto
   EXPECT_EQ(got.error(), make_error_code(errc::store_error));
 }
 
+// A settle ignores a limit's lease, refund and block (counter_store::settle_now): settling a
+// limit that carries them answers as settling the same limit without them — on Redis too,
+// where the reply of a settle has no lease or block fields to read.
+void ignores_leases_and_blocks(asio::io_context& ioc, store::counter_store& store,
+                               const std::string& prefix) {
+  check_request plain;
+  plain.limits.push_back(limit_of(algorithm::token_bucket, "sl:{" + prefix + "-pl|k|r1}", 1));
+  plain.limits.back().settle = 3;
+  plain.now_ms_override = epoch_ms + 9'000'000;  // one clock for both
+  check_request carrying = plain;
+  carrying.limits.back().key = "sl:{" + prefix + "-bl|k|r1}";
+  carrying.limits.back().block_ms = 900'000;
+  carrying.limits.back().lease = 5;
+  carrying.limits.back().refund = 2;
+  const auto want = run(ioc, store.settle(plain));
+  const auto got = run(ioc, store.settle(carrying));
+  ASSERT_TRUE(want.has_value()) << want.error().message();
+  ASSERT_TRUE(got.has_value()) << got.error().message();
+  ASSERT_EQ(got->limits.size(), 1u);
+  EXPECT_EQ(got->limits[0].remaining, want->limits[0].remaining);
+  EXPECT_EQ(got->limits[0].reset_ms, want->limits[0].reset_ms);
+  EXPECT_EQ(got->limits[0].granted, 0);
+}
+
 asio::awaitable<bool> wait_until(std::function<bool()> done) {
   auto ex = co_await asio::this_coro::executor;
   asio::steady_timer timer(ex);
@@ -236,6 +260,7 @@ TEST(settle_table, memory_store) {
   store::memory_store store;
   run_table(ioc, store, "mem");
   refuses_what_cannot_settle(ioc, store, "mem");
+  ignores_leases_and_blocks(ioc, store, "mem");
 }
 
 TEST(settle_table, redis_store_both_layouts) {
@@ -252,6 +277,7 @@ TEST(settle_table, redis_store_both_layouts) {
     const std::string prefix = packed ? "hash" : "key";
     run_table(ioc, store, prefix);
     refuses_what_cannot_settle(ioc, store, prefix);
+    ignores_leases_and_blocks(ioc, store, prefix);
     store.stop();
   }
 }
@@ -268,6 +294,7 @@ TEST(settle_table, redis_cluster_store) {
   ASSERT_TRUE(run(ioc, wait_until([&] { return store.stats().connected; })));
   run_table(ioc, store, "cluster");
   refuses_what_cannot_settle(ioc, store, "cluster");
+  ignores_leases_and_blocks(ioc, store, "cluster");
   // The two-limit case was split over slots (settled per node).
   EXPECT_GT(store.cluster().split_checks, 0u);
   store.stop();
