@@ -7,31 +7,16 @@
 // refusing a request while others in flight hold units they will get back.
 #include "charge_hook.hpp"
 
+#include "store_step.hpp"
+
 #include "sluice/http/response_head.hpp"
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/beast/core/string.hpp>
 
 #include <algorithm>
 #include <charconv>
 
 namespace sluice::app {
-namespace {
-
-namespace asio = boost::asio;
-
-/// Sends one settle and counts a failure (the store's error: the units stay as admission left
-/// them — a refund not made refuses early, a charge not made admits late; both bounded by
-/// one request's difference).
-asio::awaitable<void> send_settle(std::shared_ptr<store::counter_store> store,
-                                  limiter::check_request req,
-                                  std::shared_ptr<settle_counters> counters) {
-  auto done = co_await store->settle(std::move(req));
-  if (!done) counters->store_failures.add();
-}
-
-}  // namespace
 
 std::string_view settle_outcome_label(std::size_t i) {
   constexpr std::string_view first[] = {"settled", "refunded", "charged", "fallback"};
@@ -95,13 +80,20 @@ void charge_hook::on_response_head(const http::response_head& head) noexcept {
   }
   for (std::size_t i = 0; i < limits_.size(); ++i) {
     if (!scanners_[i]) continue;
+    // A header source's value; repeated field lines joined by ", " (RFC 9110 §5.3), which
+    // read_usage_header() reads as not_a_number: two costs in one response say no one cost.
     std::optional<std::string_view> value;
+    std::string joined;
     const std::string& name = limits_[i].source->header;
     if (!name.empty()) {
       for (const auto& line : head) {
-        if (boost::beast::iequals(line.name_string(), name)) {
+        if (!boost::beast::iequals(line.name_string(), name)) continue;
+        if (value) {
+          if (joined.empty()) joined.assign(*value);
+          joined.append(", ").append(line.value());
+          value = joined;
+        } else {
           value = line.value();
-          break;
         }
       }
     }
@@ -129,15 +121,19 @@ void charge_hook::on_end(http::exchange_end end, unsigned upstream_status) noexc
     limiter::limit_check l = c.check;
     l.settle = s.units;
     l.taken_at_ms = taken_at_ms_;
-    l.block_ms = 0;  // a settle never starts a block
     req.limits.push_back(std::move(l));
   }
   if (req.limits.empty()) return;
-  // The memory store settles at once; a store with round trips gets one settle call.
-  limiter::check_outcome now;
-  if (store_->decides_in_memory() && limiter::can_settle(req) && store_->decide_now(req, now))
+  // One settle: at once on the memory store, else started on the worker's executor. A failure
+  // leaves the units as admission left them (a refund not made refuses early, a charge not made
+  // admits late, each bounded by this request's difference).
+  if (auto done = store_->settle_now(req)) {
+    if (!*done) counters_->store_failures.add();
     return;
-  asio::co_spawn(executor_, send_settle(store_, std::move(req), counters_), asio::detached);
+  }
+  send_detached(executor_, store_, std::move(req), [counters = counters_](bool ok) {
+    if (!ok) counters->store_failures.add();
+  });
 }
 
 }  // namespace sluice::app

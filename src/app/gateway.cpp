@@ -594,8 +594,8 @@ observability::metrics_sample gateway::sample() const {
     s.settle_failures += sc.store_failures.value();
     c.add_to(routes);
     c.add_to(upstreams);
-    c.add_blocks_to(blocks);
-    c.add_warnings_to(warnings);
+    c.blocks_started.add_to(blocks);
+    c.warnings.add_to(warnings);
     s.bad_requests += c.bad_requests.value();
     for (std::size_t k = 0; k < c.client_fallbacks.size(); ++k)
       fallbacks[k] += c.client_fallbacks[k].value();

@@ -65,28 +65,18 @@ void request_counters::add_to(std::map<std::string, observability::upstream_coun
   }
 }
 
-void request_counters::block_started(const std::string& limit) {
+observability::owned_counter& per_limit_counters::of(const std::string& name) {
+  if (auto it = index_.find(name); it != index_.end()) return *it->second;
   std::lock_guard lock(mutex_);
-  ++blocks_started_[limit];
-}
-
-void request_counters::add_blocks_to(std::map<std::string, std::uint64_t>& out) const {
-  std::lock_guard lock(mutex_);
-  for (const auto& [name, n] : blocks_started_) out[name] += n;
-}
-
-observability::owned_counter& request_counters::warnings_of(const std::string& name) {
-  if (auto it = warned_index_.find(name); it != warned_index_.end()) return *it->second;
-  std::lock_guard lock(mutex_);
-  auto& slot = warnings_[name];
+  auto& slot = counters_[name];
   if (!slot) slot = std::make_unique<observability::owned_counter>();
-  warned_index_.emplace(name, slot.get());
+  index_.emplace(name, slot.get());
   return *slot;
 }
 
-void request_counters::add_warnings_to(std::map<std::string, std::uint64_t>& out) const {
+void per_limit_counters::add_to(std::map<std::string, std::uint64_t>& out) const {
   std::lock_guard lock(mutex_);
-  for (const auto& [name, c] : warnings_) out[name] += c->value();
+  for (const auto& [name, c] : counters_) out[name] += c->value();
 }
 
 }  // namespace sluice::app

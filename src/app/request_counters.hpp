@@ -37,6 +37,23 @@ struct route_counters {
   upstream_counters* upstream = nullptr;
 };
 
+/// One worker's counters by limit name (names from the rules file: a bounded set), each with
+/// one writer, the worker. of() finds a name's counter through a worker-only index and takes
+/// the mutex the scraper takes only the first time the worker sees the name, never per
+/// request; add_to() sums by name for the scraper (any thread).
+class per_limit_counters {
+ public:
+  /// The counter of limit `name`. Worker thread only.
+  observability::owned_counter& of(const std::string& name);
+  /// Adds this worker's counts by limit name into `out`. Any thread.
+  void add_to(std::map<std::string, std::uint64_t>& out) const;
+
+ private:
+  mutable std::mutex mutex_;  // guards counters_' structure
+  std::map<std::string, std::unique_ptr<observability::owned_counter>> counters_;
+  std::map<std::string, observability::owned_counter*> index_;  // worker thread only
+};
+
 /// One worker's counters. The owned_counter members and of() are used on the worker's thread
 /// only; add_to() and the counters' value() from any thread.
 class request_counters {
@@ -60,18 +77,10 @@ class request_counters {
   /// Adds this worker's counts for every upstream name it has seen into `out`. Any thread.
   void add_to(std::map<std::string, observability::upstream_counts>& out) const;
 
-  /// Counts a block (penalty box) started by limit `limit`. Worker thread; takes the mutex
-  /// the scraper takes, which is fine for an event that happens at most once per caller and
-  /// block duration.
-  void block_started(const std::string& limit);
-  /// Adds this worker's blocks started, by limit name, into `out`. Any thread.
-  void add_blocks_to(std::map<std::string, std::uint64_t>& out) const;
-  /// The near-limit warning crossings of limit `name` (`warn_at:`). Worker thread only; the
-  /// mutex is taken only the first time the worker sees the name (a crossing is rare: once
-  /// per key and threshold, never per request).
-  observability::owned_counter& warnings_of(const std::string& name);
-  /// Adds this worker's warning crossings by limit name into `out`. Any thread.
-  void add_warnings_to(std::map<std::string, std::uint64_t>& out) const;
+  /// Blocks (penalty box, `block:`) started, by limit name.
+  per_limit_counters blocks_started;
+  /// Near-limit warning crossings (`warn_at:`), by limit name.
+  per_limit_counters warnings;
 
  private:
   route_counters& named(const std::string& name);              // mutex_ held
@@ -80,11 +89,8 @@ class request_counters {
   mutable std::mutex mutex_;  // guards by_name_'s structure (never taken per request)
   std::map<std::string, std::unique_ptr<route_counters>> by_name_;
   std::map<std::string, std::unique_ptr<upstream_counters>> upstreams_;
-  std::map<std::string, std::uint64_t> blocks_started_;  // by limit name; mutex_ held
-  std::uint64_t generation_ = 0;                         // worker thread only
-  std::vector<route_counters*> by_index_;                // rules.routes index -> counters
-  std::map<std::string, std::unique_ptr<observability::owned_counter>> warnings_;  // by limit
-  std::map<std::string, observability::owned_counter*> warned_index_;  // worker thread only
+  std::uint64_t generation_ = 0;           // worker thread only
+  std::vector<route_counters*> by_index_;  // rules.routes index -> counters
 };
 
 }  // namespace sluice::app

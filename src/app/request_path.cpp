@@ -77,6 +77,7 @@ compiled_route::plan_limits limits_for(const config::rules& rules, const config:
     out.charges = out.charges || l.charge.what != config::charge_rule::kind::none;
     out.usage.push_back(std::move(usage));
     out.concurrent = out.concurrent || l.algorithm == config::algorithm::concurrency;
+    out.warns = out.warns || l.warn_at_bp > 0;
   };
   if (auto p = rules.plans.find(plan); p != rules.plans.end()) {
     for (const auto& l : p->second.limits) add(l);
@@ -212,19 +213,17 @@ void gateway_handler::conclude(const snapshot& snap, http::request_head& head,
                                const http::request_context& ctx, pending& q, store_result& decided,
                                http::verdict& out) {
   q.at.decided = &decided;
-  q.at.store_failed = !decided;
-  const bool on_local = !decided;  // a failure: only `local` decides (on the local store)
+  q.at.store_failed = !decided;  // then only `local` decides (on the local store), in respond()
   respond(snap, head, ctx, *q.r, q.id, q.check, decided, out);
-  // Costs known after the response: an admitted request the store decided carries the hook
-  // that settles its charged limits (fail_open and `local` decisions have nothing to settle
-  // in the store).
-  if (!q.charged.empty() && decided && !q.at.store_failed && decided->allowed &&
-      out.what == http::verdict::kind::forward) {
+  // Costs known after the response: a request the store admitted carries the hook that settles
+  // its charged limits (fail_open and `local` decisions have nothing to settle in the store; a
+  // forward verdict after a store decision is an admission).
+  if (!q.charged.empty() && !q.at.store_failed && out.what == http::verdict::kind::forward) {
     out.forward.watch.add(http::exchange_watch(
         std::make_unique<charge_hook>(snap.rules, store_.shared_store(), executor_, settlements_,
                                       std::move(q.charged), decided->now_ms)));
   }
-  if (!q.slot.empty()) hold_slots(q, decided, on_local, out);
+  if (!q.slot.empty()) hold_slots(q, decided, q.at.store_failed, out);
   finish(out, q.at, head, ctx);
 }
 
@@ -277,14 +276,11 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   const config::rules& rules = *snap->rules;
   pending q;
   http::verdict v;
-  std::optional<http::verdict> early = start(*snap, head, q.at, q.r);
-  if (!early) {
-    q.at.p = &q.p;
-    q.at.id = &q.id;
-    // identify: the directory round trip only for a key the snapshot does not know.
-    early = co_await caller(*snap, head, ctx, *q.r, q.p, q.id);
-  }
-  if (!early) early = prepare_check(*snap, head, ctx, *q.r, q.id, q.check, q.charged);
+  // decide_now()'s steps, with the directory's round trip between them: only for a key the
+  // snapshot does not know.
+  std::optional<http::verdict> early = front(*snap, head, ctx, q);
+  if (!early && needs_directory(*snap, *q.r, q.p)) co_await look_up_plan(*snap, q.p);
+  if (!early) early = back(*snap, head, ctx, q);
   if (early) {
     v = std::move(*early);
     finish(v, q.at, head, ctx);
@@ -298,11 +294,9 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   // (Directory down: the store is known to be failing.)
   if (!q.id.directory_down) {
     const compiled_route::plan_limits& limits = *q.id.limits;
-    // (A check with a charged limit is not kept by the over-limit cache: a refund after the
-    // response may end a refusal before its Retry-After.)
     const store_plan plan{
         &limits.limits,   &limits.lease_time,
-        limits.leases,    rules.store.over_limit_cache && !limits.charges,
+        limits.leases,    rules.store.over_limit_cache && limits.cacheable(),
         snap->generation, q.r->route->route->on_store_failure == config::failure_policy::local};
     co_await store_.decide(q.check, plan, decided);
   }
@@ -314,12 +308,14 @@ asio::awaitable<std::optional<http::verdict>> gateway_handler::caller(
     const snapshot& snap, const http::request_head& head, const http::request_context& ctx,
     const routed& r, presented& p, identified& id) {
   if (auto refused = present(snap, head, ctx, r, p)) co_return refused;
-  if (needs_directory(snap, r, p)) {
-    auto looked = co_await directory_plan(snap.rules->identity.directory, p.key);
-    p.directory_down = looked.unavailable;
-    p.plan = std::move(looked.plan);
-  }
+  if (needs_directory(snap, r, p)) co_await look_up_plan(snap, p);
   co_return identify_caller(snap, head, r, p, id);
+}
+
+asio::awaitable<void> gateway_handler::look_up_plan(const snapshot& snap, presented& p) {
+  auto looked = co_await directory_plan(snap.rules->identity.directory, p.key);
+  p.directory_down = looked.unavailable;
+  p.plan = std::move(looked.plan);
 }
 
 std::optional<http::verdict> gateway_handler::identify_caller(const snapshot& snap,
@@ -649,12 +645,12 @@ void gateway_handler::respond(const snapshot& snap, http::request_head& head,
   // The quota fields, rendered once: set on a 429, relayed with a forwarded response.
   std::string lines;
   limiter::append_quota_lines(lines, *applied, outcome, rules.headers);
-  count_warnings(*applied, rt.cost, outcome);
+  if (prepared.warns) count_warnings(prepared, *applied, rt.cost, head, outcome);
   if (!outcome.allowed) {
     counted.limited.add();
     for (std::size_t i = 0; i < outcome.limits.size() && i < prepared.limits.size(); ++i) {
       if (outcome.limits[i].block == limiter::limit_outcome::block_event::started)
-        counters_.block_started(prepared.limits[i]->name);
+        counters_.blocks_started.of(prepared.limits[i]->name).add();
     }
     // `retry_after_jitter:` only ever adds to the honest wait.
     const auto retry = limiter::jittered_retry_after(
@@ -673,14 +669,22 @@ void gateway_handler::respond(const snapshot& snap, http::request_head& head,
   forward(r, head, ctx, true, std::move(lines), counted, out);
 }
 
-void gateway_handler::count_warnings(const std::vector<limiter::applied_limit>& applied,
-                                     std::int64_t cost, const limiter::check_outcome& outcome) {
-  // (Every limit of a request is charged the route's cost; `check` may have been moved into
-  // the store call by now.)
-  const std::size_t n = std::min(applied.size(), outcome.limits.size());
+void gateway_handler::count_warnings(const compiled_route::plan_limits& prepared,
+                                     const std::vector<limiter::applied_limit>& applied,
+                                     std::int64_t cost, const http::request_head& head,
+                                     const limiter::check_outcome& outcome) {
+  const std::size_t n = std::min({prepared.limits.size(), applied.size(), outcome.limits.size()});
   for (std::size_t i = 0; i < n; ++i) {
-    if (limiter::crossed_warning(applied[i], outcome.limits[i], cost, outcome.allowed))
-      counters_.warnings_of(applied[i].name).add();
+    if (applied[i].warn_at_bp <= 0) continue;
+    const config::limit& l = *prepared.limits[i];
+    // What this limit took for the request (`check` may have been moved into the store call by
+    // now): one slot for a concurrency limit; a settled charge's reservation (admission_units,
+    // which prepare_check() found valid); else the route's cost.
+    const std::int64_t took = l.algorithm == config::algorithm::concurrency
+                                  ? 1
+                                  : admission_units(l.charge, cost, head).value_or(cost);
+    if (limiter::crossed_warning(applied[i], outcome.limits[i], took, outcome.allowed))
+      counters_.warnings.of(applied[i].name).add();
   }
 }
 

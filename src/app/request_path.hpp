@@ -59,6 +59,13 @@ struct compiled_route {
     std::vector<std::shared_ptr<const limiter::usage_source>> usage;
     /// Whether any of the limits is a concurrency limit: the request then takes a slot.
     bool concurrent = false;
+    /// Whether any of the limits has a near-limit warning (`warn_at:`): only then are the
+    /// crossings counted.
+    bool warns = false;
+    /// Whether the over-limit cache may answer for these limits: not with a charged limit (a
+    /// refund after a response may end a refusal before its Retry-After) nor a concurrency
+    /// limit (a slot may free at any moment). Also store.over_limit_cache must be on.
+    bool cacheable() const { return !charges && !concurrent; }
   };
   std::unordered_map<std::string, plan_limits> by_plan;
   /// The limits a CORS preflight is charged to: the anonymous plan's and the route's that
@@ -295,6 +302,9 @@ class gateway_handler final : public http::request_handler {
   /// Step 2's end (after the directory, when caller() needed it): for a preflight the
   /// anonymous caller and the route's preflight limits, else identify() and the caller's
   /// limits, into `id`; or identify()'s refusal.
+  /// The plan directory's answer for `p.key` into `p` (its plan, or that it could not be
+  /// read): the round trip caller() and decide() make for a key the snapshot does not know.
+  boost::asio::awaitable<void> look_up_plan(const snapshot& snap, presented& p);
   std::optional<http::verdict> identify_caller(const snapshot& snap, const http::request_head& head,
                                                const routed& r, presented& p, identified& id);
   /// Step 2b (after the directory, when decide() needed it): the caller into `out`, or a
@@ -316,10 +326,12 @@ class gateway_handler final : public http::request_handler {
                const routed& r, const identified& id, limiter::check_request& check,
                boost::system::result<limiter::check_outcome>& decided, http::verdict& out);
   /// Counts, per limit, the near-limit warnings this decided check crossed (`warn_at:`,
-  /// limiter::crossed_warning) in `sluice_quota_warnings_total`.
-  /// `cost`: the route's, what every limit of the request was charged.
-  void count_warnings(const std::vector<limiter::applied_limit>& applied, std::int64_t cost,
-                      const limiter::check_outcome& outcome);
+  /// limiter::crossed_warning) in `sluice_quota_warnings_total`: `prepared`'s limits, with
+  /// `applied` (parallel), what each took of the request (`cost`: the route's; `head`: for a
+  /// reservation read from a request header) and the outcome.
+  void count_warnings(const compiled_route::plan_limits& prepared,
+                      const std::vector<limiter::applied_limit>& applied, std::int64_t cost,
+                      const http::request_head& head, const limiter::check_outcome& outcome);
   /// The one place a store failure is handled: the route's `on_store_failure`. Returns the
   /// verdict for fail_open (forward, no quota fields) and fail_closed (503); for `local`,
   /// nullopt with `decided` set by the per-instance store (scaled by store.local_share) and

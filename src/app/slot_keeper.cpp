@@ -5,6 +5,8 @@
 // slot_ttl after its last renewal (the stated guarantee's bound).
 #include "slot_keeper.hpp"
 
+#include "store_step.hpp"
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -74,16 +76,11 @@ void slot_keeper::release(const std::string& id, bool on_local, http::exchange_e
     }
     limiter::check_outcome now;
     if (store_->decide_now(req, now)) return;  // the memory store: released at once
-    if (!ex_) return;
     ++pending_;
-    asio::co_spawn(
-        ex_,
-        [self = shared_from_this(), req = std::move(req)]() mutable -> asio::awaitable<void> {
-          const auto released = co_await self->store_->check(std::move(req));
-          --self->pending_;
-          if (!released) ++self->counts_.release_failures;
-        },
-        asio::detached);
+    send_detached(ex_, store_, std::move(req), [self = shared_from_this()](bool released) {
+      --self->pending_;
+      if (!released) ++self->counts_.release_failures;
+    });
   } catch (...) {
     ++counts_.release_failures;  // (an allocation failed: the slot expires instead)
   }

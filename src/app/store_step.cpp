@@ -9,11 +9,29 @@
 //   store          one round trip for the rest; a lone enforced limit's refusal is remembered
 #include "store_step.hpp"
 
+#include "sluice/errc.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+
 #include <algorithm>
 #include <optional>
 
 namespace sluice::app {
 namespace {
+
+/// send_detached()'s coroutine (parameters by value: it outlives its caller's frame).
+boost::asio::awaitable<void> detached_call(std::shared_ptr<store::counter_store> store,
+                                           limiter::check_request req,
+                                           std::function<void(bool)> done) {
+  store_result answered{make_error_code(sluice::errc::store_unavailable)};
+  if (req.settle) {
+    answered = co_await store->settle(std::move(req));
+  } else {
+    answered = co_await store->check(std::move(req));
+  }
+  done(static_cast<bool>(answered));
+}
 
 /// Sets each limit's lease size (`lease:`) on `check`, which is parallel to `limits`, for
 /// lease_book::split().
@@ -29,6 +47,21 @@ bool carries_refund(const limiter::check_request& check) {
 }
 
 }  // namespace
+
+void send_detached(const boost::asio::any_io_executor& ex,
+                   std::shared_ptr<store::counter_store> store, limiter::check_request req,
+                   std::function<void(bool)> done) noexcept {
+  if (!ex) {
+    done(false);
+    return;
+  }
+  try {
+    boost::asio::co_spawn(ex, detached_call(std::move(store), std::move(req), done),
+                          boost::asio::detached);
+  } catch (...) {
+    done(false);
+  }
+}
 
 bool store_step::decide_now(const limiter::check_request& check, store_result& decided) {
   if (!store_->decides_in_memory()) return false;  // (no clock read on the Redis path)

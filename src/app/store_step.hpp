@@ -4,7 +4,8 @@
 // by the counter store, with what a worker keeps in front of the store — token leases
 // (limiter::lease_book) and the over-limit cache (limiter::refusal_cache). The request path's
 // drivers (decide_now on the memory store, decide, `GET /admin/explain`) all decide through
-// it; reservations, settlements and slots are added here.
+// it. The store calls made after a request (settlements, charge_hook.hpp; slot releases and
+// renewals, slot_keeper.hpp) are started with send_detached().
 
 #include "request_counters.hpp"
 
@@ -13,11 +14,13 @@
 #include "sluice/limiter/refusal_cache.hpp"
 #include "sluice/store/counter_store.hpp"
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/system/result.hpp>
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -39,6 +42,15 @@ struct store_plan {
 
 /// The result of the store step: the outcome, or the store's error (errc::store_*).
 using store_result = boost::system::result<limiter::check_outcome>;
+
+/// Starts a store call that no request waits for (a settlement, a slot release or renewal) on
+/// `ex`, the worker's executor: `store.settle(req)` when req.settle, else `store.check(req)`;
+/// then `done(true)` when the store answered, `done(false)` when it did not. A call that cannot
+/// start (no executor: a handler made without one; an allocation failure) is `done(false)` at
+/// once. Never throws; `done` runs on the worker's thread.
+void send_detached(const boost::asio::any_io_executor& ex,
+                   std::shared_ptr<store::counter_store> store, limiter::check_request req,
+                   std::function<void(bool)> done) noexcept;
 
 /// The store step of one worker. Worker thread only (its lease book and refusal cache are
 /// the worker's own; the store is the worker's connection, or the shared memory store).

@@ -308,5 +308,42 @@ TEST_P(ai_tokens, reserve_then_settle_json_and_sse) {
 INSTANTIATE_TEST_SUITE_P(stores, ai_tokens,
                          ::testing::Values(store_kind::memory, store_kind::redis), store_name);
 
+// A near-limit warning on a charged limit counts the crossing of what the request took — its
+// reservation, not the route's cost: 40 reserved of 100 is 40 used (below the 50 % threshold),
+// the second request's 40 more take it to 80 (the crossing, counted once), and a third does not
+// fit (80 + 40 > 100). The upstream states no cost: each settles at its reservation.
+TEST(charge_warnings, the_crossing_counts_the_reservation) {
+  login_upstream upstream;
+  gateway_fixture gw(substitute(R"(
+listen: 127.0.0.1:0
+store: {type: memory}
+upstreams: {api: {url: UPSTREAM_URL}}
+routes:
+  - name: chat
+    match: {path_prefix: /chat}
+    upstream: api
+    limits:
+      - {name: tokens, by: ip, algorithm: fixed_window, rate: 100/1h, warn_at: 50%,
+         charge: {reserve: 40, settle: {header: X-Usage-Tokens}}}
+)",
+                                {{"UPSTREAM_URL", upstream.url()}}),
+                     1);
+  http_connection c(gw.port());
+  auto first = c.request("GET", "/chat", {{"X-Password", "right"}});
+  ASSERT_EQ(first.status, 200u) << first.body;
+  if (std::stoll(first.header("X-RateLimit-Reset")) < 10) GTEST_SKIP() << "at a window's end";
+  EXPECT_EQ(first.header("X-RateLimit-Remaining"), "60");
+  EXPECT_EQ(first.header("X-RateLimit-Warning"), "");
+  const auto second = c.request("GET", "/chat", {{"X-Password", "right"}});
+  ASSERT_EQ(second.status, 200u) << second.body;
+  EXPECT_EQ(second.header("X-RateLimit-Remaining"), "20");
+  EXPECT_EQ(second.header("X-RateLimit-Warning"), "\"tokens\"");
+  const auto third = c.request("GET", "/chat", {{"X-Password", "right"}});
+  EXPECT_EQ(third.status, 429u);
+  std::map<std::string, std::uint64_t> warned;
+  for (const auto& [limit, n] : gw.gateway().sample().quota_warnings) warned[limit] = n;
+  EXPECT_EQ(warned["tokens"], 1u);
+}
+
 }  // namespace
 }  // namespace sluice::test

@@ -82,9 +82,10 @@ struct usage_reading {
 /// `negative`; more than `max_cost` (or than 2^64 − 1) is `too_large`.
 usage_reading read_usage_header(std::optional<std::string_view> value, std::uint64_t max_cost);
 
-/// Reads one response's cost as its body streams by. Made once per worker (or session) from a
-/// source and reused: start() begins each response. Not thread-safe; no member throws after
-/// construction (the constructor allocates the JSON parser's state once).
+/// Reads one response's cost as its body streams by. Made from a source, for one response or
+/// reused for many: start() begins each response (the gateway's charge hook makes one per
+/// settled limit of a charged request). Not thread-safe; no member throws after construction
+/// (the constructor allocates the JSON parser's state once).
 ///
 /// Body rules:
 /// - `application/json` or any `type/subtype+json` (RFC 6839), parameters ignored: the body is

@@ -5,10 +5,14 @@
 #include "app/charge_hook.hpp"
 
 #include "sluice/config/loader.hpp"
+#include "sluice/http/response_head.hpp"
 #include "sluice/limiter/guarantee.hpp"
+#include "sluice/store/memory_store.hpp"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -129,6 +133,55 @@ TEST(charge_hook, guarantees) {
             "wait out); overshoot at most (requests in flight) x (largest cost above its "
             "reservation), none when every cost is at most its reservation; a cost that cannot "
             "be read settles at the reservation");
+}
+
+// A cost read from a response header (`settle: {header: ...}`) through the hook, on the memory
+// store: one field line is the cost (10 reserved, 3 used: 7 refunded); two lines are two costs
+// for one response, which read_usage_header()'s contract reads as not_a_number, so the limit
+// settles at the fallback (the reservation: nothing moves).
+TEST(charge_hook, a_repeated_cost_header_is_not_a_number) {
+  for (const bool repeated : {false, true}) {
+    SCOPED_TRACE(repeated ? "two X-Usage-Tokens lines" : "one X-Usage-Tokens line");
+    auto mem = std::make_shared<store::memory_store>([] { return std::int64_t{1'000'000'000}; });
+    limiter::limit_check l;
+    l.key = "sl:{tokens|k|a}";
+    l.bucket = limiter::bucket_params::from({{100, std::chrono::hours(1)}, 100});
+    l.cost = 10;  // the reservation taken at admission
+    limiter::check_request admit;
+    admit.limits = {l};
+    ASSERT_TRUE(mem->decide(admit).allowed);
+
+    config::charge_rule rule;
+    rule.what = config::charge_rule::kind::settle;
+    rule.reserve = 10;
+    rule.settle_header = "X-Usage-Tokens";
+    auto source = std::make_shared<limiter::usage_source>();
+    source->header = rule.settle_header;
+    auto counters = std::make_shared<settle_counters>();
+    charge_hook hook(std::make_shared<config::rules>(), mem, {}, counters,
+                     {charged_limit{l, &rule, source}}, 1'000'000'000);
+
+    const std::string wire = std::string("HTTP/1.1 200 OK\r\nX-Usage-Tokens: 3\r\n") +
+                             (repeated ? "x-usage-tokens: 4\r\n" : "") +
+                             "Content-Length: 0\r\n\r\n";
+    http::response_head_parser p;
+    boost::system::error_code ec;
+    p.put(boost::asio::buffer(wire), ec);
+    ASSERT_TRUE(p.is_header_done()) << ec.message();
+    hook.on_response_head(p.get());
+    hook.on_end(http::exchange_end::complete, 200);
+
+    const std::size_t not_a_number =
+        4 + static_cast<std::size_t>(limiter::usage_failure::not_a_number);
+    EXPECT_EQ(counters->by_outcome[not_a_number].value(), repeated ? 1u : 0u);
+    EXPECT_EQ(counters->by_outcome[outcome_refunded].value(), repeated ? 0u : 1u);
+    limiter::check_request look;
+    look.limits = {l};
+    look.limits[0].cost = 1;
+    look.peek = true;
+    // Remaining after a request of 1: 100 - 10 (kept at the fallback) or 100 - 3 (settled), - 1.
+    EXPECT_EQ(mem->decide(look).limits.at(0).remaining, repeated ? 89 : 96);
+  }
 }
 
 }  // namespace
