@@ -4,6 +4,8 @@
 // be combined with. The exact texts are in tests/unit/config/charge_config_test.cpp.
 #include "config/loader_internal.hpp"
 
+#include <numeric>
+
 namespace sluice::config::detail {
 namespace {
 
@@ -183,6 +185,29 @@ void loader::parse_charge(const entry& e, limit_src& l) {
     refuse(
         "charge cannot be combined with shards: a request is charged to one shard at random, "
         "and its settlement must reach that same bucket");
+  // A settle may leave a debt, which doubles the span the store's arithmetic covers (a token
+  // bucket's level down to -capacity, a window's count up to 2N): every value must stay an
+  // exact integer in a double (lua/common.lua), so the capacity (burst × units per token), a
+  // sliding window's N × window ms and a fixed window's N stay within 2^52.
+  const auto exact_with_debt = [&](const limit_params& p) {
+    const std::int64_t n = p.rate.count, period = p.rate.period.count();
+    if (n <= 0 || period <= 0) return true;  // (refused elsewhere)
+    constexpr std::int64_t half = max_exact_integer / 2;
+    if (v.algorithm == algorithm::token_bucket) {
+      const std::int64_t units = period / std::gcd(n, period);
+      return (p.burst > 0 ? p.burst : n) <= half / units;
+    }
+    if (v.algorithm == algorithm::sliding_window) return n <= half / period;
+    return n <= half;
+  };
+  if (ok) {
+    bool exact = !v.has_default_params || exact_with_debt(v.params);
+    for (const auto& [plan, p] : v.plan_overrides) exact = exact && exact_with_debt(p);
+    if (!exact)
+      refuse(
+          "charge needs the limit's arithmetic to stay exact with a debt of one Limit: its "
+          "capacity (burst x ms per token) or a window's count x ms must be at most 2^52");
+  }
   if (!ok) {
     l.usable = false;
     return;

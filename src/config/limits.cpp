@@ -538,8 +538,9 @@ std::optional<std::string> loader::difference(const limit& a, const limit& b) {
     if (a.params.rate.count != b.params.rate.count || a.params.rate.period != b.params.rate.period)
       return "rate";
     if (a.params.burst != b.params.burst) return "burst";
-    if (a.params.rate.utc_offset_minutes != b.params.rate.utc_offset_minutes) return "utc_offset";
   }
+  // (The limit's own field: also in every rate of it, plan overrides' included.)
+  if (a.utc_offset_minutes != b.utc_offset_minutes) return "utc_offset";
   if (a.plan_overrides.size() != b.plan_overrides.size()) return "plans";
   for (const auto& [plan, p] : a.plan_overrides) {
     auto it = b.plan_overrides.find(plan);
@@ -552,7 +553,7 @@ std::optional<std::string> loader::difference(const limit& a, const limit& b) {
   if (a.region_share != b.region_share) return "region_share";
   if (a.block != b.block) return "block";
   if (a.warn_at_bp != b.warn_at_bp) return "warn_at";
-  if (!(a.charge == b.charge)) return "charge";
+  if (a.charge != b.charge) return "charge";
   return std::nullopt;
 }
 

@@ -56,8 +56,6 @@ bool is_window(algorithm a);
 /// slots whole (O(max_in_flight)).
 inline constexpr std::int64_t max_in_flight_bound = 10'000;
 
-const char* algorithm_name(algorithm a);
-
 bool same_params(const limit_params& a, const limit_params& b);
 
 /// A whole number written in digits in [min, max]; otherwise nullopt and the diagnostic's

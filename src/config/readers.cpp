@@ -63,26 +63,6 @@ bool is_window(algorithm a) {
          a == algorithm::sliding_log || a == algorithm::calendar;
 }
 
-const char* algorithm_name(algorithm a) {
-  switch (a) {
-    case algorithm::token_bucket:
-      return "token_bucket";
-    case algorithm::fixed_window:
-      return "fixed_window";
-    case algorithm::sliding_window:
-      return "sliding_window";
-    case algorithm::sliding_log:
-      return "sliding_log";
-    case algorithm::gcra:
-      return "gcra";
-    case algorithm::concurrency:
-      return "concurrency";
-    case algorithm::calendar:
-      return "calendar";
-  }
-  return "?";
-}
-
 bool same_params(const limit_params& a, const limit_params& b) {
   return a.rate.count == b.rate.count && a.rate.period == b.rate.period && a.burst == b.burst &&
          a.rate.unit == b.rate.unit && a.rate.utc_offset_minutes == b.rate.utc_offset_minutes;
@@ -503,3 +483,27 @@ std::optional<std::string> loader::env_name(const entry& e, const std::string& p
 }
 
 }  // namespace sluice::config::detail
+
+namespace sluice::config {
+
+const char* algorithm_name(algorithm a) {
+  switch (a) {
+    case algorithm::token_bucket:
+      return "token_bucket";
+    case algorithm::fixed_window:
+      return "fixed_window";
+    case algorithm::sliding_window:
+      return "sliding_window";
+    case algorithm::sliding_log:
+      return "sliding_log";
+    case algorithm::gcra:
+      return "gcra";
+    case algorithm::concurrency:
+      return "concurrency";
+    case algorithm::calendar:
+      return "calendar";
+  }
+  return "?";
+}
+
+}  // namespace sluice::config

@@ -41,26 +41,6 @@ std::string duration_text(std::chrono::milliseconds d) {
   return std::to_string(ms) + "ms";
 }
 
-const char* algorithm_text(config::algorithm a) {
-  switch (a) {
-    case config::algorithm::token_bucket:
-      return "token_bucket";
-    case config::algorithm::fixed_window:
-      return "fixed_window";
-    case config::algorithm::sliding_window:
-      return "sliding_window";
-    case config::algorithm::sliding_log:
-      return "sliding_log";
-    case config::algorithm::gcra:
-      return "gcra";
-    case config::algorithm::concurrency:
-      return "concurrency";
-    case config::algorithm::calendar:
-      return "calendar";
-  }
-  return "unknown";
-}
-
 std::string by_text(const config::limit& l) {
   switch (l.by) {
     case config::identity_kind::api_key:
@@ -99,15 +79,48 @@ json::object params_json(const config::limit_params& p) {
   return o;
 }
 
+/// A limit's `charge:` as the rules file says it.
+json::object charge_json(const config::charge_rule& c) {
+  json::object o;
+  if (c.what == config::charge_rule::kind::when_status) {
+    json::array statuses;
+    for (unsigned k = 1; k <= 5; ++k)
+      if (c.classes & (1u << k)) statuses.emplace_back(std::to_string(k) + "xx");
+    for (unsigned s : c.statuses) statuses.emplace_back(s);
+    o["when_status"] = std::move(statuses);
+    return o;
+  }
+  if (c.reserve_header.empty()) {
+    o["reserve"] = c.reserve;
+  } else {
+    o["reserve"] = json::object{{"header", c.reserve_header}, {"max", c.reserve_max}};
+  }
+  if (c.settle_header.empty()) {
+    o["settle"] = json::object{{"json", c.settle_path_text}};
+  } else {
+    o["settle"] = json::object{{"header", c.settle_header}};
+  }
+  if (c.fallback < 0) {
+    o["fallback"] = "reserve";
+  } else {
+    o["fallback"] = c.fallback;
+  }
+  return o;
+}
+
 }  // namespace
 
 json::object limit_json(const config::limit& l) {
   json::object o;
   o["name"] = l.name;
   o["by"] = by_text(l);
-  o["algorithm"] = algorithm_text(l.algorithm);
+  o["algorithm"] = config::algorithm_name(l.algorithm);
   o["mode"] = l.mode == config::limit_mode::shadow ? "shadow" : "enforce";
-  if (l.has_default_params) {
+  if (l.algorithm == config::algorithm::concurrency) {
+    // (Its count and period hold max_in_flight and slot_ttl: config::limit's algorithm doc.)
+    o["max_in_flight"] = l.params.rate.count;
+    o["slot_ttl_ms"] = l.params.rate.period.count();
+  } else if (l.has_default_params) {
     auto p = params_json(l.params);
     o["rate"] = p["rate"];
     o["burst"] = p["burst"];
@@ -131,6 +144,7 @@ json::object limit_json(const config::limit& l) {
   if (l.algorithm == config::algorithm::calendar)
     o["utc_offset"] = limiter::utc_offset_text(l.utc_offset_minutes);
   if (l.warn_at_bp > 0) o["warn_at_percent"] = static_cast<double>(l.warn_at_bp) / 100.0;
+  if (l.charge.what != config::charge_rule::kind::none) o["charge"] = charge_json(l.charge);
   // The limit's stated guarantee (DESIGN.md: "every limit states what it guarantees"), in
   // the limiter room's words: defaults, then each plan override.
   o["guarantee"] = limiter::guarantee(l);

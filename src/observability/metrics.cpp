@@ -107,6 +107,22 @@ double d(std::uint64_t v) {
   return static_cast<double>(v);
 }
 
+/// A family with one label: one sample per (label value, number) of `pairs`, in their order;
+/// counters or gauges by `type`.
+template <class Pairs>
+MetricFamily labelled(std::string name, std::string help, MetricType type, const char* label,
+                      const Pairs& pairs) {
+  auto f = family(std::move(name), std::move(help), type);
+  for (const auto& [value, n] : pairs) {
+    if (type == MetricType::Gauge) {
+      add_gauge(f, static_cast<double>(n), {{label, value}});
+    } else {
+      add_counter(f, static_cast<double>(n), {{label, value}});
+    }
+  }
+  return f;
+}
+
 /// Adds `h` to histogram family `f` (cumulative buckets on duration_bounds_seconds, then +Inf).
 void add_histogram(MetricFamily& f, const histogram_counts& h,
                    std::vector<ClientMetric::Label> labels = {}) {
@@ -165,63 +181,43 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
     }
     out.push_back(std::move(requests));
     out.push_back(std::move(policy));
-    auto blocks = family("sluice_blocks_started_total",
-                         "Blocks (penalty box, block:) started by a limit's refusal of a caller.",
-                         MetricType::Counter);
-    for (const auto& [limit, n] : s.blocks_started) add_counter(blocks, d(n), {{"limit", limit}});
-    out.push_back(std::move(blocks));
-    auto settled = family("sluice_settlements_total",
-                          "Charged limits (charge:) settled after the response, by outcome.",
-                          MetricType::Counter);
-    for (const auto& [outcome, n] : s.settlements)
-      add_counter(settled, d(n), {{"outcome", outcome}});
-    out.push_back(std::move(settled));
+    out.push_back(labelled("sluice_blocks_started_total",
+                           "Blocks (penalty box, block:) started by a limit's refusal of a caller.",
+                           MetricType::Counter, "limit", s.blocks_started));
+    out.push_back(labelled("sluice_settlements_total",
+                           "Charged limits (charge:) settled after the response, by outcome.",
+                           MetricType::Counter, "outcome", s.settlements));
     out.push_back(counter("sluice_settle_failures_total",
                           "Settle calls (charge:) the store did not confirm.",
                           d(s.settle_failures)));
-    auto held = family("sluice_concurrency_slots_held",
-                       "Concurrency slots (algorithm: concurrency) this instance's requests hold "
-                       "now, by limit.",
-                       MetricType::Gauge);
-    for (const auto& [limit, n] : s.slots_held)
-      add_gauge(held, static_cast<double>(n), {{"limit", limit}});
-    out.push_back(std::move(held));
-    auto released = family("sluice_concurrency_releases_total",
+    out.push_back(labelled("sluice_concurrency_slots_held",
+                           "Concurrency slots (algorithm: concurrency) this instance's requests "
+                           "hold now, by limit.",
+                           MetricType::Gauge, "limit", s.slots_held));
+    out.push_back(labelled("sluice_concurrency_releases_total",
                            "Requests whose concurrency slots were released, by how the exchange "
                            "ended (complete, client_gone, upstream_failed, tunnel_closed, "
                            "not_forwarded, aborted).",
-                           MetricType::Counter);
-    for (const auto& [reason, n] : s.slot_releases)
-      add_counter(released, d(n), {{"reason", reason}});
-    out.push_back(std::move(released));
+                           MetricType::Counter, "reason", s.slot_releases));
     out.push_back(std::move(shadow));
     out.push_back(std::move(upstream));
   }
-  {
-    auto f = family("sluice_quota_warnings_total",
-                    "Requests that took a limit from below its warn_at threshold to at or "
-                    "above it (the first response carrying X-RateLimit-Warning for it), by "
-                    "limit name.",
-                    MetricType::Counter);
-    for (const auto& [limit, n] : s.quota_warnings) add_counter(f, d(n), {{"limit", limit}});
-    out.push_back(std::move(f));
-  }
+  out.push_back(labelled("sluice_quota_warnings_total",
+                         "Requests that took a limit from below its warn_at threshold to at or "
+                         "above it (the first response carrying X-RateLimit-Warning for it), by "
+                         "limit name.",
+                         MetricType::Counter, "limit", s.quota_warnings));
   out.push_back(counter("sluice_bad_requests_total",
                         "Requests the gateway refused before any limit was decided (400 "
                         "malformed or ambiguous, 401 unknown API key, 403 upgrade not allowed "
                         "on the route, 404 no route, 413 declared body over max_request_body).",
                         d(s.bad_requests)));
 
-  {
-    auto f = family("sluice_client_address_fallbacks_total",
-                    "Requests from a trusted proxy keyed on that proxy's own address, by why "
-                    "the forwarding header named no client (no_header, all_trusted, "
-                    "unreadable, syntax_error, unknown, obfuscated).",
-                    MetricType::Counter);
-    for (const auto& [reason, n] : s.client_address_fallbacks)
-      add_counter(f, d(n), {{"reason", reason}});
-    out.push_back(std::move(f));
-  }
+  out.push_back(labelled("sluice_client_address_fallbacks_total",
+                         "Requests from a trusted proxy keyed on that proxy's own address, by "
+                         "why the forwarding header named no client (no_header, all_trusted, "
+                         "unreadable, syntax_error, unknown, obfuscated).",
+                         MetricType::Counter, "reason", s.client_address_fallbacks));
   {
     auto latency = family("sluice_upstream_response_duration_seconds",
                           "Time from sending the request head to an upstream to reading its "

@@ -53,6 +53,10 @@ enum class calendar_unit : std::int8_t {
   month = 3,  ///< from the 1st 00:00 local to the 1st of the next month (28-31 days)
 };
 
+/// The rules-file name of algorithm `a` (`token_bucket`, `fixed_window`, ..., `calendar`,
+/// `concurrency`): what `algorithm:` says, diagnostics and `/admin/config` print.
+const char* algorithm_name(algorithm a);
+
 /// What a limit counts by (`by:` field): `api_key | user | ip | global | header:NAME`.
 enum class identity_kind { api_key, user, ip, global, header };
 
@@ -126,12 +130,7 @@ struct charge_rule {
   /// reserve`, the default, fallback < 0) or this many units.
   std::int64_t fallback = -1;
 
-  bool operator==(const charge_rule& o) const {
-    return what == o.what && statuses == o.statuses && classes == o.classes &&
-           reserve == o.reserve && reserve_header == o.reserve_header &&
-           reserve_max == o.reserve_max && settle_header == o.settle_header &&
-           settle_path_text == o.settle_path_text && fallback == o.fallback;
-  }
+  bool operator==(const charge_rule&) const = default;
 };
 
 /// One limit: a named bucket per caller identity. Two routes share a bucket only by naming

@@ -107,6 +107,12 @@ INSTANTIATE_TEST_SUITE_P(
                  route_with("{name: k, rate: 5/1m, charge: {when_status: [unauthorized]}}"),
                  {at7 + ".when_status[0]: unknown status 'unauthorized': write a status (401) "
                         "or a class (\"4xx\")"}},
+        bad_case{"inexact_with_debt",
+                 route_with("{name: k, rate: 1/1h, burst: 2000000000, charge: {reserve: 10, "
+                            "settle: {header: X-U}}}"),
+                 {at7 + ": charge needs the limit's arithmetic to stay exact with a debt of one "
+                        "Limit: its capacity (burst x ms per token) or a window's count x ms "
+                        "must be at most 2^52"}},
         bad_case{"both_kinds",
                  route_with("{name: k, rate: 5/1m, charge: {when_status: [401], reserve: 1}}"),
                  {at7 + ".reserve: reserve cannot be combined with when_status: a limit is "

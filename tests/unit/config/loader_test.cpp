@@ -821,6 +821,40 @@ const mistake mistake_table[] = {
      "  - {name: r1, match: {path_prefix: /a}, upstream: api, limits: [{name: a, rate: 1/1s}]}\n",
      {"rules.yaml:4: routes[0].limits[0]: limit 'a' differs in by from plans.free.limits[0] "
       "(line 2); one name is one bucket, so every definition must be identical"}},
+    {"limit_name_reused_with_another_block",
+     UP "routes:\n"
+        "  - {name: r1, match: {path_prefix: /a}, upstream: api, limits: [{name: a, rate: 5/1m, "
+        "block: 10m}]}\n"
+        "  - {name: r2, match: {path_prefix: /b}, upstream: api, limits: [{name: a, rate: 5/1m, "
+        "block: 15m}]}\n",
+     {"rules.yaml:4: routes[1].limits[0]: limit 'a' differs in block from routes[0].limits[0] "
+      "(line 3); one name is one bucket, so every definition must be identical"}},
+    {"limit_name_reused_with_another_warn_at",
+     UP "routes:\n"
+        "  - {name: r1, match: {path_prefix: /a}, upstream: api, limits: [{name: a, rate: 5/1m, "
+        "warn_at: 50%}]}\n"
+        "  - {name: r2, match: {path_prefix: /b}, upstream: api, limits: [{name: a, rate: 5/1m, "
+        "warn_at: 80%}]}\n",
+     {"rules.yaml:4: routes[1].limits[0]: limit 'a' differs in warn_at from routes[0].limits[0] "
+      "(line 3); one name is one bucket, so every definition must be identical"}},
+    {"limit_name_reused_with_another_charge",
+     UP "routes:\n"
+        "  - {name: r1, match: {path_prefix: /a}, upstream: api, limits: [{name: a, rate: 5/1m, "
+        "charge: {when_status: [401]}}]}\n"
+        "  - {name: r2, match: {path_prefix: /b}, upstream: api, limits: [{name: a, rate: 5/1m, "
+        "charge: {when_status: [403]}}]}\n",
+     {"rules.yaml:4: routes[1].limits[0]: limit 'a' differs in charge from routes[0].limits[0] "
+      "(line 3); one name is one bucket, so every definition must be identical"}},
+    {"limit_name_reused_with_another_utc_offset_on_plans_only",
+     UP "plans: {free: {limits: []}}\n"
+        "routes:\n"
+        "  - {name: r1, match: {path_prefix: /a}, upstream: api, limits: [{name: a, algorithm: "
+        "calendar, utc_offset: \"+01:00\", plans: {free: {rate: 5/day}}}]}\n"
+        "  - {name: r2, match: {path_prefix: /b}, upstream: api, limits: [{name: a, algorithm: "
+        "calendar, utc_offset: \"+02:00\", plans: {free: {rate: 5/day}}}]}\n",
+     {"rules.yaml:5: routes[1].limits[0]: limit 'a' differs in utc_offset from "
+      "routes[0].limits[0] (line 4); one name is one bucket, so every definition must be "
+      "identical"}},
     {"limit_name_not_a_key",
      UP "routes:\n"
         "  - {name: r, match: {path_prefix: /}, upstream: api, limits: [{name: \"a:b\", rate: "

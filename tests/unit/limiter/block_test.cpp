@@ -60,10 +60,20 @@ TEST(block, every_algorithm_that_can_refuse_takes_one) {
     const load_result r = load_string(
         route_with("{name: k, algorithm: " + algo + ", rate: 5/1m, block: 1h}"), "rules.yaml");
     EXPECT_TRUE(r.ok()) << algo;
-    if (r.ok()) EXPECT_EQ(r.value->routes.at(0).limits.at(0).block, 1h) << algo;
+    if (r.ok()) {
+      EXPECT_EQ(r.value->routes.at(0).limits.at(0).block, 1h) << algo;
+    }
   }
   // The cap itself is accepted.
   EXPECT_TRUE(load_string(route_with("{name: k, rate: 5/1m, block: 7d}"), "rules.yaml").ok());
+}
+
+// A calendar quota refuses too, so it takes a block (docs/operating.md, "The penalty box").
+TEST(block, a_calendar_quota_takes_one) {
+  const load_result r = load_string(
+      route_with("{name: k, algorithm: calendar, rate: 5/month, block: 1h}"), "rules.yaml");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value->routes.at(0).limits.at(0).block, 1h);
 }
 
 struct bad_case {
