@@ -84,7 +84,9 @@ TEST_P(token_bucket_cases, c01_remaining_n_means_n_more_admissions) {
 
 // c02: rate 1/10s, burst 2. Obeying Retry-After succeeds; it is never 0 or too early.
 TEST_P(token_bucket_cases, c02_retry_after_value) {
-  world w(GetParam(), rules(R"(
+  // The upstream learns each admission's store time: the stored level is checked against
+  // those (one clock), not against the schedule, which a loaded machine runs late.
+  world w(GetParam(), "decision_time_header: X-Decided-At\n" + rules(R"(
   - name: search
     match: {path_prefix: /v1/search}
     upstream: api
@@ -105,7 +107,12 @@ TEST_P(token_bucket_cases, c02_retry_after_value) {
   if (GetParam() == store_kind::redis) {
     const auto key = key_of("search_key", "key-a");
     auto [level, stamp] = bucket_state(w.raw(key));
-    EXPECT_NEAR(level, 200, 50);  // 0.02 token of 10,000 units
+    // 1 unit per ms: full (20,000) at the first admission, 10,000 taken by each of three.
+    const auto seen = w.upstream.requests();
+    ASSERT_EQ(seen.size(), 3u);
+    const double first = std::stod(seen[0].header("X-Decided-At"));
+    const double last = std::stod(seen[2].header("X-Decided-At"));
+    EXPECT_NEAR(level, last - first - 10'000, 1.0);  // about 0.02 token when on schedule
     EXPECT_LE(w.pttl(key), 19800 + 1000);
     EXPECT_GT(w.pttl(key), 0);
   }
