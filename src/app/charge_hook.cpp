@@ -54,20 +54,30 @@ charge_hook::charge_hook(std::shared_ptr<const config::rules> rules,
                          std::shared_ptr<store::counter_store> store,
                          boost::asio::any_io_executor executor,
                          std::shared_ptr<settle_counters> counters,
-                         std::vector<charged_limit> limits, std::int64_t taken_at_ms)
+                         std::vector<charged_limit> limits, std::int64_t taken_at_ms,
+                         std::shared_ptr<reservation_ledger> ledger)
     : rules_(std::move(rules)),
       store_(std::move(store)),
       executor_(std::move(executor)),
       counters_(std::move(counters)),
       limits_(std::move(limits)),
-      taken_at_ms_(taken_at_ms) {
+      taken_at_ms_(taken_at_ms),
+      ledger_(std::move(ledger)) {
+  if (ledger_)
+    for (const charged_limit& c : limits_) ledger_->open(c.check.key, c.check.cost);
   scanners_.resize(limits_.size());
   for (std::size_t i = 0; i < limits_.size(); ++i)
     if (limits_[i].source)
       scanners_[i] = std::make_unique<limiter::usage_scanner>(*limits_[i].source);
 }
 
-charge_hook::~charge_hook() = default;
+charge_hook::~charge_hook() { close_ledger(); }
+
+void charge_hook::close_ledger() noexcept {
+  if (!ledger_) return;
+  for (const charged_limit& c : limits_) ledger_->close(c.check.key, c.check.cost);
+  ledger_.reset();
+}
 
 void charge_hook::on_response_head(const http::response_head& head) noexcept {
   head_seen_ = true;
@@ -107,6 +117,7 @@ void charge_hook::on_body(std::string_view bytes) noexcept {
 }
 
 void charge_hook::on_end(http::exchange_end end, unsigned upstream_status) noexcept {
+  close_ledger();  // settled below (or nothing to settle)
   limiter::check_request req;
   req.settle = true;
   for (std::size_t i = 0; i < limits_.size(); ++i) {

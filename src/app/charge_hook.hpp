@@ -14,6 +14,8 @@
 #include "sluice/observability/metrics.hpp"
 #include "sluice/store/counter_store.hpp"
 
+#include "reservation_ledger.hpp"
+
 #include <boost/asio/any_io_executor.hpp>
 
 #include <array>
@@ -77,11 +79,12 @@ struct charged_limit {
 class charge_hook final : public http::exchange_hook {
  public:
   /// `taken_at_ms`: the admission's check_outcome::now_ms (a window's refund comes off the
-  /// window the units were taken in).
+  /// window the units were taken in). `ledger` (may be null) counts the units taken as
+  /// outstanding from now until on_end() sends the settlement, or the hook is destroyed.
   charge_hook(std::shared_ptr<const config::rules> rules,
               std::shared_ptr<store::counter_store> store, boost::asio::any_io_executor executor,
               std::shared_ptr<settle_counters> counters, std::vector<charged_limit> limits,
-              std::int64_t taken_at_ms);
+              std::int64_t taken_at_ms, std::shared_ptr<reservation_ledger> ledger = nullptr);
   ~charge_hook() override;
 
   void on_response_head(const http::response_head& head) noexcept override;
@@ -97,7 +100,10 @@ class charge_hook final : public http::exchange_hook {
   /// Parallel to limits_: a scanner per settled cost (null for when_status).
   std::vector<std::unique_ptr<limiter::usage_scanner>> scanners_;
   std::int64_t taken_at_ms_;
+  std::shared_ptr<reservation_ledger> ledger_;  // null: none; reset once closed
   bool head_seen_ = false;
+
+  void close_ledger() noexcept;
 };
 
 }  // namespace sluice::app

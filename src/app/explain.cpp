@@ -199,6 +199,16 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
                              : "in force";
         state["block"] = std::move(block);
       }
+      if (l.charge.what != config::charge_rule::kind::none) {
+        // Reservations outstanding: units this gateway's admitted requests took and have not
+        // settled yet (other gateways sharing the store hold their own).
+        const reservation_ledger::entry e = shared_.reservations->at(check.limits[i].key);
+        json::object res;
+        res["requests"] = e.requests;
+        res["units"] = e.units;
+        res["scope"] = "this gateway";
+        state["reservations_outstanding"] = std::move(res);
+      }
       const limiter::applied_limit& al = prepared.applied[i];
       if (al.warn_at_bp > 0) state["past_warn_at"] = limiter::past_warning(al, lo);
       if (al.algorithm == config::algorithm::calendar && decided->now_ms > 0) {

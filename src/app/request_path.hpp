@@ -118,6 +118,8 @@ struct shared_state {
   /// `access_log:` (null: none), made at start-up; and the secret of its key hashes.
   std::unique_ptr<observability::access_log> access;
   std::string access_key;
+  /// Charged units of this gateway's admitted requests not yet settled, per bucket (explain).
+  std::shared_ptr<reservation_ledger> reservations = std::make_shared<reservation_ledger>();
 };
 
 /// What a decided outcome says of the request as a whole, in the words the access log and

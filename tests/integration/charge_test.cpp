@@ -31,6 +31,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace sluice::test {
 namespace {
@@ -216,19 +217,34 @@ TEST_P(ai_tokens, reserve_then_settle_json_and_sse) {
     if (!reserve.empty()) h.emplace_back("X-Max-Tokens", reserve);
     return c.request("POST", "/v1/chat/completions", h, chat_request("hello", stream));
   };
-  /// What the store holds for key-a: explain's Remaining for a 1-unit reservation, plus 1.
-  auto held = [&] {
+  /// Explain's `now` of key-a's limit, asked with a 1-unit reservation (empty: no answer).
+  auto explained = [&] {
     observability::explain_query q;
     q.method = "POST";
     q.path = "/v1/chat/completions";
     q.api_key = "key-a";
     q.headers = {{"X-Max-Tokens", "1"}};
     const auto text = gw.gateway().explain(q);
-    if (!text) return std::int64_t{-1};
+    if (!text) return boost::json::object{};
     const auto e = boost::json::parse(*text).as_object();
-    const auto& now = e.at("limits").as_array().at(0).as_object().at("now").as_object();
+    return e.at("limits").as_array().at(0).as_object().at("now").as_object();
+  };
+  /// What the store holds for key-a: explain's Remaining for a 1-unit reservation, plus 1.
+  auto held = [&] {
+    const auto now = explained();
+    if (now.empty()) return std::int64_t{-1};
     return now.at("remaining").to_number<std::int64_t>() + (now.at("admits").as_bool() ? 1 : 0);
   };
+  /// This gateway's reservations outstanding on key-a's bucket: {requests, units}.
+  auto outstanding = [&] {
+    const auto now = explained();
+    if (now.empty()) return std::pair<std::int64_t, std::int64_t>{-1, -1};
+    const auto& o = now.at("reservations_outstanding").as_object();
+    EXPECT_EQ(o.at("scope"), "this gateway");
+    return std::pair{o.at("requests").to_number<std::int64_t>(),
+                     o.at("units").to_number<std::int64_t>()};
+  };
+  using held_units = std::pair<std::int64_t, std::int64_t>;
 
   // JSON: 1000 reserved (the response says 9000 left), 400 used: 600 refunded.
   auto r = complete("1000", 400);
@@ -239,6 +255,10 @@ TEST_P(ai_tokens, reserve_then_settle_json_and_sse) {
   EXPECT_EQ(r.header("X-RateLimit-Limit"), "10000");
   EXPECT_EQ(r.header("X-RateLimit-Remaining"), "9000");
   EXPECT_EQ(held(), 9600);
+  held_units open{-1, -1};
+  for (int i = 0; i < 200 && (open = outstanding()) != held_units{0, 0}; ++i)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(open, (held_units{0, 0})) << "settled when the JSON answer ended";
 
   // SSE: 1000 reserved, 1500 used (500 charged on top). The events arrive as they are sent:
   // the first is read before the upstream has recorded the completion, which it does just
@@ -257,6 +277,8 @@ TEST_P(ai_tokens, reserve_then_settle_json_and_sse) {
     EXPECT_EQ(head->header("X-RateLimit-Remaining"), "8600");
     ASSERT_TRUE(s.read_until("data: ", 5s));
     EXPECT_EQ(up.charges().size(), 1u) << "the first event came after the stream had ended";
+    // Mid-stream: the reservation is outstanding on this gateway until the stream ends.
+    EXPECT_EQ(outstanding(), (held_units{1, 1000}));
     ASSERT_TRUE(s.read_until("data: [DONE]", 10s));
     ASSERT_TRUE(s.read_until("0\r\n\r\n", 5s));
   }
@@ -265,6 +287,7 @@ TEST_P(ai_tokens, reserve_then_settle_json_and_sse) {
   std::int64_t now = -1;
   for (int i = 0; i < 200 && (now = held()) != 8100; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(now, 8100);
+  EXPECT_EQ(outstanding(), (held_units{0, 0}));
 
   // A reservation that is not a number: 400 naming the header, nothing reaches the upstream.
   r = complete("lots", 100);
