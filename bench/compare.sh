@@ -6,6 +6,9 @@
 #   haproxy        wrk -> HAProxy (1 thread, stick-table on X-API-Key, http_req_rate(1s)) -> upstream
 #   sluice-memory  wrk -> sluice (1 worker, memory store, per-API-key token bucket) -> upstream
 #   sluice-redis   wrk -> sluice (1 worker, Redis store, per-API-key token bucket) -> upstream
+#   sluice-settled as sluice-redis, the bucket charged after the response (`charge:` reserves 2,
+#                  the upstream's X-Usage-Tokens says 1, the unit left over is refunded): not in
+#                  the default set; name it in --systems
 # Every limiter keys on the X-API-Key header; wrk sends 10,000 distinct keys (key-0 ..
 # key-9999) and every limit is far above what a key is offered, so each request is checked
 # and admitted. All proxies keep their upstream connections alive. Config templates, the wrk
@@ -18,13 +21,13 @@ cd "$(dirname "$0")/.."
 ROOT="$PWD"
 TPL="$ROOT/bench/compare"
 
-ALL_SYSTEMS="direct,nginx,haproxy,sluice-memory,sluice-redis"
+ALL_SYSTEMS="direct,nginx,haproxy,sluice-memory,sluice-redis,sluice-settled"
 ROUNDS=3
 DURATION=8
 CONNS=50
 THREADS=1
 MODES="pinned,unpinned,fixed"
-SYSTEMS="$ALL_SYSTEMS"
+SYSTEMS="direct,nginx,haproxy,sluice-memory,sluice-redis"
 RECORD=0
 BUILD=0
 SELF_CHECK=0
@@ -48,7 +51,9 @@ limiter decisions per request (sluice's /metrics), errors, and the ratios to ngi
 Draws one latency-percentile plot per mode (PNG, gnuplot) into bench/compare-<mode>.png.
 
 Systems: direct (wrk straight at the upstream), nginx (nginx + limit_req), haproxy
-(HAProxy stick-table), sluice-memory, sluice-redis.
+(HAProxy stick-table), sluice-memory, sluice-redis, and sluice-settled (the Redis store, the
+bucket charged after the response: a reservation of 2 at admission, a refund of the unit the
+upstream's `X-Usage-Tokens: 1` leaves over; one settle call per request).
 
 Modes:
   pinned     wrk and the upstream on the first CPU, the system under test and Redis on
@@ -63,8 +68,8 @@ Options:
   --connections C    wrk connections (default 50)
   --threads T        wrk threads (default 1)
   --modes LIST       comma-separated, from pinned,unpinned,fixed (default: all three)
-  --systems LIST     comma-separated, from direct,nginx,haproxy,sluice-memory,sluice-redis
-                     (default: all five; ratios need nginx)
+  --systems LIST     comma-separated, from direct,nginx,haproxy,sluice-memory,sluice-redis,
+                     sluice-settled (default: all but sluice-settled; ratios need nginx)
   --rate R           offered load of the fixed mode in requests/s (default 9500)
   --fixed-connections C
                      wrk connections in the fixed mode (default 100: in that mode they only cap
@@ -134,7 +139,8 @@ for m in "${MODE_LIST[@]}"; do [[ $m =~ ^(pinned|unpinned|fixed)$ ]] || die "unk
 for s in "${SYSTEM_LIST[@]}"; do [[ ,$ALL_SYSTEMS, == *,$s,* ]] || die "unknown system: $s"; done
 ((${#SYSTEM_LIST[@]})) || die "--systems is empty"
 has_system() { [[ ,$SYSTEMS, == *,$1,* ]]; }
-uses_sluice() { has_system sluice-memory || has_system sluice-redis; }
+uses_sluice() { has_system sluice-memory || has_system sluice-redis || has_system sluice-settled; }
+uses_redis() { has_system sluice-redis || has_system sluice-settled; }
 
 # --- tools -------------------------------------------------------------------------------
 # Installed before the timeout guard starts (apt-get has its own bound below).
@@ -247,10 +253,10 @@ fill() { # template output key=value...: replaces @KEY@ with value
 
 # Limits: never reached in a benchmark; in --self-check each key gets 2 requests, then refusals.
 if ((SELF_CHECK)); then
-  NGINX_RATE="1r/m" NGINX_BURST=1 HAPROXY_RATE=2 SLUICE_RATE="1/1h" SLUICE_BURST=2
+  NGINX_RATE="1r/m" NGINX_BURST=1 HAPROXY_RATE=2 SLUICE_RATE="1/1h" SLUICE_BURST=2 SLUICE_RESERVE=1
 else
   NGINX_RATE="1000000r/s" NGINX_BURST=1000000 HAPROXY_RATE=1000000 SLUICE_RATE="1000000/1s"
-  SLUICE_BURST=1000000
+  SLUICE_BURST=1000000 SLUICE_RESERVE=2
 fi
 HEADERS_YAML="[x-ratelimit, ietf]"
 ((QUOTA_HEADERS)) || HEADERS_YAML="[]"
@@ -261,7 +267,7 @@ fill "$TPL/upstream-nginx.conf" "$OUT/upstream.conf" DIR="$OUT" PORT="${PORT[ups
 start upstream nginx -e "$OUT/upstream-error.log" -c "$OUT/upstream.conf" -p "$OUT"
 PORT[direct]=${PORT[upstream]}
 
-if has_system sluice-redis; then
+if uses_redis; then
   PORT[redis]=$(free_port)
   start redis redis-server --port "${PORT[redis]}" --bind 127.0.0.1 --save "" --appendonly no \
     --dir "$OUT" --logfile "$OUT/redis-server.log"
@@ -281,18 +287,18 @@ if has_system haproxy; then
   start haproxy haproxy -db -f "$OUT/haproxy.cfg"
 fi
 wait_port "${PORT[upstream]}" "${PID[upstream]}" upstream
-if has_system sluice-redis; then wait_port "${PORT[redis]}" "${PID[redis]}" redis; fi
+if uses_redis; then wait_port "${PORT[redis]}" "${PID[redis]}" redis; fi
 
-sluice_rules() { # name store-yaml
+sluice_rules() { # name store-yaml [limit fields]
   fill "$TPL/sluice.yaml" "$OUT/$1.yaml" PORT="${PORT[$1]}" ADMIN_PORT="${ADMIN[$1]}" \
     STORE="$2" HEADERS="$HEADERS_YAML" UPSTREAM_PORT="${PORT[upstream]}" \
-    SLUICE_RATE="$SLUICE_RATE" SLUICE_BURST="$SLUICE_BURST"
+    SLUICE_RATE="$SLUICE_RATE" SLUICE_BURST="$SLUICE_BURST" LIMIT_NAME="${1//-/_}" EXTRA="${3:-}"
   awk -v n="$KEYS" 'BEGIN { print "api_keys:"; for (i = 0; i < n; i++) printf "  key-%d: bench\n", i }' \
     >>"$OUT/$1.yaml"
   "$BINARY" --check-config "$OUT/$1.yaml" >/dev/null || die "sluice refuses $OUT/$1.yaml"
   start "$1" "$BINARY" --config "$OUT/$1.yaml" --no-watch --log-level warn
 }
-for s in sluice-memory sluice-redis; do
+for s in sluice-memory sluice-redis sluice-settled; do
   has_system "$s" || continue
   PORT[$s]=$(free_port)
   ADMIN[$s]=$(free_port)
@@ -301,8 +307,12 @@ if has_system sluice-memory; then sluice_rules sluice-memory "{type: memory}"; f
 if has_system sluice-redis; then
   sluice_rules sluice-redis "{type: redis, address: 127.0.0.1:${PORT[redis]}, timeout: 50ms}"
 fi
+if has_system sluice-settled; then
+  sluice_rules sluice-settled "{type: redis, address: 127.0.0.1:${PORT[redis]}, timeout: 50ms}" \
+    ", charge: {reserve: $SLUICE_RESERVE, settle: {header: X-Usage-Tokens}}"
+fi
 for s in "${SYSTEM_LIST[@]}"; do [[ $s == direct ]] || wait_port "${PORT[$s]}" "${PID[$s]}" "$s"; done
-for s in sluice-memory sluice-redis; do
+for s in sluice-memory sluice-redis sluice-settled; do
   has_system "$s" || continue
   for _ in $(seq 100); do
     [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:${ADMIN[$s]}/readyz") == 200 ]] && break
@@ -423,12 +433,12 @@ run_one() { # mode system round
   local sut0=NA up0 redis0=NA cmds0=NA scr0=NA allowed0=NA sut1 up1 redis1 cmds1 scr1 allowed1
   [[ $s != direct ]] && sut0=$(tree_ticks "${PID[$s]}")
   up0=$(tree_ticks "${PID[upstream]}")
-  if [[ $s == sluice-redis ]]; then redis0=$(tree_ticks "${PID[redis]}"); read -r cmds0 scr0 < <(redis_calls); fi
+  if [[ $s == sluice-redis || $s == sluice-settled ]]; then redis0=$(tree_ticks "${PID[redis]}"); read -r cmds0 scr0 < <(redis_calls); fi
   [[ $s == sluice-* ]] && allowed0=$(metric_sum "$s" allowed)
   wrk_run "$s" "$DURATION" "$f"
   [[ $s != direct ]] && sut1=$(tree_ticks "${PID[$s]}")
   up1=$(tree_ticks "${PID[upstream]}")
-  if [[ $s == sluice-redis ]]; then redis1=$(tree_ticks "${PID[redis]}"); read -r cmds1 scr1 < <(redis_calls); fi
+  if [[ $s == sluice-redis || $s == sluice-settled ]]; then redis1=$(tree_ticks "${PID[redis]}"); read -r cmds1 scr1 < <(redis_calls); fi
   [[ $s == sluice-* ]] && allowed1=$(metric_sum "$s" allowed)
   grep '^cmp lat ' "$f" | awk '{ print $3, $4 }' >"$OUT/lat/$mode.$s.$r"
   awk -v mode="$mode" -v sys="$s" -v round="$r" -v tck="$CLK_TCK" \
@@ -492,7 +502,7 @@ done
 # --- report ---------------------------------------------------------------------------------
 declare -A LABEL=([direct]="direct (upstream alone)" [nginx]="nginx + limit_req"
   [haproxy]="HAProxy stick-table" [sluice-memory]="sluice, memory store"
-  [sluice-redis]="sluice, Redis store")
+  [sluice-redis]="sluice, Redis store" [sluice-settled]="sluice, Redis store, cost settled after the response")
 
 # median over rounds of every numeric column, errors summed; one line per mode and system
 SUMMARY="$OUT/summary.tsv"
@@ -541,6 +551,12 @@ REPORT="$OUT/report.md"
     "(build $git_rev, \`workers: 1\`, one token bucket per API key, \`by: api_key\`, headers \`$HEADERS_YAML\`)" \
     "on the memory store and on redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')" \
     "(\`--save \"\" --appendonly no\`)."
+  if has_system sluice-settled; then
+    echo "sluice-settled is sluice on the same Redis with the bucket charged after the response" \
+      "(\`charge: {reserve: $SLUICE_RESERVE, settle: {header: X-Usage-Tokens}}\`): each request reserves" \
+      "$SLUICE_RESERVE units at admission and, when the upstream's \`X-Usage-Tokens: 1\` is read at the" \
+      "response's end, the unit left over is refunded in a second script call (no other system reads the header)."
+  fi
   echo "Systems run in interleaved rounds (each round runs every system once, after a ${WARMUP}s warm-up per mode);" \
     "each figure is the **median of $ROUNDS rounds**, errors are summed over the rounds, \"spread\" is" \
     "(max − min) ÷ median of req/s. CPU µs/req = utime + stime (from /proc/<pid>/stat, CLK_TCK $CLK_TCK)" \
@@ -601,7 +617,7 @@ REPORT="$OUT/report.md"
 
 # --- plots ----------------------------------------------------------------------------------
 declare -A COLOR=([direct]="#555555" [nginx]="#009e73" [haproxy]="#0072b2" [sluice-memory]="#e69f00"
-  [sluice-redis]="#d55e00")
+  [sluice-redis]="#d55e00" [sluice-settled]="#cc79a7")
 mkdir -p "$PLOT_DIR"
 for mode in "${MODE_LIST[@]}"; do
   plot_cmds=()
