@@ -71,7 +71,9 @@ charge_hook::charge_hook(std::shared_ptr<const config::rules> rules,
       scanners_[i] = std::make_unique<limiter::usage_scanner>(*limits_[i].source);
 }
 
-charge_hook::~charge_hook() { close_ledger(); }
+charge_hook::~charge_hook() {
+  close_ledger();
+}
 
 void charge_hook::close_ledger() noexcept {
   if (!ledger_) return;

@@ -219,10 +219,9 @@ void gateway_handler::conclude(const snapshot& snap, http::request_head& head,
   // its charged limits (fail_open and `local` decisions have nothing to settle in the store; a
   // forward verdict after a store decision is an admission).
   if (!q.charged.empty() && !q.at.store_failed && out.what == http::verdict::kind::forward) {
-    out.forward.watch.add(http::exchange_watch(
-        std::make_unique<charge_hook>(snap.rules, store_.shared_store(), executor_, settlements_,
-                                      std::move(q.charged), decided->now_ms,
-                                      shared_.reservations)));
+    out.forward.watch.add(http::exchange_watch(std::make_unique<charge_hook>(
+        snap.rules, store_.shared_store(), executor_, settlements_, std::move(q.charged),
+        decided->now_ms, shared_.reservations)));
   }
   if (!q.slot.empty()) hold_slots(q, decided, q.at.store_failed, out);
   finish(out, q.at, head, ctx);
