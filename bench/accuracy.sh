@@ -9,6 +9,9 @@
 #
 #   bench/accuracy.sh [BUILD_DIR=build] [T=10] [C=32] [M=4] [RUNS=greedy,even,edge]
 #
+# RUNS is a comma list of greedy, even, edge, cluster, lease, shards, calendar, settle and
+# concurrency (each described below), e.g. `bench/accuracy.sh build 10 32 4 settle,concurrency`.
+#
 # Each gateway runs one worker; every window is 1 s. Traffic (sluice-accuracy --mode):
 # - greedy: closed-loop clients, as fast as answers come, a random key and route per request;
 #   every algorithm with K = 1, 2, 4; every limit 20 units per 1 s (token bucket: burst 10).
@@ -39,6 +42,20 @@
 #   --calendar-boundary-ms line: the most units a key got before and after the boundary (at
 #   most 50 each: exact=yes) and late_ms, how long after the boundary the last key was first
 #   admitted again.
+# - settle (not in the default RUNS): settled costs, a fixed window of SETTLE_N (default 1000)
+#   units per 1 s per key with `charge: {reserve: 50, settle: {header: X-Usage-Tokens}}`, K = 2
+#   gateways, greedy on M keys; the driver (the upstream) reports each request's cost in
+#   X-Usage-Tokens, chosen per request from a hash of client and request number. Two runs:
+#   costs 1-50 (never above the reservation: the settled total per key per window at most N,
+#   ratio <= 1.000 exact) and costs 25-100 (up to 50 above it: the overshoot within the stated
+#   bound, requests in flight (C) x largest excess). Settled total = the costs the upstream
+#   reported for the requests decided in that window.
+# - concurrency (not in the default RUNS): `algorithm: concurrency, max_in_flight: 4` on one
+#   key, K = 3 gateways, C clients, the upstream holding each answer 200 ms (a client pauses
+#   10 ms after a 429); the upstream samples its in-flight count at every arrival: the maximum
+#   must stay at most 4; the mean, admitted and refused are reported.
+# Each settle or concurrency run that breaks its bound (driver exit 1) or measures nothing
+# (exit 3) is reported and the script goes on; it exits with the first such status at the end.
 # `lease` and `shards` are rules-file fields; a build whose loader does not know one says so
 # and skips that run (the message names the loader's error).
 # Output: one line per run from sluice-accuracy. C must be a multiple of M (even traffic).
@@ -64,7 +81,8 @@ cleanup() {
 }
 trap cleanup EXIT
 WORK=$BENCH_WORK
-if [[ ,$RUNS, == *,greedy,* || ,$RUNS, == *,even,* || ,$RUNS, == *,edge,* ]]; then
+if [[ ,$RUNS, == *,greedy,* || ,$RUNS, == *,even,* || ,$RUNS, == *,edge,* || ,$RUNS, == *,settle,* ||
+      ,$RUNS, == *,concurrency,* ]]; then
   bench_redis redis
   RPORT=$REDIS_PORT
 fi
@@ -81,6 +99,7 @@ limit_for() {  # limit_for ALGORITHM N [BY] [EXTRA_FIELDS]
   case $1 in
     token_bucket) echo "{name: acc, by: \"$by\", rate: $2/1s, burst: $(( $2 / 2 ))$extra}" ;;
     calendar) echo "{name: acc, by: \"$by\", algorithm: calendar, rate: $2/month$extra}" ;;
+    concurrency) echo "{name: acc, by: \"$by\", algorithm: concurrency, max_in_flight: $2, slot_ttl: 5s$extra}" ;;
     *) echo "{name: acc, by: \"$by\", algorithm: $1, rate: $2/1s$extra}" ;;
   esac
 }
@@ -135,9 +154,11 @@ YAML
       done ) &
     sampler=$!
   fi
+  # The driver's status is the run's (returned once the gateways are stopped).
+  local status=0
   "$DRIVER" --gateways "$gateways" --upstream-port "$up" --algorithm "$algo" --rate "$n" \
     --period-ms 1000 --burst $(( n / 2 )) --clients "$C" --keys "$M" --seconds "$T" --mode "$mode" \
-    --edge-ms 100 --warmup-ms 2000 "${extra[@]}"
+    --edge-ms 100 --warmup-ms 2000 "${extra[@]}" || status=$?
   if [[ -n $sampler ]]; then
     kill "$sampler" 2>/dev/null || true
     wait "$sampler" 2>/dev/null || true
@@ -147,6 +168,7 @@ YAML
   fi
   for p in "${GW_PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   GW_PIDS=()
+  return "$status"
 }
 
 if [[ ,$RUNS, == *,greedy,* ]]; then
@@ -218,3 +240,30 @@ if [[ ,$RUNS, == *,calendar,* ]]; then
     RPORT=$SAVED_RPORT
   fi
 fi
+BENCH_STATUS=0
+# A run whose bound broke (1) or that measured nothing (3): reported, the script goes on.
+bounded_run() {
+  local rc=0
+  run "$@" || rc=$?
+  if ((rc)); then
+    echo "  FAILED: exit $rc ($( ((rc == 3)) && echo "measured nothing" || echo "bound broken"))"
+    ((BENCH_STATUS)) || BENCH_STATUS=$rc
+  fi
+}
+if [[ ,$RUNS, == *,settle,* ]]; then
+  SETTLE_N=${SETTLE_N:-1000}
+  SETTLE_RESERVE=50
+  charge="charge: {reserve: $SETTLE_RESERVE, settle: {header: X-Usage-Tokens}}"
+  # (a) every cost at most the reservation: exact; (b) up to 50 above it: bounded.
+  for costs in 1-50 25-100; do
+    bounded_run fixed_window 2 greedy "$SETTLE_N" redis "" "$charge" \
+      --settle-reserve "$SETTLE_RESERVE" --settle-costs "$costs"
+  done
+fi
+if [[ ,$RUNS, == *,concurrency,* ]]; then
+  SAVED_M=$M
+  M=1
+  bounded_run concurrency 3 greedy "${CONC_N:-4}" redis "" "" --hold-ms 200 --refused-pause-ms 10
+  M=$SAVED_M
+fi
+exit "$BENCH_STATUS"

@@ -26,6 +26,12 @@
 //   that start after the warm-up count. With even traffic and a warm-up of at least 2 windows
 //   this is the "even traffic" figure: both windows the counter weighs have seen the traffic.
 //
+// Settled costs (`charge: {reserve, settle}` on a fixed window): each admitted request's units
+// are the cost the upstream reported for it, attributed to the window of its decision (where
+// its reservation was taken); the fixed window's aligned measure is then the settled total per
+// key per window against the budget N, and its overshoot the units above N, held to
+// settle_bound_units().
+//
 // Even traffic (the schedule both sluice-accuracy --mode even and the test send): each key's
 // requests evenly spaced at a constant rate, its j-th request at start + j·gap, costing 3 when
 // heavy_turn(key, j) (about one in four, no regular pattern) and 1 otherwise.
@@ -75,13 +81,45 @@ struct accuracy_result {
 
 enum class algo { token_bucket, fixed_window, sliding_window, sliding_log };
 
-/// Whether a key's j-th request of even traffic costs 3: about one in four, from a hash of key
-/// and j (splitmix64's finaliser), so a run repeats and no two keys share a pattern.
-inline bool heavy_turn(std::uint64_t key, std::int64_t j) {
-  std::uint64_t x = key * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(j);
+/// A 64-bit hash of (a, b): splitmix64's finaliser over a·φ + b. Deterministic, so a run's
+/// pseudo-random choices repeat.
+inline std::uint64_t mix64(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t x = a * 0x9E3779B97F4A7C15ULL + b;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return ((x ^ (x >> 31)) & 3) == 0;
+  return x ^ (x >> 31);
+}
+
+/// Whether a key's j-th request of even traffic costs 3: about one in four, from a hash of key
+/// and j, so a run repeats and no two keys share a pattern.
+inline bool heavy_turn(std::uint64_t key, std::int64_t j) {
+  return (mix64(key, static_cast<std::uint64_t>(j)) & 3) == 0;
+}
+
+/// Settled costs (sluice-accuracy --settle-reserve): the cost the upstream reports for client
+/// c's n-th request, uniform in [lo, hi] (lo <= hi) from a hash of (c, n), so a run repeats.
+inline std::int64_t settle_cost(std::uint64_t client, std::uint64_t n, std::int64_t lo,
+                                std::int64_t hi) {
+  const auto span = static_cast<std::uint64_t>(hi - lo + 1);
+  return lo + static_cast<std::int64_t>(mix64(client + 1, n) % span);
+}
+
+/// The largest excess of a settled cost over its reservation among admitted requests (their
+/// `units` being the cost the upstream reported, each having reserved `reserve` units), 0 when
+/// every cost is at most the reservation.
+inline std::int64_t largest_excess(const std::map<std::string, std::vector<admitted>>& per_key,
+                                   std::int64_t reserve) {
+  std::int64_t best = 0;
+  for (const auto& [key, ev] : per_key)
+    for (const auto& e : ev) best = std::max(best, e.units - reserve);
+  return best;
+}
+
+/// The stated bound of a settled cost (src/limiter/guarantee.cpp, `charge: {reserve, settle}`),
+/// in units above the limit in any window: (requests in flight) x (largest cost above its
+/// reservation); 0 when every cost is at most its reservation.
+inline std::int64_t settle_bound_units(std::int64_t in_flight, std::int64_t largest_excess) {
+  return in_flight * std::max<std::int64_t>(0, largest_excess);
 }
 
 /// The spacing of a key's requests, in µs, for even traffic offering `offered` times the limit

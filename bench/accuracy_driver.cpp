@@ -2,11 +2,14 @@
 // sluice-accuracy: the accuracy harness's load and measurement (bench/accuracy.sh runs it).
 //
 //   sluice-accuracy --gateways HOST:PORT[,HOST:PORT...] --upstream-port PORT
-//                   --algorithm token_bucket|fixed_window|sliding_window|sliding_log
+//                   --algorithm token_bucket|fixed_window|sliding_window|sliding_log|
+//                               calendar|concurrency
 //                   --rate N --period-ms P [--burst B] [--clients C] [--keys M] [--seconds T]
 //                   [--mode greedy|even|edge] [--offered X] [--edge-ms E]
 //                   [--warmup-ms W] [--start-phase-ms S] [--dump FILE]
 //                   [--global 1] [--bound-units U] [--calendar-boundary-ms B]
+//                   [--settle-reserve R --settle-costs LO-HI] [--hold-ms H]
+//                   [--refused-pause-ms Q]
 //
 // It is the upstream (a keep-alive HTTP/1.1 server on 127.0.0.1:PORT that records, for every
 // forwarded request, its X-Client key, its units (path /b costs 3, any other path 1) and the
@@ -49,9 +52,26 @@
 // at most N (`exact=yes|no`), `late_ms`: the largest delay over keys between B and the key's
 // first admission from B on (the quota reopens at the boundary: a greedy key is admitted
 // within a round trip of it).
-// Exit status: 0 with a line measured; 3 when the run measured nothing (no request sent, none
-// admitted, no admission recorded at the upstream; a calendar run whose keys were not admitted
-// on both sides of B), with the reason on stderr; 2 for bad options.
+// --settle-reserve R --settle-costs LO-HI (algorithm fixed_window, a limit with `charge:
+// {reserve: R, settle: {header: X-Usage-Tokens}}`): the upstream answers each request with
+// `X-Usage-Tokens: <cost>`, the cost uniform in [LO, HI] from a hash of the client and its
+// request number (the clients send them as `X-Acc-Seq: C.N`), so a run repeats; one line with
+// the settled total per key per aligned window (the reported costs of the requests decided in
+// it) against N = --rate: `ratio` (at most 1.000 when HI <= R), `overshoot_units` (the most
+// units above N), `largest_excess` (the largest reported cost above R), `in_flight` (C: each
+// client has at most one request in flight) and `bound_units` = in_flight x largest_excess, the
+// stated bound of a settled cost; exit 1 when the overshoot is above it.
+// --algorithm concurrency (a limit `algorithm: concurrency, max_in_flight: N`, N = --rate): the
+// upstream counts each key's requests it holds now, sampled at every arrival (this one included;
+// a request leaves the count just before its answer is written, while its slot is still held),
+// and the line reports `in_flight_max` (at most N: `within_bound=yes`, else exit 1),
+// `in_flight_mean` over the samples, and the admitted and refused counts. --hold-ms H: the
+// upstream holds every answer H ms (a slow upstream); --refused-pause-ms Q: a client waits Q ms
+// after a 429 before its next request.
+// Exit status: 0 with a line measured (and, for settle and concurrency, within the bound); 1
+// when a settle or concurrency run broke its bound; 3 when the run measured nothing (no request
+// sent, none admitted, no admission recorded at the upstream; a calendar run whose keys were not
+// admitted on both sides of B), with the reason on stderr; 2 for bad options.
 
 #include "accuracy_analysis.hpp"
 
@@ -84,7 +104,13 @@ struct recorder {
   std::mutex mutex;
   std::map<std::string, std::vector<sluice::bench::admitted>> per_key;
   std::atomic<std::uint64_t> requests{0}, without_time{0};
-  bool global = false;  // set before the upstream starts
+  // Set before the upstream starts:
+  bool global = false;
+  std::int64_t settle_lo = -1, settle_hi = -1;  // the reported costs' range, or -1: no cost header
+  std::int64_t hold_ms = 0;                     // how long each answer is held
+  // Concurrency (under `mutex`): requests of a key here now, and every arrival's sample of it.
+  std::map<std::string, std::int64_t> in_flight;
+  std::int64_t in_flight_max = 0, in_flight_samples = 0, in_flight_sum = 0;
 };
 
 void serve_connection(tcp::socket socket, recorder& rec) {
@@ -96,7 +122,15 @@ void serve_connection(tcp::socket socket, recorder& rec) {
     if (ec) return;
     const std::string key = rec.global ? std::string("global") : std::string(req["X-Client"]);
     const auto decided = req["X-Sluice-Decided-At"];
-    const std::int64_t units = req.target().starts_with("/b") ? 3 : 1;
+    std::int64_t units = req.target().starts_with("/b") ? 3 : 1;
+    if (rec.settle_lo >= 0) {
+      // The cost this request's answer reports, from the client's "C.N" sequence header.
+      const std::string seq(req["X-Acc-Seq"]);
+      const auto dot = seq.find('.');
+      const std::uint64_t c = dot == std::string::npos ? 0 : std::stoull(seq.substr(0, dot));
+      const std::uint64_t n = dot == std::string::npos ? 0 : std::stoull(seq.substr(dot + 1));
+      units = sluice::bench::settle_cost(c, n, rec.settle_lo, rec.settle_hi);
+    }
     ++rec.requests;
     std::int64_t at = 0;
     if (decided.empty()) {
@@ -113,8 +147,21 @@ void serve_connection(tcp::socket socket, recorder& rec) {
     {
       std::lock_guard lock(rec.mutex);
       rec.per_key[key].push_back({at, units});
+      // The key's requests here now, this one included, sampled at every arrival.
+      const std::int64_t now_in = ++rec.in_flight[key];
+      rec.in_flight_max = std::max(rec.in_flight_max, now_in);
+      ++rec.in_flight_samples;
+      rec.in_flight_sum += now_in;
+    }
+    if (rec.hold_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(rec.hold_ms));
+    {
+      // Left before the answer is written: the gateway's slot is held until it has relayed
+      // the answer, so this count never runs ahead of the slots.
+      std::lock_guard lock(rec.mutex);
+      --rec.in_flight[key];
     }
     bhttp::response<bhttp::string_body> res{bhttp::status::ok, req.version()};
+    if (rec.settle_lo >= 0) res.set("X-Usage-Tokens", std::to_string(units));
     res.body() = "ok";
     res.keep_alive(true);
     res.prepare_payload();
@@ -138,12 +185,16 @@ struct options {
   std::string mode = "greedy";
   std::int64_t edge_ms = 100;
   double offered = 2.5;
-  std::int64_t warmup_ms = -1;             // -1: two windows
-  std::int64_t start_phase_ms = -1;        // -1: start at once
-  std::string dump;                        // file for every send and admission, or empty
-  bool global = false;                     // every admission counted as one key
-  double bound_units = -1;                 // the stated bound in units, or -1: none stated
-  std::int64_t calendar_boundary_ms = -1;  // a calendar run's period boundary, store ms
+  std::int64_t warmup_ms = -1;                // -1: two windows
+  std::int64_t start_phase_ms = -1;           // -1: start at once
+  std::string dump;                           // file for every send and admission, or empty
+  bool global = false;                        // every admission counted as one key
+  double bound_units = -1;                    // the stated bound in units, or -1: none stated
+  std::int64_t calendar_boundary_ms = -1;     // a calendar run's period boundary, store ms
+  std::int64_t settle_reserve = -1;           // a settled-cost run's reservation, or -1
+  std::int64_t settle_lo = 1, settle_hi = 1;  // the costs the upstream reports
+  std::int64_t hold_ms = 0;                   // the upstream holds each answer this long
+  std::int64_t refused_pause_ms = 0;          // a client's pause after a 429
 };
 
 /// One send of one key: ms since the common start (for max_send_gap_ms), the host clock.
@@ -205,6 +256,16 @@ int main(int argc, char** argv) {
       o.bound_units = std::stod(v);
     } else if (k == "--calendar-boundary-ms") {
       o.calendar_boundary_ms = std::stoll(v);
+    } else if (k == "--settle-reserve") {
+      o.settle_reserve = std::stoll(v);
+    } else if (k == "--settle-costs") {
+      const auto dash = v.find('-');
+      o.settle_lo = std::stoll(v.substr(0, dash));
+      o.settle_hi = dash == std::string::npos ? o.settle_lo : std::stoll(v.substr(dash + 1));
+    } else if (k == "--hold-ms") {
+      o.hold_ms = std::stoll(v);
+    } else if (k == "--refused-pause-ms") {
+      o.refused_pause_ms = std::stoll(v);
     } else {
       std::cerr << "sluice-accuracy: unknown option " << k << '\n';
       return 2;
@@ -223,6 +284,12 @@ int main(int argc, char** argv) {
                  "--offered above 0\n";
     return 2;
   }
+  if (o.settle_reserve >= 0 &&
+      (o.algorithm != "fixed_window" || o.settle_lo < 0 || o.settle_hi < o.settle_lo)) {
+    std::cerr << "sluice-accuracy: --settle-reserve needs --algorithm fixed_window and "
+                 "--settle-costs LO-HI with 0 <= LO <= HI\n";
+    return 2;
+  }
   sluice::bench::algo a = sluice::bench::algo::token_bucket;
   if (o.algorithm == "fixed_window") a = sluice::bench::algo::fixed_window;
   if (o.algorithm == "sliding_window") a = sluice::bench::algo::sliding_window;
@@ -233,6 +300,11 @@ int main(int argc, char** argv) {
   // The upstream.
   recorder rec;
   rec.global = o.global;
+  rec.hold_ms = o.hold_ms;
+  if (o.settle_reserve >= 0) {
+    rec.settle_lo = o.settle_lo;
+    rec.settle_hi = o.settle_hi;
+  }
   asio::io_context ioc;
   tcp::acceptor acceptor(ioc, {asio::ip::make_address("127.0.0.1"), o.upstream_port});
   std::thread([&] {
@@ -303,6 +375,7 @@ int main(int argc, char** argv) {
         bhttp::request<bhttp::empty_body> req{bhttp::verb::get, heavy ? "/b" : "/a", 11};
         req.set(bhttp::field::host, "accuracy");
         req.set("X-Client", "client-" + std::to_string(key));
+        req.set("X-Acc-Seq", std::to_string(c) + "." + std::to_string(n));
         send_record rec_send{
             key, std::chrono::duration<double, std::milli>(steady::now() - start).count(), now_ms(),
             heavy ? 3 : 1, 0};
@@ -318,6 +391,8 @@ int main(int argc, char** argv) {
           ++ok;
         } else if (res.result_int() == 429) {
           ++refused;
+          if (o.refused_pause_ms > 0)
+            std::this_thread::sleep_for(std::chrono::milliseconds(o.refused_pause_ms));
         } else {
           ++other;
         }
@@ -373,6 +448,57 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(other.load()));
     std::fflush(stderr);
     std::_Exit(3);
+  }
+  if (o.algorithm == "concurrency") {
+    // At most N = --rate of a key's requests at the upstream at once, sampled at every arrival.
+    std::int64_t max_in = 0, samples = 0, sum = 0;
+    {
+      std::lock_guard lock(rec.mutex);
+      max_in = rec.in_flight_max;
+      samples = rec.in_flight_samples;
+      sum = rec.in_flight_sum;
+    }
+    const bool within = max_in <= o.rate;
+    std::printf(
+        "algorithm=concurrency K=%zu C=%d M=%d T=%d max_in_flight=%lld hold_ms=%lld sent=%llu "
+        "admitted=%llu refused=%llu other=%llu samples=%lld in_flight_max=%lld "
+        "in_flight_mean=%.2f within_bound=%s\n",
+        o.gateways.size(), o.clients, o.keys, o.seconds, static_cast<long long>(o.rate),
+        static_cast<long long>(o.hold_ms), static_cast<unsigned long long>(sent.load()),
+        static_cast<unsigned long long>(ok.load()), static_cast<unsigned long long>(refused.load()),
+        static_cast<unsigned long long>(other.load()), static_cast<long long>(samples),
+        static_cast<long long>(max_in),
+        samples > 0 ? static_cast<double>(sum) / static_cast<double>(samples) : 0.0,
+        within ? "yes" : "no");
+    std::fflush(stdout);
+    std::_Exit(within ? 0 : 1);
+  }
+  if (o.settle_reserve >= 0) {
+    // Settled costs on a fixed window: the costs the upstream reported for a key's admissions
+    // in each aligned window (of their decisions), against N and the stated bound.
+    const auto r = sluice::bench::analyse(per_key, sluice::bench::algo::fixed_window, o.rate,
+                                          o.period_ms, o.rate);
+    const std::int64_t excess = sluice::bench::largest_excess(per_key, o.settle_reserve);
+    // Requests in flight: at most one per client (closed loop).
+    const std::int64_t in_flight = o.clients;
+    const std::int64_t bound = sluice::bench::settle_bound_units(in_flight, excess);
+    const bool within = r.overshoot_units <= static_cast<double>(bound);
+    std::printf(
+        "algorithm=fixed_window charge=settle K=%zu C=%d M=%d T=%d rate=%lld/%lldms "
+        "reserve=%lld costs=%lld-%lld sent=%llu admitted=%llu refused=%llu other=%llu "
+        "untimed=%llu settled_units=%lld ratio=%.3f worst_key=%s overshoot_units=%.0f "
+        "largest_excess=%lld in_flight=%lld bound_units=%lld within_bound=%s\n",
+        o.gateways.size(), o.clients, o.keys, o.seconds, static_cast<long long>(o.rate),
+        static_cast<long long>(o.period_ms), static_cast<long long>(o.settle_reserve),
+        static_cast<long long>(o.settle_lo), static_cast<long long>(o.settle_hi),
+        static_cast<unsigned long long>(sent.load()), static_cast<unsigned long long>(ok.load()),
+        static_cast<unsigned long long>(refused.load()),
+        static_cast<unsigned long long>(other.load()),
+        static_cast<unsigned long long>(rec.without_time.load()), static_cast<long long>(r.units),
+        r.ratio, r.worst_key.c_str(), r.overshoot_units, static_cast<long long>(excess),
+        static_cast<long long>(in_flight), static_cast<long long>(bound), within ? "yes" : "no");
+    std::fflush(stdout);
+    std::_Exit(within ? 0 : 1);
   }
   if (o.calendar_boundary_ms >= 0) {
     // A calendar quota: at most N units per key on each side of the boundary, and the
