@@ -190,8 +190,10 @@ std::optional<http::verdict> gateway_handler::start(const snapshot& snap, http::
   const routed& r = routed_slot.emplace(std::move(std::get<routed>(routed_or)));
   at.r = &r;
   at.cors = r.route->cors;
-  // A preflight the upstream answers is relayed as it is: the upstream owns that answer.
-  if (r.preflight && at.cors->preflight == config::preflight_mode::forward) at.cors = nullptr;
+  // A preflight the upstream answers is relayed as it is: the upstream owns that answer
+  // (`preflight: forward`, or no CORS policy at all).
+  if (r.preflight && (at.cors == nullptr || at.cors->preflight == config::preflight_mode::forward))
+    at.cors = nullptr;
   return std::nullopt;
 }
 
@@ -449,15 +451,14 @@ std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
   if (!target->authority.empty()) head.set(bhttp::field::host, target->authority);
 
   // A preflight is routed as the request it announces (Access-Control-Request-Method): a
-  // route that takes only GET must still see the OPTIONS a browser sends before that GET.
+  // route that takes only GET must still see the OPTIONS a browser sends before that GET,
+  // whether the route has a CORS policy (the gateway answers it, or forwards it by
+  // `preflight: forward`) or none (it is forwarded: the upstream answers CORS itself).
+  const bool preflight = http::is_preflight(head);
   const config::route* matched = nullptr;
-  bool announced = false;
-  if (http::is_preflight(head)) {
+  if (preflight)
     matched = snap.router.match(head[bhttp::field::access_control_request_method],
                                 head[bhttp::field::host], target->path);
-    announced = matched != nullptr && snap.compiled(*matched).cors != nullptr;
-    if (!announced) matched = nullptr;
-  }
   if (matched == nullptr)
     matched = snap.router.match(head.method_string(), head[bhttp::field::host], target->path);
   if (matched == nullptr) {
@@ -492,7 +493,6 @@ std::variant<gateway_handler::routed, http::verdict> gateway_handler::route(
       }
     }
   }
-  const bool preflight = announced || (compiled.cors != nullptr && http::is_preflight(head));
   return routed{&compiled, std::move(*target), websocket, preflight};
 }
 
@@ -732,7 +732,8 @@ void gateway_handler::forward(const routed& r, const http::request_head& head,
                               const http::request_context& ctx, bool limited,
                               std::string quota_lines, route_counters& counted,
                               http::verdict& v) const {
-  if (r.preflight && r.route->cors->preflight == config::preflight_mode::answer) {
+  if (r.preflight && r.route->cors != nullptr &&
+      r.route->cors->preflight == config::preflight_mode::answer) {
     v.answer = http::preflight_answer(*r.route->cors, head, {});
     http::set_lines(v.answer.base(), quota_lines);
     return;

@@ -203,8 +203,9 @@ class gateway_handler final : public http::request_handler {
     const compiled_route* route = nullptr;
     http::canonical_target target;
     bool websocket = false;  ///< a WebSocket handshake the route allows: tunnel after 101
-    /// A CORS preflight on a route with a CORS policy: never authenticated, charged only to
-    /// compiled_route::preflight, answered (or forwarded) per the policy.
+    /// A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method): never
+    /// authenticated, charged only to compiled_route::preflight; answered or forwarded per
+    /// the route's CORS policy, forwarded as it is when the route has none.
     bool preflight = false;
   };
   /// Step 2's result: who is calling (or the directory could not say).

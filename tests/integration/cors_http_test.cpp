@@ -213,6 +213,59 @@ TEST_P(cors_http, forwarded_preflights_and_the_upstreams_vary) {
   EXPECT_EQ(all(item, "Vary"), "Accept-Encoding, Origin");
 }
 
+// No CORS policy anywhere, unknown keys rejected: the backend answers CORS itself, and a
+// browser's preflight (which never carries the key) must reach it, not get a 401.
+const char* const no_policy_rules = R"(
+store: STORE
+identity: {api_key: {header: X-API-Key}, unknown_key: reject}
+plans: {free: {limits: []}}
+api_keys: {key-a: free}
+upstreams: {api: {url: UPSTREAM_URL}}
+routes:
+  - name: own_cors
+    match: {path_prefix: /v1/own, methods: [GET, PUT]}
+    upstream: api
+    limits:
+      - {name: own_key, by: api_key, rate: 100/1h, burst: 100}
+      - {name: own_ip, by: ip, rate: 2/1h, burst: 2}
+)";
+
+TEST_P(cors_http, without_a_policy_a_preflight_is_forwarded_unauthenticated) {
+  world w(GetParam(), no_policy_rules);
+  canned_response answer;
+  answer.status = 204;
+  answer.body = "";
+  answer.headers = {{"Access-Control-Allow-Origin", "http://app.test"},
+                    {"Access-Control-Allow-Methods", "PUT"}};
+  w.upstream.set_response(answer);
+  auto pf = preflight(w, "127.33.0.1", "/v1/own/x");
+  EXPECT_EQ(pf.status, 204u) << pf.body;
+  EXPECT_EQ(pf.header("Access-Control-Allow-Origin"), "http://app.test");
+  EXPECT_EQ(pf.header("Access-Control-Allow-Methods"), "PUT");
+  EXPECT_FALSE(pf.has("Access-Control-Expose-Headers")) << "the upstream's answer, unchanged";
+  ASSERT_EQ(w.upstream.request_count(), 1u);
+  const auto seen = w.upstream.requests().front();
+  EXPECT_EQ(seen.method, "OPTIONS");
+  EXPECT_EQ(seen.header("Origin"), "http://app.test");
+  EXPECT_EQ(seen.header("Access-Control-Request-Method"), "PUT");
+  EXPECT_EQ(seen.header("Access-Control-Request-Headers"), "x-api-key");
+
+  // Routed by the announced method: the route takes GET and PUT, not OPTIONS.
+  EXPECT_EQ(raw(w, "127.33.0.1", "OPTIONS", "/v1/own/x",
+                {"Origin: http://app.test", "Access-Control-Request-Method: GET"})
+                .status,
+            204u);
+  EXPECT_EQ(w.upstream.request_count(), 2u);
+  // Charged to the by-ip limit (preflight: true by default), which now refuses that address.
+  EXPECT_EQ(preflight(w, "127.33.0.1", "/v1/own/x").status, 429u);
+  EXPECT_EQ(w.upstream.request_count(), 2u);
+  // Never to the per-key limit; a keyless actual request is still a 401.
+  EXPECT_EQ(raw(w, "127.33.0.2", "PUT", "/v1/own/x", {"Origin: http://app.test"}).status, 401u);
+  if (GetParam() == store_kind::redis)
+    EXPECT_TRUE(w.buckets().buckets("sl:{own_key|*").empty())
+        << "no preflight reached the per-key limit";
+}
+
 INSTANTIATE_TEST_SUITE_P(stores, cors_http, testing::Values(store_kind::memory, store_kind::redis),
                          store_name);
 
