@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// sluice-test-support: gateway_fixture redis_server http_client scripted_upstream openai_upstream
-// Costs known after the response (`charge:`) through the gateway, on the memory store and one
-// real redis-server:
+// sluice-test-support: gateway_fixture redis_cluster http_client scripted_upstream openai_upstream
+// Costs known after the response (`charge:`) through the gateway, on the memory store, one
+// real redis-server and a real three-master Redis Cluster:
 // - failed logins: a login upstream that answers 401 to a wrong password and 200 otherwise,
 //   behind `fixed_window 5/10m` with `charge: {when_status: [401, 403]}` per client IP: 200s
 //   are never counted, the 6th request after five 401s is a 429 for that IP only and never
@@ -16,6 +16,7 @@
 #include "support/gateway_fixture.hpp"
 #include "support/http_client.hpp"
 #include "support/openai_upstream.hpp"
+#include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 #include "support/scripted_upstream.hpp"
 #include "support/temp_dir.hpp"
@@ -38,19 +39,44 @@ namespace {
 
 using namespace std::chrono_literals;
 
-enum class store_kind { memory, redis };
+enum class store_kind { memory, redis, cluster };
 
 std::string store_name(const testing::TestParamInfo<store_kind>& info) {
-  return info.param == store_kind::memory ? "memory" : "redis";
+  switch (info.param) {
+    case store_kind::memory:
+      return "memory";
+    case store_kind::redis:
+      return "redis";
+    case store_kind::cluster:
+      return "cluster";
+  }
+  return "?";
 }
 
-/// The `store:` of a rules file for `kind` (a redis-server started when needed).
-std::string store_line(store_kind kind, std::unique_ptr<redis_server>& redis) {
-  if (kind == store_kind::memory) return "{type: memory}";
-  redis = std::make_unique<redis_server>();
-  return "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) +
-         "\", timeout: 250ms}";
-}
+/// The store a case runs on: nothing, a redis-server or a three-master cluster (no
+/// replicas: the cases need no failover), started by the constructor and stopped with it.
+struct store_under_test {
+  explicit store_under_test(store_kind kind) {
+    if (kind == store_kind::redis) redis = std::make_unique<redis_server>();
+    if (kind == store_kind::cluster)
+      cluster = std::make_unique<redis_cluster>(
+          redis_cluster::options{.replicas_per_master = 0, .env = {}});
+  }
+  /// The `store:` of a rules file.
+  std::string line() const {
+    if (cluster) return cluster->store_yaml();
+    if (redis)
+      return "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) +
+             "\", timeout: 250ms}";
+    return "{type: memory}";
+  }
+
+  std::unique_ptr<redis_server> redis;
+  std::unique_ptr<redis_cluster> cluster;
+};
+
+const auto every_store =
+    ::testing::Values(store_kind::memory, store_kind::redis, store_kind::cluster);
 
 /// A login upstream: `X-Password: right` is a 200, anything else a 401. Counts the requests
 /// it answered.
@@ -99,8 +125,8 @@ class failed_logins : public ::testing::TestWithParam<store_kind> {};
 
 TEST_P(failed_logins, five_401s_then_429_for_that_ip_only) {
   login_upstream login;
-  std::unique_ptr<redis_server> redis;
-  const std::string store = store_line(GetParam(), redis);
+  const store_under_test st(GetParam());
+  const std::string store = st.line();
   // One worker, one keep-alive connection per client: a response's settlement is made (or
   // sent first on the worker's store connection) before the next request is read.
   gateway_fixture gw(substitute(login_rules, {{"STORE", store}, {"UPSTREAM_URL", login.url()}}), 1);
@@ -176,8 +202,7 @@ TEST_P(failed_logins, five_401s_then_429_for_that_ip_only) {
   EXPECT_EQ(sample.settle_failures, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(stores, failed_logins,
-                         ::testing::Values(store_kind::memory, store_kind::redis), store_name);
+INSTANTIATE_TEST_SUITE_P(stores, failed_logins, every_store, store_name);
 
 const char* const token_rules = R"(
 listen: 127.0.0.1:0
@@ -206,8 +231,8 @@ class ai_tokens : public ::testing::TestWithParam<store_kind> {};
 TEST_P(ai_tokens, reserve_then_settle_json_and_sse) {
   temp_dir dir("charge-ai");
   openai_upstream up(dir.path, {200, 4});  // SSE events 200 ms apart
-  std::unique_ptr<redis_server> redis;
-  const std::string store = store_line(GetParam(), redis);
+  const store_under_test st(GetParam());
+  const std::string store = st.line();
   gateway_fixture gw(substitute(token_rules, {{"STORE", store}, {"UPSTREAM_URL", up.url()}}), 1);
   http_connection c(gw.port(), 10s);
   auto complete = [&](const std::string& reserve, unsigned total, bool stream = false) {
@@ -328,8 +353,7 @@ TEST_P(ai_tokens, reserve_then_settle_json_and_sse) {
   EXPECT_EQ(by["fallback"], 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(stores, ai_tokens,
-                         ::testing::Values(store_kind::memory, store_kind::redis), store_name);
+INSTANTIATE_TEST_SUITE_P(stores, ai_tokens, every_store, store_name);
 
 // A near-limit warning on a charged limit counts the crossing of what the request took — its
 // reservation, not the route's cost: 40 reserved of 100 is 40 used (below the 50 % threshold),
