@@ -22,7 +22,10 @@
 #include "support/temp_dir.hpp"
 
 #include "sluice/app/gateway.hpp"
+#include "sluice/limiter/keys.hpp"
 #include "sluice/observability/admin.hpp"
+#include "sluice/store/cluster_slots.hpp"
+#include "sluice/store/lua_scripts.hpp"
 
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
@@ -351,6 +354,103 @@ TEST_P(ai_tokens, reserve_then_settle_json_and_sse) {
   EXPECT_EQ(by["charged"], 1u);
   EXPECT_EQ(by["settled"], 2u);
   EXPECT_EQ(by["fallback"], 0u);
+}
+
+// Two charged limits whose buckets are on two masters of a cluster (a key's token budget and
+// an address's): a reservation is taken from both, each settles on its own master, and a
+// request the address's limit refuses charges the key's nothing (the split check peeks first).
+TEST(ai_tokens_cluster, a_charge_split_over_two_masters_settles_on_each) {
+  redis_cluster cluster({.replicas_per_master = 0, .env = {}});
+  const auto master_of = [&](const std::string& limit, limiter::key_namespace ns,
+                             const std::string& value) {
+    limiter::limit_check lc;
+    lc.key = limiter::bucket_key(limit, ns, value);
+    return cluster.master_of_slot(store::key_hash_slot(lua::redis_key(lc, lua::key_layout{})));
+  };
+  const auto key_master = master_of("tokens", limiter::key_namespace::api_key, "key-a");
+  std::string ip_limit;
+  for (int i = 0; ip_limit.empty() && i < 100; ++i) {
+    const std::string name = "ip_tokens_" + std::to_string(i);
+    if (master_of(name, limiter::key_namespace::ip, "127.0.0.1") != key_master) ip_limit = name;
+  }
+  ASSERT_FALSE(ip_limit.empty());
+  temp_dir dir("charge-split");
+  openai_upstream up(dir.path);
+  std::string rules =
+      substitute(token_rules, {{"STORE", cluster.store_yaml()}, {"UPSTREAM_URL", up.url()}});
+  rules += "      - {name: " + ip_limit +
+           ", by: ip, algorithm: fixed_window, rate: 5000/1h,\n"
+           "         charge: {reserve: {header: X-Max-Tokens, max: 4000},"
+           " settle: {json: usage.total_tokens}}}\n";
+  gateway_fixture gw(rules, 1);
+  http_connection c(gw.port(), 10s);
+  auto complete = [&](const std::string& reserve, unsigned total) {
+    return c.request("POST", "/v1/chat/completions",
+                     {{"Content-Type", "application/json"},
+                      {"X-API-Key", "key-a"},
+                      {"X-Max-Tokens", reserve},
+                      {"X-Test-Total-Tokens", std::to_string(total)}},
+                     chat_request("hello", false));
+  };
+  /// What each master holds for `limit`: explain's Remaining for a 1-unit reservation, plus 1.
+  auto held = [&](const std::string& limit) {
+    observability::explain_query q;
+    q.method = "POST";
+    q.path = "/v1/chat/completions";
+    q.api_key = "key-a";
+    q.headers = {{"X-Max-Tokens", "1"}};
+    const auto text = gw.gateway().explain(q);
+    if (!text) return std::int64_t{-1};
+    const auto doc = boost::json::parse(*text);
+    for (const auto& l : doc.as_object().at("limits").as_array()) {
+      if (l.as_object().at("name").as_string() != limit) continue;
+      const auto& now = l.as_object().at("now").as_object();
+      return now.at("remaining").to_number<std::int64_t>() + (now.at("admits").as_bool() ? 1 : 0);
+    }
+    return std::int64_t{-2};
+  };
+
+  // 1000 reserved from both (the address's 4000 left is the lower), 400 used.
+  auto r = complete("1000", 400);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  if (std::stoll(r.header("X-RateLimit-Reset")) < 30) {
+    GTEST_SKIP() << "the hour's window of the store clock ends within 30 s";
+  }
+  EXPECT_EQ(r.header("X-RateLimit-Limit"), "5000");
+  EXPECT_EQ(r.header("X-RateLimit-Remaining"), "4000");
+  std::int64_t key_left = -1, ip_left = -1;
+  for (int i = 0; i < 200; ++i) {
+    key_left = held("tokens");
+    ip_left = held(ip_limit);
+    if (key_left == 9600 && ip_left == 4600) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(key_left, 9600);
+  EXPECT_EQ(ip_left, 4600);
+
+  // 4000 reserved, 4600 used: 600 charged on top on both masters; the address's is spent.
+  r = complete("4000", 4600);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.header("X-RateLimit-Remaining"), "600");
+  for (int i = 0; i < 200; ++i) {
+    key_left = held("tokens");
+    ip_left = held(ip_limit);
+    if (key_left == 5000 && ip_left == 0) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(key_left, 5000);
+  EXPECT_EQ(ip_left, 0);
+
+  // Refused by the address's limit before the upstream; the key's budget is not touched.
+  const std::size_t upstream_seen = up.charges().size();
+  r = complete("100", 100);
+  EXPECT_EQ(r.status, 429u);
+  EXPECT_EQ(r.header("X-RateLimit-Remaining"), "0");
+  EXPECT_EQ(r.header("Retry-After"), r.header("X-RateLimit-Reset"));
+  EXPECT_NE(r.body.find(ip_limit), std::string::npos) << r.body;
+  EXPECT_EQ(up.charges().size(), upstream_seen);
+  EXPECT_EQ(held("tokens"), 5000);
+  EXPECT_EQ(held(ip_limit), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(stores, ai_tokens, every_store, store_name);
