@@ -3,15 +3,19 @@
 // whose wall clock is stepped (tests/preload/clock_step.cpp) from five seconds before a month
 // boundary to just after it: the count resets exactly at the boundary on the store's clock,
 // with Reset, RateLimit `t` and Retry-After counted to it (the store time of each decision is
-// read from the decision_time_header the upstream receives). `warn_at` on the memory store and
-// on Redis: the exact X-RateLimit-Warning on forwarded responses and on a 429, the crossing
-// counted once, and /admin/explain's period end.
-// sluice-test-support: gateway_fixture redis_server upstream_server http_client
+// read from the decision_time_header the upstream receives). The same on a three-master Redis
+// Cluster whose nodes all read one offset file (so the cluster's clock steps as one; the nodes'
+// cluster-node-timeout is longer than the step, so no node is taken for failed by it).
+// `warn_at` on the memory store, on Redis and on a Redis Cluster: the exact
+// X-RateLimit-Warning on forwarded responses and on a 429, the crossing counted once, and
+// /admin/explain's period end.
+// sluice-test-support: gateway_fixture redis_cluster upstream_server http_client
 
 #include "harness.hpp"
 
 #include "sluice/limiter/calendar.hpp"
 #include "sluice/observability/admin.hpp"
+#include "support/redis_cluster.hpp"
 #include "support/temp_dir.hpp"
 
 #include <boost/json.hpp>
@@ -65,21 +69,24 @@ routes:
     upstream: api
 )";
 
-TEST(calendar_quota, monthly_count_resets_at_the_boundary_on_a_stepped_store_clock) {
-  temp_dir dir("calendar-step");
-  const std::string offset_file = (dir.path / "offset").string();
+/// The environment of a redis-server whose wall clock is the host's plus the whole seconds in
+/// `offset_file` (tests/preload/clock_step.cpp).
+std::vector<std::string> stepped_clock_env(const std::string& offset_file) {
+  return {std::string("LD_PRELOAD=") + SLUICE_CLOCK_STEP_PRELOAD,
+          "SLUICE_CLOCK_OFFSET_FILE=" + offset_file};
+}
+
+/// The monthly quota across the boundary of February 2027 on a store (rules file `store`) whose
+/// clock is stepped by writing `offset_file`.
+void monthly_count_resets_at_the_boundary(const std::string& offset_file,
+                                          const std::string& store) {
   const auto set_store_clock = [&](std::int64_t target_ms) {
     std::ofstream(offset_file) << (target_ms - host_ms()) / 1000;
   };
   const std::int64_t boundary = utc(2027, 2, 1);
-  std::ofstream(offset_file) << "0";
-  redis_server redis({}, {std::string("LD_PRELOAD=") + SLUICE_CLOCK_STEP_PRELOAD,
-                          "SLUICE_CLOCK_OFFSET_FILE=" + offset_file});
   upstream_server upstream;
-  gateway_fixture gw(substitute(
-      calendar_rules, {{"UPSTREAM_URL", upstream.url()},
-                       {"STORE", "{type: redis, address: \"127.0.0.1:" +
-                                     std::to_string(redis.port()) + "\", timeout: 250ms}"}}));
+  gateway_fixture gw(
+      substitute(calendar_rules, {{"UPSTREAM_URL", upstream.url()}, {"STORE", store}}));
   // Jan 31 23:59:55 on the store's clock, within a second (the offset is whole seconds).
   set_store_clock(boundary - 5'000);
   const header_list key{{"X-API-Key", "key-a"}};
@@ -141,10 +148,29 @@ TEST(calendar_quota, monthly_count_resets_at_the_boundary_on_a_stepped_store_clo
   EXPECT_EQ(now.at("past_warn_at").as_bool(), true);
 }
 
-class near_limit_warning : public ::testing::TestWithParam<store_kind> {};
+TEST(calendar_quota, monthly_count_resets_at_the_boundary_on_a_stepped_store_clock) {
+  temp_dir dir("calendar-step");
+  const std::string offset_file = (dir.path / "offset").string();
+  std::ofstream(offset_file) << "0";
+  redis_server redis({}, stepped_clock_env(offset_file));
+  monthly_count_resets_at_the_boundary(
+      offset_file,
+      "{type: redis, address: \"127.0.0.1:" + std::to_string(redis.port()) + "\", timeout: 250ms}");
+}
 
-TEST_P(near_limit_warning, header_past_the_threshold_and_one_crossing_counted) {
-  world w(GetParam(), R"(
+TEST(calendar_quota, monthly_count_resets_at_the_boundary_on_a_stepped_cluster_clock) {
+  temp_dir dir("calendar-step-cluster");
+  const std::string offset_file = (dir.path / "offset").string();
+  std::ofstream(offset_file) << "0";
+  // The step is about two months: a node timeout of a year keeps the nodes from failing each
+  // other when their clocks jump together.
+  redis_cluster cluster({.replicas_per_master = 0,
+                         .node_timeout = std::chrono::hours(24 * 365),
+                         .env = stepped_clock_env(offset_file)});
+  monthly_count_resets_at_the_boundary(offset_file, cluster.store_yaml());
+}
+
+constexpr const char* warning_rules = R"(
 store: STORE
 identity: {api_key: {header: X-API-Key}}
 plans: {free: {limits: [{name: plan_hour, by: api_key, rate: 100/1h, burst: 100}]}}
@@ -157,10 +183,13 @@ routes:
     limits:
       - {name: tb, by: api_key, rate: 10/1h, burst: 10, warn_at: 80%}
       - {name: daily, by: api_key, algorithm: calendar, rate: 20/day, warn_at: 0.25}
-)");
+)";
+
+/// warn_at on two limits of a route through the gateway `gw` (rules: warning_rules).
+void header_past_the_threshold_and_one_crossing_counted(gateway_fixture& gw) {
   const header_list key{{"X-API-Key", "key-a"}};
   for (int i = 1; i <= 10; ++i) {
-    const auto r = w.get("/v1/items", key);
+    const auto r = get(gw.port(), "/v1/items", key);
     ASSERT_EQ(r.status, 200u) << i;
     // daily: past 25 % of 20 from the 5th request; tb: past 80 % of 10 from the 8th.
     std::string expected;
@@ -170,17 +199,32 @@ routes:
       expected = "\"daily\"";
     EXPECT_EQ(r.header("X-RateLimit-Warning"), expected) << "request " << i;
   }
-  const auto refused = w.get("/v1/items", key);
+  const auto refused = get(gw.port(), "/v1/items", key);
   EXPECT_EQ(refused.status, 429u);
   EXPECT_EQ(refused.header("X-RateLimit-Warning"), "\"tb\", \"daily\"");
   // Each limit crossed its threshold once; plan_hour has no warn_at and is not listed.
-  const auto s = w.gateway->gateway().sample();
+  const auto s = gw.gateway().sample();
   const std::vector<std::pair<std::string, std::uint64_t>> expected{{"daily", 1}, {"tb", 1}};
   EXPECT_EQ(s.quota_warnings, expected);
 }
 
+class near_limit_warning : public ::testing::TestWithParam<store_kind> {};
+
+TEST_P(near_limit_warning, header_past_the_threshold_and_one_crossing_counted) {
+  world w(GetParam(), warning_rules);
+  header_past_the_threshold_and_one_crossing_counted(*w.gateway);
+}
+
 INSTANTIATE_TEST_SUITE_P(stores, near_limit_warning,
                          ::testing::Values(store_kind::memory, store_kind::redis), store_name);
+
+TEST(near_limit_warning_cluster, header_past_the_threshold_and_one_crossing_counted) {
+  redis_cluster cluster({.replicas_per_master = 0, .env = {}});
+  upstream_server upstream;
+  gateway_fixture gw(substitute(
+      warning_rules, {{"UPSTREAM_URL", upstream.url()}, {"STORE", cluster.store_yaml()}}));
+  header_past_the_threshold_and_one_crossing_counted(gw);
+}
 
 }  // namespace
 }  // namespace sluice::test

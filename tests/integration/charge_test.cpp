@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// sluice-test-support: gateway_fixture redis_server http_client scripted_upstream openai_upstream
-// Costs known after the response (`charge:`) through the gateway, on the memory store and one
-// real redis-server:
+// sluice-test-support: gateway_fixture redis_cluster http_client scripted_upstream openai_upstream
+// Costs known after the response (`charge:`) through the gateway, on the memory store, one
+// real redis-server and a real three-master Redis Cluster:
 // - failed logins: a login upstream that answers 401 to a wrong password and 200 otherwise,
 //   behind `fixed_window 5/10m` with `charge: {when_status: [401, 403]}` per client IP: 200s
 //   are never counted, the 6th request after five 401s is a 429 for that IP only and never
@@ -16,12 +16,16 @@
 #include "support/gateway_fixture.hpp"
 #include "support/http_client.hpp"
 #include "support/openai_upstream.hpp"
+#include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 #include "support/scripted_upstream.hpp"
 #include "support/temp_dir.hpp"
 
 #include "sluice/app/gateway.hpp"
+#include "sluice/limiter/keys.hpp"
 #include "sluice/observability/admin.hpp"
+#include "sluice/store/cluster_slots.hpp"
+#include "sluice/store/lua_scripts.hpp"
 
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
@@ -38,19 +42,44 @@ namespace {
 
 using namespace std::chrono_literals;
 
-enum class store_kind { memory, redis };
+enum class store_kind { memory, redis, cluster };
 
 std::string store_name(const testing::TestParamInfo<store_kind>& info) {
-  return info.param == store_kind::memory ? "memory" : "redis";
+  switch (info.param) {
+    case store_kind::memory:
+      return "memory";
+    case store_kind::redis:
+      return "redis";
+    case store_kind::cluster:
+      return "cluster";
+  }
+  return "?";
 }
 
-/// The `store:` of a rules file for `kind` (a redis-server started when needed).
-std::string store_line(store_kind kind, std::unique_ptr<redis_server>& redis) {
-  if (kind == store_kind::memory) return "{type: memory}";
-  redis = std::make_unique<redis_server>();
-  return "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) +
-         "\", timeout: 250ms}";
-}
+/// The store a case runs on: nothing, a redis-server or a three-master cluster (no
+/// replicas: the cases need no failover), started by the constructor and stopped with it.
+struct store_under_test {
+  explicit store_under_test(store_kind kind) {
+    if (kind == store_kind::redis) redis = std::make_unique<redis_server>();
+    if (kind == store_kind::cluster)
+      cluster = std::make_unique<redis_cluster>(
+          redis_cluster::options{.replicas_per_master = 0, .env = {}});
+  }
+  /// The `store:` of a rules file.
+  std::string line() const {
+    if (cluster) return cluster->store_yaml();
+    if (redis)
+      return "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) +
+             "\", timeout: 250ms}";
+    return "{type: memory}";
+  }
+
+  std::unique_ptr<redis_server> redis;
+  std::unique_ptr<redis_cluster> cluster;
+};
+
+const auto every_store =
+    ::testing::Values(store_kind::memory, store_kind::redis, store_kind::cluster);
 
 /// A login upstream: `X-Password: right` is a 200, anything else a 401. Counts the requests
 /// it answered.
@@ -99,8 +128,8 @@ class failed_logins : public ::testing::TestWithParam<store_kind> {};
 
 TEST_P(failed_logins, five_401s_then_429_for_that_ip_only) {
   login_upstream login;
-  std::unique_ptr<redis_server> redis;
-  const std::string store = store_line(GetParam(), redis);
+  const store_under_test st(GetParam());
+  const std::string store = st.line();
   // One worker, one keep-alive connection per client: a response's settlement is made (or
   // sent first on the worker's store connection) before the next request is read.
   gateway_fixture gw(substitute(login_rules, {{"STORE", store}, {"UPSTREAM_URL", login.url()}}), 1);
@@ -176,8 +205,7 @@ TEST_P(failed_logins, five_401s_then_429_for_that_ip_only) {
   EXPECT_EQ(sample.settle_failures, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(stores, failed_logins,
-                         ::testing::Values(store_kind::memory, store_kind::redis), store_name);
+INSTANTIATE_TEST_SUITE_P(stores, failed_logins, every_store, store_name);
 
 const char* const token_rules = R"(
 listen: 127.0.0.1:0
@@ -206,8 +234,8 @@ class ai_tokens : public ::testing::TestWithParam<store_kind> {};
 TEST_P(ai_tokens, reserve_then_settle_json_and_sse) {
   temp_dir dir("charge-ai");
   openai_upstream up(dir.path, {200, 4});  // SSE events 200 ms apart
-  std::unique_ptr<redis_server> redis;
-  const std::string store = store_line(GetParam(), redis);
+  const store_under_test st(GetParam());
+  const std::string store = st.line();
   gateway_fixture gw(substitute(token_rules, {{"STORE", store}, {"UPSTREAM_URL", up.url()}}), 1);
   http_connection c(gw.port(), 10s);
   auto complete = [&](const std::string& reserve, unsigned total, bool stream = false) {
@@ -328,8 +356,104 @@ TEST_P(ai_tokens, reserve_then_settle_json_and_sse) {
   EXPECT_EQ(by["fallback"], 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(stores, ai_tokens,
-                         ::testing::Values(store_kind::memory, store_kind::redis), store_name);
+// Two charged limits whose buckets are on two masters of a cluster (a key's token budget and
+// an address's): a reservation is taken from both, each settles on its own master, and a
+// request the address's limit refuses charges the key's nothing (the split check peeks first).
+TEST(ai_tokens_cluster, a_charge_split_over_two_masters_settles_on_each) {
+  redis_cluster cluster({.replicas_per_master = 0, .env = {}});
+  const auto master_of = [&](const std::string& limit, limiter::key_namespace ns,
+                             const std::string& value) {
+    limiter::limit_check lc;
+    lc.key = limiter::bucket_key(limit, ns, value);
+    return cluster.master_of_slot(store::key_hash_slot(lua::redis_key(lc, lua::key_layout{})));
+  };
+  const auto key_master = master_of("tokens", limiter::key_namespace::api_key, "key-a");
+  std::string ip_limit;
+  for (int i = 0; ip_limit.empty() && i < 100; ++i) {
+    const std::string name = "ip_tokens_" + std::to_string(i);
+    if (master_of(name, limiter::key_namespace::ip, "127.0.0.1") != key_master) ip_limit = name;
+  }
+  ASSERT_FALSE(ip_limit.empty());
+  temp_dir dir("charge-split");
+  openai_upstream up(dir.path);
+  std::string rules =
+      substitute(token_rules, {{"STORE", cluster.store_yaml()}, {"UPSTREAM_URL", up.url()}});
+  rules += "      - {name: " + ip_limit +
+           ", by: ip, algorithm: fixed_window, rate: 5000/1h,\n"
+           "         charge: {reserve: {header: X-Max-Tokens, max: 4000},"
+           " settle: {json: usage.total_tokens}}}\n";
+  gateway_fixture gw(rules, 1);
+  http_connection c(gw.port(), 10s);
+  auto complete = [&](const std::string& reserve, unsigned total) {
+    return c.request("POST", "/v1/chat/completions",
+                     {{"Content-Type", "application/json"},
+                      {"X-API-Key", "key-a"},
+                      {"X-Max-Tokens", reserve},
+                      {"X-Test-Total-Tokens", std::to_string(total)}},
+                     chat_request("hello", false));
+  };
+  /// What each master holds for `limit`: explain's Remaining for a 1-unit reservation, plus 1.
+  auto held = [&](const std::string& limit) {
+    observability::explain_query q;
+    q.method = "POST";
+    q.path = "/v1/chat/completions";
+    q.api_key = "key-a";
+    q.headers = {{"X-Max-Tokens", "1"}};
+    const auto text = gw.gateway().explain(q);
+    if (!text) return std::int64_t{-1};
+    const auto doc = boost::json::parse(*text);
+    for (const auto& l : doc.as_object().at("limits").as_array()) {
+      if (l.as_object().at("name").as_string() != limit) continue;
+      const auto& now = l.as_object().at("now").as_object();
+      return now.at("remaining").to_number<std::int64_t>() + (now.at("admits").as_bool() ? 1 : 0);
+    }
+    return std::int64_t{-2};
+  };
+
+  // 1000 reserved from both (the address's 4000 left is the lower), 400 used.
+  auto r = complete("1000", 400);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  if (std::stoll(r.header("X-RateLimit-Reset")) < 30) {
+    GTEST_SKIP() << "the hour's window of the store clock ends within 30 s";
+  }
+  EXPECT_EQ(r.header("X-RateLimit-Limit"), "5000");
+  EXPECT_EQ(r.header("X-RateLimit-Remaining"), "4000");
+  std::int64_t key_left = -1, ip_left = -1;
+  for (int i = 0; i < 200; ++i) {
+    key_left = held("tokens");
+    ip_left = held(ip_limit);
+    if (key_left == 9600 && ip_left == 4600) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(key_left, 9600);
+  EXPECT_EQ(ip_left, 4600);
+
+  // 4000 reserved, 4600 used: 600 charged on top on both masters; the address's is spent.
+  r = complete("4000", 4600);
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.header("X-RateLimit-Remaining"), "600");
+  for (int i = 0; i < 200; ++i) {
+    key_left = held("tokens");
+    ip_left = held(ip_limit);
+    if (key_left == 5000 && ip_left == 0) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(key_left, 5000);
+  EXPECT_EQ(ip_left, 0);
+
+  // Refused by the address's limit before the upstream; the key's budget is not touched.
+  const std::size_t upstream_seen = up.charges().size();
+  r = complete("100", 100);
+  EXPECT_EQ(r.status, 429u);
+  EXPECT_EQ(r.header("X-RateLimit-Remaining"), "0");
+  EXPECT_EQ(r.header("Retry-After"), r.header("X-RateLimit-Reset"));
+  EXPECT_NE(r.body.find(ip_limit), std::string::npos) << r.body;
+  EXPECT_EQ(up.charges().size(), upstream_seen);
+  EXPECT_EQ(held("tokens"), 5000);
+  EXPECT_EQ(held(ip_limit), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(stores, ai_tokens, every_store, store_name);
 
 // A near-limit warning on a charged limit counts the crossing of what the request took — its
 // reservation, not the route's cost: 40 reserved of 100 is 40 used (below the 50 % threshold),

@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // sluice-test-serial
-// sluice-test-support: redis_server http_client scripted_upstream
+// sluice-test-support: redis_cluster http_client scripted_upstream
 // Concurrency slots end to end (algorithm: concurrency): K = 3 `sluice` processes on one Redis
 // in front of a slow upstream that samples how many requests it holds at once. 50 clients on
 // one key with max_in_flight 4: the upstream never holds more than 4, the rest get 429 with
 // qu="concurrent-requests" and an honest Retry-After, every admitted request releases its slot
 // when it ends; slots are renewed while requests outlive slot_ttl; a gateway killed with
-// SIGKILL while holding 4 slots gives them back within slot_ttl + the renewal period. A client
-// gone mid-response releases its slot; a WebSocket tunnel holds its slot until it closes.
+// SIGKILL while holding 4 slots gives them back within slot_ttl + the renewal period. Both
+// again on a three-master Redis Cluster. A client gone mid-response releases its slot; a
+// WebSocket tunnel holds its slot until it closes.
 // Serial: the kill's check is bounded by the stated time.
 
 #include "support/child_process.hpp"
 #include "support/http_client.hpp"
+#include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 #include "support/scripted_upstream.hpp"
 #include "support/temp_dir.hpp"
@@ -203,15 +205,26 @@ double metric(const std::string& text, const std::string& series) {
   return std::stod(text.substr(at + series.size() + 2));
 }
 
+/// Where the gateways of a slots_world keep their slots.
+enum class slots_store { memory, redis, cluster };
+
 struct slots_world {
-  /// `instances` gateways (at most 3), each limit admitting `max_in_flight` of one key, on the
-  /// Redis server (or each on its own memory store).
-  explicit slots_world(int n = 3, int max_in_flight = 4, bool memory = false) : instances(n) {
+  /// `instances` gateways (at most 3), each limit admitting `max_in_flight` of one key, on one
+  /// Redis server, a three-master cluster (no replicas) or each on its own memory store.
+  explicit slots_world(int n = 3, int max_in_flight = 4, slots_store store = slots_store::redis)
+      : instances(n) {
+    if (store == slots_store::redis) redis = std::make_unique<redis_server>();
+    if (store == slots_store::cluster)
+      cluster = std::make_unique<redis_cluster>(
+          redis_cluster::options{.replicas_per_master = 0, .env = {}});
     up.set_hold(1000ms);  // a slow upstream: one second per answer
     std::ofstream(dirs[0].path / "rules.yaml")
-        << (memory ? std::string("store: {type: memory}\n")
-                   : "store: {type: redis, address: \"127.0.0.1:" + std::to_string(redis.port()) +
-                         "\", timeout: 500ms}\n")
+        << "store: "
+        << (redis ? "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) +
+                        "\", timeout: 500ms}"
+            : cluster ? cluster->store_yaml("500ms")
+                      : std::string("{type: memory}"))
+        << "\n"
         << "identity: {api_key: {header: X-API-Key}}\n"
            "plans: {free: {limits: []}}\n"
            "api_keys: {key-a: free}\n"
@@ -236,11 +249,18 @@ struct slots_world {
     return ::testing::AssertionSuccess();
   }
 
-  /// The slots held in Redis now (the key's sorted set; the key expires with its last slot).
+  /// The slots held in the store now (the key's sorted set; the key expires with its last
+  /// slot), on the one Redis or on whichever node of the cluster holds the key.
   long long slots_in_redis() const {
-    const auto keys = redis.command({"KEYS", "sl:{inflight|*"});
     long long n = 0;
-    for (const auto& k : keys.elements) n += redis.command({"ZCARD", k.str}).integer;
+    const auto count = [&n](const auto& run) {
+      const auto keys = run(std::vector<std::string>{"KEYS", "sl:{inflight|*"});
+      for (const auto& k : keys.elements)
+        n += run(std::vector<std::string>{"ZCARD", k.str}).integer;
+    };
+    if (redis) count([&](const std::vector<std::string>& argv) { return redis->command(argv); });
+    for (std::size_t i = 0; cluster && i < cluster->size(); ++i)
+      count([&](const std::vector<std::string>& argv) { return cluster->command(i, argv); });
     return n;
   }
 
@@ -255,14 +275,15 @@ struct slots_world {
   }
 
   int instances;
-  redis_server redis;
+  std::unique_ptr<redis_server> redis;
+  std::unique_ptr<redis_cluster> cluster;
   holding_upstream up;
   temp_dir dirs[3] = {temp_dir("slots0"), temp_dir("slots1"), temp_dir("slots2")};
   std::vector<std::unique_ptr<sluice_process>> gateways;
 };
 
-TEST(ConcurrencySlots, FiftyClientsOnThreeGatewaysNeverPassFourAndReleaseEverySlot) {
-  slots_world w;
+/// 50 clients on the three gateways of `w` (max_in_flight 4).
+void fifty_clients_never_pass_four_and_release_every_slot(slots_world& w) {
   ASSERT_TRUE(w.started());
   constexpr int clients = 50;
   std::vector<client_response> got(clients);
@@ -298,8 +319,18 @@ TEST(ConcurrencySlots, FiftyClientsOnThreeGatewaysNeverPassFourAndReleaseEverySl
   EXPECT_EQ(released, ok);
 }
 
-TEST(ConcurrencySlots, SlotsAreRenewedAndAKilledGatewaysSlotsComeBackWithinTheStatedTime) {
+TEST(ConcurrencySlots, FiftyClientsOnThreeGatewaysNeverPassFourAndReleaseEverySlot) {
   slots_world w;
+  fifty_clients_never_pass_four_and_release_every_slot(w);
+}
+
+TEST(ConcurrencySlots, OnAClusterFiftyClientsOnThreeGatewaysNeverPassFourAndReleaseEverySlot) {
+  slots_world w(3, 4, slots_store::cluster);
+  fifty_clients_never_pass_four_and_release_every_slot(w);
+}
+
+/// Four requests held on gateway 0 of `w`, renewed past slot_ttl, then the gateway killed.
+void slots_are_renewed_and_a_killed_gateways_slots_come_back(slots_world& w) {
   ASSERT_TRUE(w.started());
   w.up.set_hold(60s);  // held until let go
   std::vector<std::thread> held;
@@ -337,6 +368,16 @@ TEST(ConcurrencySlots, SlotsAreRenewedAndAKilledGatewaysSlotsComeBackWithinTheSt
   w.up.let_go();
   for (auto& t : held) t.join();
   EXPECT_EQ(w.call(1).status, 200u);  // the key's slots are free again
+}
+
+TEST(ConcurrencySlots, SlotsAreRenewedAndAKilledGatewaysSlotsComeBackWithinTheStatedTime) {
+  slots_world w;
+  slots_are_renewed_and_a_killed_gateways_slots_come_back(w);
+}
+
+TEST(ConcurrencySlots, OnAClusterSlotsAreRenewedAndAKilledGatewaysSlotsComeBack) {
+  slots_world w(3, 4, slots_store::cluster);
+  slots_are_renewed_and_a_killed_gateways_slots_come_back(w);
 }
 
 // A client that goes away mid-response gives its slot back (reason client_gone) and the key
@@ -410,7 +451,7 @@ TEST(ConcurrencySlots, AWebSocketTunnelHoldsItsSlotUntilItCloses) {
 // On the memory store (one instance): the slot is held while the upstream answers and given
 // back when the response ends.
 TEST(ConcurrencySlots, OnTheMemoryStoreASlotIsHeldUntilTheResponseEnds) {
-  slots_world w(1, 1, true);
+  slots_world w(1, 1, slots_store::memory);
   ASSERT_TRUE(w.started());
   w.up.set_hold(60s);
   client_response first;

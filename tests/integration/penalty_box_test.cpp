@@ -1,15 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// sluice-test-support: gateway_fixture redis_server upstream_server http_client runtime_fixture
+// sluice-test-support: gateway_fixture redis_cluster upstream_server http_client runtime_fixture
 // The penalty box (`block:`) through the gateway: failed-login style `fixed_window 5/10m` +
 // `block: 15m` on a route, two gateways (runtime with its admin listener) on one real
-// redis-server whose wall clock the test steps (tests/preload/clock_step.cpp) instead of
-// waiting minutes. The 6th request is a 429 with Retry-After, X-RateLimit-Reset and RateLimit
-// `t` of 900 s; the other gateway sees the same block; after the window would have reset
+// redis-server, and on a real three-master Redis Cluster, whose wall clock the test steps
+// (tests/preload/clock_step.cpp; every node of the cluster reads one offset file, and its
+// cluster-node-timeout is longer than a step) instead of waiting minutes. The 6th request is a 429
+// with Retry-After, X-RateLimit-Reset and RateLimit `t` of 900 s; the other gateway sees the same
+// block; after the window would have reset
 // (+10 min) the key is still refused with the block's remaining time; explain shows the block
 // and its end, writing nothing; the admin call lifts it on every gateway; a reload carrying a
 // bad `block:` keeps the running rules; blocks started are counted per limit.
 
 #include "harness.hpp"
+#include "support/redis_cluster.hpp"
 #include "support/runtime_fixture.hpp"
 #include "support/temp_dir.hpp"
 
@@ -29,7 +32,7 @@ using namespace std::chrono_literals;
 
 constexpr const char* rules_yaml = R"(
 listen: 127.0.0.1:0
-store: {type: redis, address: "127.0.0.1:REDIS_PORT", timeout: 500ms}
+store: STORE
 upstreams: {api: {url: UPSTREAM_URL}}
 routes:
   - name: login
@@ -40,26 +43,46 @@ routes:
       - {name: failed_logins, by: ip, algorithm: fixed_window, rate: 5/10m, block: 15m}
 )";
 
-struct stepped_redis {
+/// A store whose wall clock the test steps: one redis-server, or a three-master cluster
+/// whose nodes all read one offset file.
+struct stepped_store {
   temp_dir dir{"penalty-box"};
   std::string offset_file = (dir.path / "offset").string();
   long long offset = 0;
   std::unique_ptr<redis_server> server;
+  std::unique_ptr<redis_cluster> cluster;
 
-  stepped_redis() {
+  explicit stepped_store(bool on_cluster) {
     step_to(0);
-    server = std::make_unique<redis_server>(
-        std::vector<std::string>{},
-        std::vector<std::string>{std::string("LD_PRELOAD=") + SLUICE_CLOCK_STEP_PRELOAD,
-                                 "SLUICE_CLOCK_OFFSET_FILE=" + offset_file});
+    std::vector<std::string> env{std::string("LD_PRELOAD=") + SLUICE_CLOCK_STEP_PRELOAD,
+                                 "SLUICE_CLOCK_OFFSET_FILE=" + offset_file};
+    if (on_cluster) {
+      cluster = std::make_unique<redis_cluster>(redis_cluster::options{
+          .replicas_per_master = 0, .node_timeout = std::chrono::hours(24), .env = env});
+    } else {
+      server = std::make_unique<redis_server>(std::vector<std::string>{}, env);
+    }
   }
   void step_to(long long seconds) {
     offset = seconds;
     std::ofstream(offset_file, std::ios::trunc) << seconds << "\n";
   }
+  /// The `store:` of the rules file.
+  std::string yaml() const {
+    if (cluster) return cluster->store_yaml("500ms");
+    return "{type: redis, address: \"127.0.0.1:" + std::to_string(server->port()) +
+           "\", timeout: 500ms}";
+  }
   std::int64_t now_ms() const {
-    const auto t = server->command({"TIME"});
+    const auto t = cluster ? cluster->command(0, {"TIME"}) : server->command({"TIME"});
     return std::stoll(t.elements.at(0).str) * 1000 + std::stoll(t.elements.at(1).str) / 1000;
+  }
+  /// The keys stored (on every node of a cluster).
+  long long keys() const {
+    if (!cluster) return server->command({"DBSIZE"}).integer;
+    long long n = 0;
+    for (std::size_t i = 0; i < cluster->size(); ++i) n += cluster->command(i, {"DBSIZE"}).integer;
+    return n;
   }
 };
 
@@ -80,12 +103,11 @@ long long blocks_started(const runtime_fixture& rt) {
   return std::regex_search(body, m, line) ? std::stoll(m[1]) : -1;
 }
 
-TEST(penalty_box, failed_logins_blocked_for_15_minutes_across_gateways) {
-  stepped_redis redis;
+/// The case, on `redis` (one server or a cluster).
+void failed_logins_blocked_for_15_minutes_across_gateways(stepped_store& redis) {
   upstream_server upstream;
-  const std::string yaml = substitute(
-      rules_yaml,
-      {{"UPSTREAM_URL", upstream.url()}, {"REDIS_PORT", std::to_string(redis.server->port())}});
+  const std::string yaml =
+      substitute(rules_yaml, {{"UPSTREAM_URL", upstream.url()}, {"STORE", redis.yaml()}});
   runtime_fixture a(yaml);
   runtime_fixture b(yaml);
 
@@ -138,7 +160,7 @@ TEST(penalty_box, failed_logins_blocked_for_15_minutes_across_gateways) {
   }
 
   // Explain shows the block and its end, and writes nothing.
-  const auto keys_before = redis.server->command({"DBSIZE"}).integer;
+  const auto keys_before = redis.keys();
   const auto explained = a.admin("/admin/explain?path=/login&ip=127.0.0.1");
   ASSERT_EQ(explained.status, 200u) << explained.body;
   const json::object e = json::parse(explained.body).as_object();
@@ -153,7 +175,7 @@ TEST(penalty_box, failed_logins_blocked_for_15_minutes_across_gateways) {
   EXPECT_NE(std::string(limit.at("stated_guarantee").as_string()).find("penalty box (block 15m)"),
             std::string::npos);
   EXPECT_EQ(e.at("outcome").as_object().at("status").to_number<int>(), 429);
-  EXPECT_EQ(redis.server->command({"DBSIZE"}).integer, keys_before) << "explaining wrote a key";
+  EXPECT_EQ(redis.keys(), keys_before) << "explaining wrote a key";
 
   // A reload carrying a bad block is refused; the running rules (and the block) stay.
   {
@@ -194,6 +216,16 @@ TEST(penalty_box, failed_logins_blocked_for_15_minutes_across_gateways) {
   const auto again = a.admin("/admin/unblock?limit=failed_logins&ip=127.0.0.1", "POST");
   ASSERT_EQ(again.status, 200u);
   EXPECT_EQ(json::parse(again.body).as_object().at("lifted").as_bool(), false);
+}
+
+TEST(penalty_box, failed_logins_blocked_for_15_minutes_across_gateways) {
+  stepped_store redis(false);
+  failed_logins_blocked_for_15_minutes_across_gateways(redis);
+}
+
+TEST(penalty_box, failed_logins_blocked_for_15_minutes_across_gateways_on_a_cluster) {
+  stepped_store cluster(true);
+  failed_logins_blocked_for_15_minutes_across_gateways(cluster);
 }
 
 }  // namespace

@@ -59,15 +59,17 @@ redis_cluster::redis_cluster(options opts) : opts_(opts) {
     for (int attempt = 0;; ++attempt) {
       const std::uint16_t bus = free_loopback_port();
       try {
-        nodes_.push_back(std::make_unique<redis_server>(std::vector<std::string>{
-            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port",
-            std::to_string(bus), "--cluster-node-timeout",
-            std::to_string(opts_.node_timeout.count()),
-            // A replica's first sync starts at once (the default waits 5 s for more replicas),
-            // and its master pings it every second (default 10 s): until its replication
-            // offset moves off 0, the cluster counts it as loading and CLUSTER SLOTS leaves it
-            // out.
-            "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1"}));
+        nodes_.push_back(std::make_unique<redis_server>(
+            std::vector<std::string>{
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port",
+                std::to_string(bus), "--cluster-node-timeout",
+                std::to_string(opts_.node_timeout.count()),
+                // A replica's first sync starts at once (the default waits 5 s for more replicas),
+                // and its master pings it every second (default 10 s): until its replication
+                // offset moves off 0, the cluster counts it as loading and CLUSTER SLOTS leaves it
+                // out.
+                "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1"},
+            opts_.env));
         break;
       } catch (const std::runtime_error&) {
         if (attempt == 2) throw;
@@ -125,6 +127,15 @@ std::vector<std::uint16_t> redis_cluster::ports() const {
   std::vector<std::uint16_t> out;
   for (const auto& n : nodes_) out.push_back(n->port());
   return out;
+}
+
+std::string redis_cluster::store_yaml(const std::string& timeout) const {
+  std::string nodes;
+  for (const auto p : ports()) {
+    if (!nodes.empty()) nodes += ", ";
+    nodes += "\"127.0.0.1:" + std::to_string(p) + "\"";
+  }
+  return "{type: redis-cluster, nodes: [" + nodes + "], timeout: " + timeout + "}";
 }
 
 std::optional<std::size_t> redis_cluster::index_of_port(std::uint16_t port) const {

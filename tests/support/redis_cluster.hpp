@@ -31,6 +31,10 @@ class redis_cluster {
     unsigned replicas_per_master = 1;
     /// `cluster-node-timeout`: how long a node may be unreachable before it is failed over.
     std::chrono::milliseconds node_timeout{1000};
+    /// Added to every node's environment ("NAME=VALUE", as redis_server takes it): e.g. the
+    /// clock-step preload (tests/preload/clock_step.cpp) with one offset file for all nodes,
+    /// so the cluster's clock steps as one.
+    std::vector<std::string> env;
   };
 
   redis_cluster() : redis_cluster(options{}) {}
@@ -46,6 +50,9 @@ class redis_cluster {
   std::uint16_t port(std::size_t i) const { return nodes_.at(i)->port(); }
   /// Every node's client port: a seed list.
   std::vector<std::uint16_t> ports() const;
+  /// The `store:` value of a rules file for a gateway on this cluster: `{type: redis-cluster,
+  /// nodes: [every node], timeout: <timeout>}`.
+  std::string store_yaml(const std::string& timeout = "250ms") const;
   /// Node `i`'s cluster node id (`CLUSTER MYID`, 40 hex characters).
   const std::string& node_id(std::size_t i) const { return ids_.at(i); }
   /// The node with client port `port`, if it is one of ours.
