@@ -148,6 +148,7 @@ struct gateway::impl {
   std::atomic<bool> stopped{false};
   std::atomic<bool> draining{false};
   bool listener_tls = false;  // decided at construction (`tls:` is read at start-up)
+  std::chrono::steady_clock::time_point started_at;  // construction: the status page's uptime
 
   /// Worker `w`'s open and busy connections, read on its thread; {0, 0} when it does not
   /// answer within 1 s.
@@ -246,15 +247,19 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
   impl_->listener_tls = tls && tls->listener;
   impl_->shared.current.store(std::make_shared<const snapshot>(rules, 1, tls));
   impl_->shared.count.loaded_unix_ms = unix_ms_now();
+  // API keys appear in the access log and the most limited callers as HMAC-SHA256 under
+  // this secret: SLUICE_ACCESS_LOG_KEY (the same hashes across restarts and instances), else
+  // random for this process.
+  if (const char* k = std::getenv("SLUICE_ACCESS_LOG_KEY"); k != nullptr && *k != '\0') {
+    impl_->shared.access_key = k;
+  } else {
+    std::random_device rd;
+    for (int i = 0; i < 4; ++i) impl_->shared.access_key += std::to_string(rd());
+  }
+  impl_->shared.top = std::make_unique<observability::top_callers>(observability::top_settings{
+      .top = rules->status_top, .window_minutes = rules->status_window_minutes});
+  impl_->started_at = std::chrono::steady_clock::now();
   if (!rules->access_log_path.empty()) {
-    // API keys appear in it as HMAC-SHA256 under this secret: SLUICE_ACCESS_LOG_KEY (the same
-    // hashes across restarts and instances), else random for this process.
-    if (const char* k = std::getenv("SLUICE_ACCESS_LOG_KEY"); k != nullptr && *k != '\0') {
-      impl_->shared.access_key = k;
-    } else {
-      std::random_device rd;
-      for (int i = 0; i < 4; ++i) impl_->shared.access_key += std::to_string(rd());
-    }
     impl_->shared.access = std::make_unique<observability::access_log>(
         rules->access_log_path, rules->access_log_json ? observability::access_format::json
                                                        : observability::access_format::plain);
@@ -552,6 +557,23 @@ std::optional<observability::unblock_answer> gateway::unblock(
 
 void gateway::reopen_logs() {
   if (impl_->shared.access) impl_->shared.access->reopen();
+}
+
+std::optional<observability::top_callers::answer> gateway::top(std::size_t n) const {
+  if (!impl_->shared.top) return std::nullopt;
+  return impl_->shared.top->top(n, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       std::chrono::steady_clock::now().time_since_epoch())
+                                       .count());
+}
+
+std::int64_t gateway::uptime_ms() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               impl_->started_at)
+      .count();
+}
+
+unsigned gateway::workers() const {
+  return static_cast<unsigned>(impl_->workers.size());
 }
 
 std::uint64_t gateway::access_log_drops() const {

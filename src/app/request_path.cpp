@@ -29,6 +29,19 @@
 namespace sluice::app {
 namespace {
 
+/// Milliseconds of the steady clock (the most limited callers' minutes).
+std::int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// Whether `v` answers 429 (refused by a limit).
+bool refused(const http::verdict& v) {
+  return v.what == http::verdict::kind::answer &&
+         v.answer.result() == boost::beast::http::status::too_many_requests;
+}
+
 namespace asio = boost::asio;
 namespace bhttp = boost::beast::http;
 
@@ -167,7 +180,15 @@ http::verdict gateway_handler::bad_request(unsigned version, std::string_view de
 
 void gateway_handler::finish(http::verdict& v, const progress& at, http::request_head& head,
                              const http::request_context& ctx) const {
-  if (shared_.access) note(v, ctx, at.r, at.p, at.id, at.decided, at.store_failed);
+  if (shared_.access || shared_.top) {
+    note(v, ctx, at.r, at.p, at.id, at.decided, at.store_failed);
+    // A refusal counts toward the most limited callers (status page, /admin/top): by the
+    // caller the access log names (its key hash, else its address), route and limit.
+    if (shared_.top && refused(v) && !v.access.route.empty()) {
+      shared_.top->record(v.access.key_hash.empty() ? v.access.client : v.access.key_hash,
+                          v.access.route, v.access.limit, steady_ms());
+    }
+  }
   if (at.cors == nullptr) return;
   if (v.what == http::verdict::kind::forward) {
     http::append_cors_fields(*at.cors, head, v.forward.response_fields);
@@ -350,7 +371,10 @@ void gateway_handler::note(http::verdict& v, const http::request_context& ctx, c
   const std::string& key = p != nullptr && !p->key.empty() ? p->key
                            : id != nullptr                 ? id->who.api_key
                                                            : n.key_hash;
-  if (!key.empty()) n.key_hash = observability::key_hash(key, shared_.access_key);
+  // (Hashed for the access log, or for the most limited callers when refused: a request
+  // that is neither logged nor refused costs no HMAC.)
+  if (!key.empty() && (shared_.access || refused(v)))
+    n.key_hash = observability::key_hash(key, shared_.access_key);
   if (decided == nullptr) {
     // Answered before any limit (404, 401, 400...), or a route without limits.
     n.decision = v.what == http::verdict::kind::forward && r != nullptr ? "unlimited" : "";

@@ -20,6 +20,7 @@
 #include "sluice/limiter/refusal_cache.hpp"
 #include "sluice/observability/access_log.hpp"
 #include "sluice/observability/log.hpp"
+#include "sluice/observability/top_callers.hpp"
 #include "sluice/store/counter_store.hpp"
 #include "sluice/store/memory_store.hpp"
 #include "sluice/store/redis_directory.hpp"
@@ -120,6 +121,8 @@ struct shared_state {
   std::string access_key;
   /// Charged units of this gateway's admitted requests not yet settled, per bucket (explain).
   std::shared_ptr<reservation_ledger> reservations = std::make_shared<reservation_ledger>();
+  /// The most limited callers (`status:`), made at start-up; null: none kept.
+  std::unique_ptr<observability::top_callers> top;
 };
 
 /// What a decided outcome says of the request as a whole, in the words the access log and

@@ -79,6 +79,8 @@ std::vector<std::string> pin_startup_settings(const config::rules& running, conf
   pin("store.max_buckets", next.store.max_buckets, running.store.max_buckets);
   pin("access_log.path", next.access_log_path, running.access_log_path);
   pin("access_log.format", next.access_log_json, running.access_log_json);
+  pin("status.top", next.status_top, running.status_top);
+  pin("status.window", next.status_window_minutes, running.status_window_minutes);
   // TLS on the listener or not is read at start-up; its certificates are reloaded. A file
   // that drops `tls:` keeps the running block (its files are read again), one that adds it
   // to a plain listener is ignored.
@@ -170,6 +172,16 @@ struct runtime::impl : observability::admin_backend {
     auto json = gw->explain(q);
     if (!json) return {std::nullopt, "the gateway did not answer within 2 s"};
     return {std::move(*json), {}};
+  }
+  std::optional<observability::status_facts> status() override {
+    observability::status_facts f;
+    f.uptime_ms = gw->uptime_ms();
+    f.workers = gw->workers();
+    f.sample = gw->sample();
+    return f;
+  }
+  std::optional<observability::top_callers::answer> top(std::size_t n) override {
+    return gw->top(n);
   }
   observability::unblock_answer unblock(const observability::unblock_query& q) override {
     auto a = gw->unblock(q);

@@ -83,7 +83,8 @@ load_result loader::run(const YAML::Node& root) {
                                              "plans",         "api_keys",
                                              "routes",        "api_keys_file",
                                              "cors",          "client",
-                                             "access_log",    "tls"};
+                                             "access_log",    "tls",
+                                             "status"};
   auto top = fields(root, "", 1, keys);
   auto r = std::make_shared<rules>();
   r->source = file_;
@@ -128,6 +129,7 @@ load_result loader::run(const YAML::Node& root) {
     parse_client(top->find("client"), legacy, *r);
   }
   if (const entry* e = top->find("access_log")) parse_access_log(*e, *r);
+  if (const entry* e = top->find("status")) parse_status(*e, *r);
   if (const entry* e = top->find("tls")) parse_tls(*e, *r);
   if (const entry* e = top->find("store")) parse_store(*e, *r);
   if (const entry* e = top->find("upstreams")) parse_upstreams(*e, *r);

@@ -301,6 +301,12 @@ class loader {
   /// `access_log:` its path (a file, or `-` for stdout) and format (plain or json).
   void parse_access_log(const entry& e, rules& r);
 
+  // --- sections/status.cpp ---------------------------------------------------------
+
+  /// `status:` the most-limited-callers table: `top` (rows, 1..100) and `window` (whole
+  /// minutes, 1m..60m).
+  void parse_status(const entry& e, rules& r);
+
   // --- sections/tls.cpp ------------------------------------------------------------
 
   /// `tls:` TLS on the client listener: the certificates (files read later, by

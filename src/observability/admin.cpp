@@ -457,8 +457,14 @@ class admin_handler final : public http::buffered_handler {
     try {
       if (path == "/") {
         if (!get) return not_allowed("GET, HEAD");
-        return reply(v, bhttp::status::ok, std::string(status_page_html()),
+        return reply(v, bhttp::status::ok, status_page_html(*backend_, req.target()),
                      "text/html; charset=utf-8");
+      }
+      if (path == "/admin/top") {
+        if (!get) return not_allowed("GET, HEAD");
+        auto [status, body] = top_answer(*backend_, req.target());
+        return reply(v, static_cast<bhttp::status>(status), std::move(body) + "\n",
+                     "application/json");
       }
       if (path == "/healthz") {
         if (!get) return not_allowed("GET, HEAD");

@@ -4,7 +4,7 @@
 browser tests: opens a page, runs steps in it, and saves what the test asserts on.
 
     browser.py --chromium PATH --profile DIR --url URL --steps FILE
-               [--dom OUT.html] [--screenshot OUT.png] [--timeout SECONDS]
+               [--dom OUT.html] [--screenshot OUT.png] [--timeout SECONDS] [--scripts-off]
 
 FILE holds a JSON list of steps, run in order in the page:
   {"wait": "JS expression"}      poll (every 50 ms) until it is truthy
@@ -75,6 +75,10 @@ async def drive(args, port_file):
         await s.call("Page.enable")
         await s.call("Emulation.setDeviceMetricsOverride",
                      {"width": 1100, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+        if args.scripts_off:
+            # Chromium with JavaScript disabled for the page (the DevTools protocol's own
+            # evaluations still run): what the server's HTML shows alone.
+            await s.call("Emulation.setScriptExecutionDisabled", {"value": True})
         await s.call("Page.navigate", {"url": args.url})
         await wait_for(s, "document.readyState === 'complete'", deadline)
         for step in json.load(open(args.steps)):
@@ -109,6 +113,8 @@ def main():
     p.add_argument("--dom")
     p.add_argument("--screenshot")
     p.add_argument("--timeout", type=float, default=60)
+    p.add_argument("--scripts-off", action="store_true",
+                   help="disable the page's JavaScript (Emulation.setScriptExecutionDisabled)")
     args = p.parse_args()
     host = urllib.parse.urlsplit(args.url).hostname
     if host not in ("127.0.0.1", "::1", "localhost"):

@@ -133,6 +133,14 @@ class gateway {
   /// nullopt when it did not answer within 2 s. Never on a worker's thread.
   std::optional<observability::unblock_answer> unblock(const observability::unblock_query& q) const;
 
+  /// The `n` callers refused most in the last `status.window` (observability::top_callers;
+  /// n 0: `status.top`). Thread-safe.
+  std::optional<observability::top_callers::answer> top(std::size_t n) const;
+  /// Milliseconds since the gateway was built. Thread-safe.
+  std::int64_t uptime_ms() const;
+  /// Worker threads. Thread-safe.
+  unsigned workers() const;
+
   /// Reopens the access log's file before its next line (SIGUSR1; no effect without one).
   void reopen_logs();
   /// Lines the access log dropped because its queue was full (0 without one).

@@ -531,6 +531,11 @@ struct rules {
   /// = none, the default; "-" = stdout). Read at start-up only.
   std::string access_log_path;
   bool access_log_json = false;
+  /// `status: {top: N, window: DURATION}`: the status page's and `GET /admin/top`'s table of
+  /// the most limited callers: N rows by default (1..100, default 10) counted over the last
+  /// `window` (whole minutes, 1m..60m, default 10m). Read at start-up only.
+  std::size_t status_top = 10;
+  std::size_t status_window_minutes = 10;
   /// `tls:` TLS termination on the client listener (`enabled` false: plain TCP).
   listener_tls tls;
   /// `client:` deadlines and caps of client connections. The older top-level

@@ -7,6 +7,8 @@
 /// (a reload parses and validates a whole file) never delays a client request.
 
 #include "sluice/config/rules.hpp"
+#include "sluice/observability/metrics.hpp"
+#include "sluice/observability/top_callers.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/json/object.hpp>
@@ -56,6 +58,13 @@ struct unblock_answer {
   std::string json;
 };
 
+/// What the status page shows besides the rules (admin_backend::status()).
+struct status_facts {
+  std::int64_t uptime_ms = 0;  ///< since the gateway was built
+  unsigned workers = 0;        ///< worker threads
+  metrics_sample sample;       ///< the counters, as `GET /metrics` reports them
+};
+
 /// What the admin endpoints read and do; implemented by the app room (which knows the
 /// gateway and the rules file). Called on the admin listener's thread, one request at a time.
 class admin_backend {
@@ -96,6 +105,15 @@ class admin_backend {
     (void)q;
     return {404, "{\"error\":\"not available\"}"};
   }
+  /// The status page's facts (uptime, workers, counters); nullopt when the backend has none
+  /// (the page then shows the rules only).
+  virtual std::optional<status_facts> status() { return std::nullopt; }
+  /// The `n` most limited callers (top_callers::top(); 0: the configured default), or
+  /// nullopt when the backend keeps none (`GET /admin/top` then answers 404).
+  virtual std::optional<top_callers::answer> top(std::size_t n) {
+    (void)n;
+    return std::nullopt;
+  }
 };
 
 /// One limit as `GET /admin/config` shows it: name, by, algorithm, mode, rate and burst,
@@ -109,16 +127,26 @@ boost::json::object limit_json(const config::limit& l);
 std::string config_json(const config::rules& rules, std::uint64_t generation,
                         const std::string& source_file, const std::string& last_reload_error = {});
 
-/// The status page (`GET /`): one self-contained HTML document (no external assets) whose
-/// script shows the rules' routes and limits with their stated guarantees, the store and
-/// breaker state, decisions per second by route and outcome (from /metrics, every 2 s), the
-/// generation and last reload error (from /admin/config), and a form for /admin/explain
-/// (`/#explain?path=...&api_key=...` fills and submits it).
-std::string_view status_page_html() noexcept;
+/// The status page (`GET /[?n=K&path=P&method=M&api_key=K&ip=A]`, status_page.cpp): one
+/// self-contained HTML document (no external assets) rendered on the server, complete with
+/// scripts off: version, uptime, workers, generation and last reload error, store and
+/// upstream health, responses by status class, decisions by route (zero rows left out),
+/// every route with its own limits and the plan limits that apply there (with their stated
+/// guarantees), the `n` most limited callers, and a form for /admin/explain (filled from the
+/// query). Its script only refreshes it (/metrics every 2 s, /admin/top) and submits the form.
+/// Every value from the query, the rules or the counters is HTML-escaped. Query errors are
+/// shown in the page (never a failure): an n that is not a number, or over the bound (capped).
+std::string status_page_html(admin_backend& backend, std::string_view target);
+
+/// The `GET /admin/top?n=K` answer: 200 with top_json() (an n over the bound is capped and the
+/// body says so), 400 for an n that is not a whole number or another parameter, 404 when the
+/// backend keeps no top-N. {status, JSON body}.
+std::pair<unsigned, std::string> top_answer(admin_backend& backend, std::string_view target);
 
 /// The admin HTTP listener. Endpoints (anything else: 404; a known path with another
 /// method: 405 with `Allow`):
 /// - `GET /`: 200, status_page_html().
+/// - `GET /admin/top?n=K`: top_answer(): the K most limited callers in the window, as JSON.
 /// - `GET /healthz`: 200 `ok` while the process serves.
 /// - `GET /readyz`: 200 `ready` when the backend is ready, else 503 `not ready`.
 /// - `GET /admin/config`: 200, config_json().

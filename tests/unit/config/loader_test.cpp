@@ -389,6 +389,19 @@ routes:
   EXPECT_EQ(rt.limits[2].params.rate.period, 250ms);
 }
 
+TEST(status, top_and_window_read_and_default) {
+  auto d = load_ok("upstreams: {api: {url: http://127.0.0.1:8081}}\n");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->status_top, 10u);
+  EXPECT_EQ(d->status_window_minutes, 10u);
+  auto r = load_ok(
+      "upstreams: {api: {url: http://127.0.0.1:8081}}\n"
+      "status: {top: 25, window: 1h}\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status_top, 25u);
+  EXPECT_EQ(r->status_window_minutes, 60u);
+}
+
 TEST(defaults, data_path_settings) {
   auto r = load_ok(
       "upstreams: {api: {url: http://127.0.0.1:8081}}\n"
@@ -1104,6 +1117,18 @@ const mistake mistake_table[] = {
     {"client_header_timeout_too_long",
      UP "client: {header_timeout: 2h}\n",
      {"rules.yaml:2: client.header_timeout: header_timeout 2h is longer than the maximum of 1h"}},
+    {"status_top_over_its_cap",
+     UP "status: {top: 101}\n",
+     {"rules.yaml:2: status.top: top must be at most 100, got 101"}},
+    {"status_window_not_whole_minutes",
+     UP "status: {window: 90s}\n",
+     {"rules.yaml:2: status.window: window must be whole minutes (1m to 60m)"}},
+    {"status_window_over_an_hour",
+     UP "status: {window: 2h}\n",
+     {"rules.yaml:2: status.window: window 2h is longer than the maximum of 1h"}},
+    {"status_unknown_field",
+     UP "status: {topn: 5}\n",
+     {"rules.yaml:2: status.topn: unknown key 'topn'; did you mean 'top'?"}},
     {"zero_drain_timeout",
      UP "drain_timeout: 0s\n",
      {"rules.yaml:2: drain_timeout: drain_timeout 0s is shorter than 1ms"}},
@@ -1710,10 +1735,19 @@ TEST(docs, operating_reference_follows_the_loader_order) {
   const auto reference = doc.find("\n## Rules file reference\n");
   ASSERT_NE(reference, std::string::npos);
   // The order of loader::run(): top-level fields, then one section after another.
-  const std::vector<std::string> sections{
-      "Top-level fields", "headers",  "client", "access_log", "store",
-      "upstreams",        "identity", "cors",   "plans",      "api_keys and api_keys_file",
-      "routes",           "limits"};
+  const std::vector<std::string> sections{"Top-level fields",
+                                          "headers",
+                                          "client",
+                                          "access_log",
+                                          "status",
+                                          "store",
+                                          "upstreams",
+                                          "identity",
+                                          "cors",
+                                          "plans",
+                                          "api_keys and api_keys_file",
+                                          "routes",
+                                          "limits"};
   std::size_t at = reference;
   for (const auto& name : sections) {
     const auto heading = doc.find("\n### " + name + "\n", at);
