@@ -484,6 +484,10 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
     add_counter(f, d(s.reload_failures), {{"result", "failed"}});
     out.push_back(std::move(f));
   }
+  out.push_back(counter("sluice_admin_auth_failures_total",
+                        "Admin requests refused 401 for a missing or wrong bearer token "
+                        "(admin.token_env / admin.token_file).",
+                        d(s.admin_auth_failures)));
   out.push_back(counter("sluice_access_log_dropped_total",
                         "Access log lines dropped because its queue was full (the disk or stdout "
                         "was slower than the requests).",

@@ -153,7 +153,10 @@ struct metrics_sample {
   std::uint64_t reloads = 0;               ///< rules snapshots swapped in after start
   std::uint64_t reload_failures = 0;       ///< reloads refused (the running rules stayed)
   std::uint64_t access_log_dropped = 0;    ///< access log lines dropped (its queue was full)
-  std::uint64_t generation = 0;            ///< generation of the rules in force (1 at start)
+  /// Admin requests refused 401 for a missing or wrong bearer token (admin_server, filled in
+  /// by the runtime that owns it; 0 without an admin listener).
+  std::uint64_t admin_auth_failures = 0;
+  std::uint64_t generation = 0;  ///< generation of the rules in force (1 at start)
   /// When the rules in force were swapped in (or loaded at start): Unix time, milliseconds.
   std::int64_t config_loaded_unix_ms = 0;
   /// Plan directory caches (`identity.directory`), summed over workers.
@@ -235,6 +238,7 @@ struct metrics_sample {
 ///   `sluice_store_check_duration_seconds` (histogram);
 /// - `sluice_config_reloads_total{result}` (ok, failed), `sluice_config_generation`,
 ///   `sluice_config_last_reload_success_timestamp_seconds`;
+/// - `sluice_admin_auth_failures_total` (admin requests refused for their bearer token);
 /// - `sluice_access_log_dropped_total` (lines dropped from the access log's full queue);
 /// - `sluice_plan_cache_lookups_total{result}` (hit, negative_hit, miss),
 ///   `sluice_plan_cache_evictions_total`;
