@@ -585,6 +585,9 @@ observability::metrics_sample gateway::sample() const {
   const auto snap = impl_->shared.current.load();
   std::map<std::string, observability::route_counts> routes;
   for (const auto& r : snap->rules->routes) routes[r.name].route = r.name;  // present at 0
+  std::map<std::string, observability::exchange_counts> exchanges;
+  exchanges[""];  // the unrouted, present at 0
+  for (const auto& r : snap->rules->routes) exchanges[r.name].route = r.name;
   std::map<std::string, observability::upstream_counts> upstreams;
   for (const auto& [name, u] : snap->rules->upstreams) upstreams[name].upstream = name;
   std::map<std::string, std::uint64_t> warnings;  // present at 0: every limit with a warn_at
@@ -615,6 +618,7 @@ observability::metrics_sample gateway::sample() const {
     for (std::size_t k = 0; k < settled.size(); ++k) settled[k] += sc.by_outcome[k].value();
     s.settle_failures += sc.store_failures.value();
     c.add_to(routes);
+    c.add_to(exchanges);
     c.add_to(upstreams);
     c.blocks_started.add_to(blocks);
     c.warnings.add_to(warnings);
@@ -696,6 +700,8 @@ observability::metrics_sample gateway::sample() const {
                     : s.breaker[static_cast<std::size_t>(bs::half_open)] ? bs::half_open
                                                                          : bs::closed;
   for (auto& [name, r] : routes) s.routes.push_back(std::move(r));
+  for (auto& [name, e] : exchanges) s.exchanges.push_back(std::move(e));
+  s.process = observability::read_process_stats();
   s.blocks_started.assign(blocks.begin(), blocks.end());
   for (auto& [name, n] : warnings) s.quota_warnings.emplace_back(name, n);
   for (std::size_t k = 0; k < settled.size(); ++k)

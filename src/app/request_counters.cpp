@@ -65,6 +65,29 @@ void request_counters::add_to(std::map<std::string, observability::upstream_coun
   }
 }
 
+void exchange_counters::record(const http::exchange_result& ex) noexcept {
+  duration[observability::code_class_of(ex.status)].observe(
+      std::chrono::nanoseconds(static_cast<std::int64_t>(ex.total_ms * 1e6)));
+  bytes_in.add(ex.bytes_in);
+  bytes_out.add(ex.bytes_out);
+}
+
+void exchange_counters::add_to(observability::exchange_counts& out) const noexcept {
+  for (std::size_t k = 0; k < duration.size(); ++k) out.duration[k].add(duration[k].read());
+  out.bytes_in += bytes_in.value();
+  out.bytes_out += bytes_out.value();
+}
+
+void request_counters::add_to(std::map<std::string, observability::exchange_counts>& out) const {
+  unrouted.add_to(out[""]);
+  std::lock_guard lock(mutex_);
+  for (const auto& [name, c] : by_name_) {
+    auto& e = out[name];
+    e.route = name;
+    c->exchanges.add_to(e);
+  }
+}
+
 observability::owned_counter& per_limit_counters::of(const std::string& name) {
   if (auto it = index_.find(name); it != index_.end()) return *it->second;
   std::lock_guard lock(mutex_);

@@ -28,10 +28,22 @@ struct upstream_counters {
   std::array<observability::owned_counter, http::upstream_failure_count> failures;  ///< by kind
 };
 
+/// One route's client-facing exchanges in one worker (meanings: observability::exchange_counts).
+struct exchange_counters {
+  std::array<observability::duration_histogram, observability::code_classes.size()> duration;
+  observability::owned_counter bytes_in, bytes_out;
+  /// Records one ended exchange: its duration under its status class, its bytes. Worker
+  /// thread only.
+  void record(const http::exchange_result& ex) noexcept;
+  /// Adds these counts into `out`. Any thread.
+  void add_to(observability::exchange_counts& out) const noexcept;
+};
+
 /// One route's counters in one worker (meanings: observability::route_counts).
 struct route_counters {
   observability::owned_counter allowed, limited, unlimited, fail_open, fail_closed, local,
       shadow_limited, bad_gateway, gateway_timeout;
+  exchange_counters exchanges;  ///< what the route's clients saw: durations, bytes
   /// The counters of the route's upstream in the snapshot the route was last indexed in
   /// (request_counters::of() sets it; null for a route of no snapshot in force).
   upstream_counters* upstream = nullptr;
@@ -64,6 +76,8 @@ class request_counters {
   /// Requests keyed on a trusted proxy's own address, by identity::address_source (the
   /// `peer` and `forwarded` slots stay 0).
   std::array<observability::owned_counter, identity::address_source_count> client_fallbacks;
+  /// Exchanges of requests no route matched (or refused before routing): route "".
+  exchange_counters unrouted;
 
   /// The counters of `route`, an element of `rules.routes` of the snapshot numbered
   /// `generation`. Worker thread only. O(1) while the generation stays; the first call
@@ -76,6 +90,9 @@ class request_counters {
   void add_to(std::map<std::string, observability::route_counts>& out) const;
   /// Adds this worker's counts for every upstream name it has seen into `out`. Any thread.
   void add_to(std::map<std::string, observability::upstream_counts>& out) const;
+  /// Adds this worker's client-facing exchanges by route name ("" for unrouted) into `out`.
+  /// Any thread.
+  void add_to(std::map<std::string, observability::exchange_counts>& out) const;
 
   /// Blocks (penalty box, `block:`) started, by limit name.
   per_limit_counters blocks_started;

@@ -180,6 +180,7 @@ http::verdict gateway_handler::bad_request(unsigned version, std::string_view de
 
 void gateway_handler::finish(http::verdict& v, const progress& at, http::request_head& head,
                              const http::request_context& ctx) const {
+  v.access.handler_tag = at.counted;  // record(): the route's exchange counters
   if (shared_.access || shared_.top) {
     note(v, ctx, at.r, at.p, at.id, at.decided, at.store_failed);
     // A refusal counts toward the most limited callers (status page, /admin/top): by the
@@ -210,6 +211,7 @@ std::optional<http::verdict> gateway_handler::start(const snapshot& snap, http::
   if (auto* v = std::get_if<http::verdict>(&routed_or)) return std::move(*v);
   const routed& r = routed_slot.emplace(std::move(std::get<routed>(routed_or)));
   at.r = &r;
+  at.counted = &counters_.of(*snap.rules, snap.generation, *r.route->route);
   at.cors = r.route->cors;
   // A preflight the upstream answers is relayed as it is: the upstream owns that answer
   // (`preflight: forward`, or no CORS policy at all).
@@ -434,11 +436,13 @@ outcome_summary summarize(const limiter::check_outcome& out,
 }
 
 bool gateway_handler::records() const {
-  return shared_.access != nullptr;
+  return true;  // the client-facing metrics (durations, bytes) and the access log
 }
 
 void gateway_handler::record(const http::request_head& head, const http::request_context& ctx,
                              const http::verdict& v, const http::exchange_result& ex) noexcept {
+  auto* counted = static_cast<route_counters*>(v.access.handler_tag);
+  (counted != nullptr ? counted->exchanges : counters_.unrouted).record(ex);
   if (!shared_.access) return;
   observability::access_record a;
   a.unix_ms = ex.unix_ms;

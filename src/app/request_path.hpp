@@ -246,6 +246,7 @@ class gateway_handler final : public http::request_handler {
     const identified* id = nullptr;
     const boost::system::result<limiter::check_outcome>* decided = nullptr;
     bool store_failed = false;
+    route_counters* counted = nullptr;  ///< the matched route's (its exchange is counted there)
   };
   /// Every verdict's last step: the access log's note (with an access log) and the CORS
   /// fields of `at.cors` (Fetch §3.2.3).

@@ -167,7 +167,11 @@ struct runtime::impl : observability::admin_backend {
     auto r = reload("admin");
     return {r.ok, r.generation, std::move(r.diagnostics)};
   }
-  std::optional<std::string> metrics() override { return observability::exposition(gw->sample()); }
+  std::optional<std::string> metrics() override {
+    auto s = gw->sample();
+    if (admin) s.admin_auth_failures = admin->auth_failures();
+    return observability::exposition(s);
+  }
   explained explain(const observability::explain_query& q) override {
     auto json = gw->explain(q);
     if (!json) return {std::nullopt, "the gateway did not answer within 2 s"};
@@ -201,12 +205,14 @@ runtime::runtime(std::string config_file, std::shared_ptr<const config::rules> r
     impl_->admin_at =
         asio::ip::tcp::endpoint{asio::ip::make_address(rules->admin_host), rules->admin_port};
   }
-  if (impl_->admin_at && !impl_->admin_at->address().is_loopback()) {
-    // The admin listener reloads rules and explains any key's state: no authentication of
-    // its own, so it belongs on loopback (or behind something that authenticates).
+  if (impl_->admin_at && !impl_->admin_at->address().is_loopback() && rules->admin.token.empty()) {
+    // The admin listener reloads rules and explains any key's state: without a token
+    // (admin.token_env / token_file) it belongs on loopback (or behind something that
+    // authenticates).
     spdlog::warn(
-        "admin listener on {} is not a loopback address: anyone who can reach it can reload "
-        "the rules and read every route's limits and any caller's state",
+        "admin listener on {} is not a loopback address and asks for no token: anyone who can "
+        "reach it can reload the rules and read every route's limits and any caller's state "
+        "(set admin.token_env or admin.token_file)",
         impl_->admin_at->address().to_string());
   }
   impl_->gw = std::make_unique<app::gateway>(std::move(rules), options.gateway, std::move(tls));

@@ -97,12 +97,7 @@ load_result loader::run(const YAML::Node& root) {
       r->listen_port = a->port;
     }
   }
-  if (const entry* e = top->find("admin")) {
-    if (auto a = address(*e, "admin", true)) {
-      r->admin_host = a->host;
-      r->admin_port = a->port;
-    }
-  }
+  if (const entry* e = top->find("admin")) parse_admin(*e, *r);
   if (const entry* e = top->find("workers")) {
     if (auto v = integer(*e, "workers", "workers", 0, max_workers))
       r->workers = static_cast<unsigned>(*v);

@@ -290,6 +290,13 @@ class loader {
   /// identifies by, nor a rate-limit field of its own.
   std::optional<std::string> gateway_header(const entry& e, const std::string& path);
 
+  // --- sections/admin.cpp ----------------------------------------------------------
+
+  /// `admin:` the admin listener: `host:port`, or `{listen: host:port, token_env: NAME |
+  /// token_file: FILE, metrics_open: BOOL}`. The token is read here (the variable from the
+  /// environment, the file as `store.password_file`); unset, empty or exposed is an error.
+  void parse_admin(const entry& e, rules& r);
+
   // --- sections/client.cpp ---------------------------------------------------------
 
   /// `client:` deadlines and caps of client connections. `legacy` is the top-level
@@ -329,8 +336,9 @@ class loader {
   /// one trailing newline dropped) into `password_out` and the path it was read from into
   /// `file_out`; reports a missing, unreadable, group- or world-accessible, empty or
   /// multi-line file, naming the file (never the password).
+  /// `noun` names the secret in messages ("password", "token").
   void password_file(const entry& e, const std::string& path, std::string& file_out,
-                     std::string& password_out);
+                     std::string& password_out, std::string_view noun = "password");
 
   // --- sections/upstreams.cpp ------------------------------------------------------
 

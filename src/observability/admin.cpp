@@ -8,9 +8,11 @@
 
 #include "sluice/observability/admin.hpp"
 
+#include "sluice/http/problem.hpp"
 #include "sluice/http/server.hpp"
 #include "sluice/limiter/calendar.hpp"
 #include "sluice/limiter/guarantee.hpp"
+#include "sluice/log_throttle.hpp"
 #include "sluice/observability/metrics.hpp"
 #include "sluice/utf8.hpp"
 
@@ -23,6 +25,11 @@
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
 
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include <atomic>
+#include <cctype>
 #include <thread>
 
 namespace sluice::observability {
@@ -166,6 +173,13 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
   o["listen"] = rules.listen_host + ":" + std::to_string(rules.listen_port);
   if (!rules.admin_host.empty())
     o["admin"] = rules.admin_host + ":" + std::to_string(rules.admin_port);
+  if (!rules.admin.token.empty()) {  // where the token comes from, never the token
+    json::object auth;
+    if (!rules.admin.token_env.empty()) auth["token_env"] = rules.admin.token_env;
+    if (!rules.admin.token_file.empty()) auth["token_file"] = rules.admin.token_file;
+    auth["metrics_open"] = rules.admin.metrics_open;
+    o["admin_auth"] = std::move(auth);
+  }
   o["workers"] = rules.workers;
   {
     const auto& c = rules.client;
@@ -433,20 +447,83 @@ bool parse_unblock_query(std::string_view target, unblock_query& q, std::string&
   return true;
 }
 
+/// The token of an `Authorization: Bearer <token>` field (RFC 6750 §2.1: the scheme in any
+/// case, then spaces), "" when the field is absent or of another scheme.
+std::string_view bearer_token(const http::request& req) {
+  auto it = req.find(bhttp::field::authorization);
+  if (it == req.end()) return {};
+  std::string_view v = it->value();
+  constexpr std::string_view scheme = "bearer";
+  if (v.size() <= scheme.size() || v[scheme.size()] != ' ') return {};
+  for (std::size_t i = 0; i < scheme.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(v[i])) != scheme[i]) return {};
+  v.remove_prefix(scheme.size());
+  while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  return v;
+}
+
+/// Whether `given` is `token`, in time that depends on neither: both are hashed (SHA-256) and
+/// the digests compared with CRYPTO_memcmp, so not even the token's length leaks.
+bool same_token(std::string_view given, std::string_view token) {
+  unsigned char a[SHA256_DIGEST_LENGTH], b[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(given.data()), given.size(), a);
+  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), b);
+  return CRYPTO_memcmp(a, b, sizeof a) == 0;
+}
+
 class admin_handler final : public http::buffered_handler {
  public:
   explicit admin_handler(std::shared_ptr<admin_backend> backend) : backend_(std::move(backend)) {}
 
   asio::awaitable<http::response> respond(http::request req,
-                                          const http::request_context&) override {
-    co_return answer(req);
+                                          const http::request_context& ctx) override {
+    co_return answer(req, ctx);
   }
 
+  /// Requests refused for a missing or wrong token since start.
+  std::uint64_t auth_failures() const { return auth_failures_.load(std::memory_order_relaxed); }
+
  private:
-  http::response answer(const http::request& req) {
+  /// Whether `req` for `path` may be answered under the token of the rules in force (`admin:`'s
+  /// token_env / token_file): always for /healthz and /readyz (probes carry no secret), for
+  /// /metrics when metrics_open, else only with `Authorization: Bearer <token>`. A refusal is
+  /// counted and logged (at most one line a second).
+  bool authorized(const http::request& req, std::string_view path, const http::request_context& ctx,
+                  bool& token_given) {
+    token_given = false;
+    if (path == "/healthz" || path == "/readyz") return true;
+    const auto rules = backend_->current_config().rules;
+    if (!rules || rules->admin.token.empty()) return true;
+    if (path == "/metrics" && rules->admin.metrics_open) return true;
+    const auto given = bearer_token(req);
+    token_given = !given.empty();
+    if (token_given && same_token(given, rules->admin.token)) return true;
+    auth_failures_.fetch_add(1, std::memory_order_relaxed);
+    std::uint64_t suppressed = 0;
+    if (auth_log_.admit(suppressed)) {
+      spdlog::warn("admin: {} {} from {} refused: {} ({} more refusals not logged)",
+                   std::string_view(req.method_string()), path, ctx.peer_text,
+                   token_given ? "wrong bearer token" : "no bearer token", suppressed);
+    }
+    return false;
+  }
+
+  http::response answer(const http::request& req, const http::request_context& ctx) {
     const unsigned v = req.version();
     std::string_view path = req.target();
     path = path.substr(0, path.find('?'));
+    if (bool token_given = false; !authorized(req, path, ctx, token_given)) {
+      auto res = http::problem(v, bhttp::status::unauthorized, "Unauthorized",
+                               token_given ? "the bearer token is not the admin listener's"
+                                           : "this admin path needs Authorization: Bearer <token>");
+      // RFC 6750 §3: the challenge, with error="invalid_token" when a token was wrong.
+      res.set(bhttp::field::www_authenticate,
+              token_given ? R"(Bearer realm="sluice admin", error="invalid_token")"
+                          : R"(Bearer realm="sluice admin")");
+      res.set(bhttp::field::cache_control, "no-store");
+      return res;
+    }
     const auto method = req.method();
     const bool get = method == bhttp::verb::get || method == bhttp::verb::head;
     auto not_allowed = [&](std::string_view allow) {
@@ -540,6 +617,8 @@ class admin_handler final : public http::buffered_handler {
   }
 
   std::shared_ptr<admin_backend> backend_;
+  std::atomic<std::uint64_t> auth_failures_{0};
+  log_throttle auth_log_;
 };
 
 }  // namespace
@@ -555,6 +634,7 @@ http::session_limits admin_limits() {
 
 struct admin_server::impl {
   asio::io_context ioc{1};
+  std::shared_ptr<admin_handler> handler;
   std::unique_ptr<http::server> server;
   std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> guard;
   std::thread thread;
@@ -562,9 +642,10 @@ struct admin_server::impl {
 
 admin_server::admin_server(asio::ip::tcp::endpoint endpoint, std::shared_ptr<admin_backend> backend)
     : impl_(std::make_unique<impl>()) {
-  impl_->server = std::make_unique<http::server>(
-      impl_->ioc, endpoint, std::make_shared<admin_handler>(std::move(backend)), admin_limits(), 0,
-      /*share_port=*/false);  // a port in use is an error
+  impl_->handler = std::make_shared<admin_handler>(std::move(backend));
+  impl_->server =
+      std::make_unique<http::server>(impl_->ioc, endpoint, impl_->handler, admin_limits(), 0,
+                                     /*share_port=*/false);  // a port in use is an error
 }
 
 admin_server::~admin_server() {
@@ -591,6 +672,10 @@ void admin_server::stop() {
 
 asio::ip::tcp::endpoint admin_server::local_endpoint() const {
   return impl_->server->local_endpoint();
+}
+
+std::uint64_t admin_server::auth_failures() const {
+  return impl_->handler->auth_failures();
 }
 
 }  // namespace sluice::observability

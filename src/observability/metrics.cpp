@@ -8,7 +8,8 @@
 // own worker's counters, and the cost of summing them is paid by the scraper, once.
 //
 // Names follow the Prometheus conventions (https://prometheus.io/docs/practices/naming/):
-// one `sluice_` prefix, `_total` on counters, base units (seconds), labels bounded by the
+// one `sluice_` prefix (and the `process_` families every client library exports), `_total` on
+// counters, base units (seconds), labels bounded by the
 // rules file (route names, decisions, policies), never by callers.
 
 #include "sluice/observability/metrics.hpp"
@@ -18,7 +19,15 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <sstream>
+#include <string>
 #include <utility>
 
 namespace sluice::observability {
@@ -143,6 +152,44 @@ void add_histogram(MetricFamily& f, const histogram_counts& h,
 
 std::vector<MetricFamily> families(const metrics_sample& s) {
   std::vector<MetricFamily> out;
+
+  // Client-facing exchanges, per route and status class.
+  {
+    auto duration = family("sluice_http_request_duration_seconds",
+                           "Client-facing exchanges from the request head read to the last "
+                           "response byte written, by route (\"\": no route matched) and status "
+                           "class (none: the connection ended before a status was written).",
+                           MetricType::Histogram);
+    auto received = family("sluice_http_received_bytes_total",
+                           "Request body bytes read from clients, by route.", MetricType::Counter);
+    auto sent =
+        family("sluice_http_sent_bytes_total",
+               "Bytes written to clients (heads and bodies), by route.", MetricType::Counter);
+    for (const auto& e : s.exchanges) {
+      for (std::size_t k = 0; k < e.duration.size(); ++k)
+        add_histogram(duration, e.duration[k],
+                      {{"route", e.route}, {"code_class", code_classes[k]}});
+      add_counter(received, d(e.bytes_in), {{"route", e.route}});
+      add_counter(sent, d(e.bytes_out), {{"route", e.route}});
+    }
+    out.push_back(std::move(duration));
+    out.push_back(std::move(received));
+    out.push_back(std::move(sent));
+  }
+
+  // The process (the names every Prometheus client library's process collector uses).
+  out.push_back(counter("process_cpu_seconds_total",
+                        "Total user and system CPU time spent in seconds.", s.process.cpu_seconds));
+  out.push_back(gauge("process_resident_memory_bytes", "Resident memory size in bytes.",
+                      s.process.resident_bytes));
+  out.push_back(gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.",
+                      s.process.virtual_bytes));
+  out.push_back(gauge("process_open_fds", "Number of open file descriptors.", s.process.open_fds));
+  out.push_back(
+      gauge("process_max_fds", "Maximum number of open file descriptors.", s.process.max_fds));
+  out.push_back(gauge("process_start_time_seconds",
+                      "Start time of the process since unix epoch in seconds.",
+                      s.process.start_time_seconds));
 
   // Requests, per route (DESIGN.md: every degraded mode has a counter, and a fail_closed 503
   // is told apart from a quota 429).
@@ -484,6 +531,10 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
     add_counter(f, d(s.reload_failures), {{"result", "failed"}});
     out.push_back(std::move(f));
   }
+  out.push_back(counter("sluice_admin_auth_failures_total",
+                        "Admin requests refused 401 for a missing or wrong bearer token "
+                        "(admin.token_env / admin.token_file).",
+                        d(s.admin_auth_failures)));
   out.push_back(counter("sluice_access_log_dropped_total",
                         "Access log lines dropped because its queue was full (the disk or stdout "
                         "was slower than the requests).",
@@ -522,6 +573,53 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
 }
 
 }  // namespace
+
+process_stats read_process_stats() noexcept {
+  process_stats p;
+  try {
+    const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+    const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
+    std::ifstream stat("/proc/self/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    // Field 2 (comm) is in parentheses and may hold spaces: count fields after the last ')'.
+    const auto close = text.rfind(')');
+    double btime = 0;
+    {
+      std::ifstream sys("/proc/stat");
+      std::string key;
+      while (sys >> key) {
+        if (key == "btime") {
+          sys >> btime;
+          break;
+        }
+        sys.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+      }
+    }
+    if (close != std::string::npos && ticks > 0) {
+      std::istringstream rest(text.substr(close + 1));
+      std::string f;
+      // Fields 3.. (state is field 3): utime 14, stime 15, starttime 22, vsize 23, rss 24.
+      for (int field = 3; field <= 24 && rest >> f; ++field) {
+        if (field == 14 || field == 15) p.cpu_seconds += std::stod(f) / ticks;
+        if (field == 22 && btime > 0) p.start_time_seconds = btime + std::stod(f) / ticks;
+        if (field == 23) p.virtual_bytes = std::stod(f);
+        if (field == 24) p.resident_bytes = std::stod(f) * page;
+      }
+    }
+    std::error_code ec;
+    std::size_t fds = 0;
+    for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end;
+         it.increment(ec))
+      ++fds;
+    // (The iterator's own descriptor is one of them, as every client library counts it.)
+    if (!ec) p.open_fds = static_cast<double>(fds);
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0)
+      p.max_fds = lim.rlim_cur == RLIM_INFINITY ? 0 : static_cast<double>(lim.rlim_cur);
+  } catch (...) {  // std::bad_alloc, std::invalid_argument: what was read stays
+  }
+  return p;
+}
 
 std::string exposition(const metrics_sample& sample) {
   return prometheus::TextSerializer{}.Serialize(families(sample));

@@ -17,7 +17,9 @@
   the build context (.dockerignore); the build stage installs scripts/setup's build packages;
   the runtime stage installs exactly the packages of the libraries SLUICE_BINARY links (ldd +
   dpkg -S, as the image's comment says).
-- The built gateway accepts the container rules file (--check-config), and promtool accepts
+- The container's admin listener (0.0.0.0) asks for a token from an environment variable compose
+  passes, leaving only /metrics open; the built gateway accepts the container rules file
+  (--check-config) with that variable and refuses it without, and promtool accepts
   the compose Prometheus config with its rules.
 
 The image build itself is docker/build-test (minutes: debootstrap and a compile), not a ctest.
@@ -138,7 +140,14 @@ rules = {}
 if check(os.path.isfile(rules_path), f"sluice: no sluice.yaml in the mounted {rules_dir}"):
     rules = load(os.path.relpath(rules_path, SOURCE))
     listen_host, listen_port = host_port(rules["listen"])
-    admin_host, admin_port = host_port(rules["admin"])
+    admin = rules["admin"] if isinstance(rules["admin"], dict) else {"listen": rules["admin"]}
+    admin_host, admin_port = host_port(admin["listen"])
+    # On 0.0.0.0 (so that Prometheus in another container scrapes it), POST /admin/reload must
+    # not be open: a token from the environment compose passes, /metrics alone left open.
+    check(admin.get("token_env") and admin.get("metrics_open") is True,
+          "docker/sluice/sluice.yaml: admin on 0.0.0.0 needs token_env and metrics_open: true")
+    check(admin.get("token_env") in (services["sluice"].get("environment") or {}),
+          f"sluice: compose passes no {admin.get('token_env')} (admin.token_env)")
     check(listen_host == "0.0.0.0" and admin_host == "0.0.0.0",
           "docker/sluice/sluice.yaml: listen and admin must bind 0.0.0.0 in a container")
     check(listen_port in published("sluice") and admin_port in published("sluice"),
@@ -167,7 +176,9 @@ check(config_src == os.path.join(DOCKER, "prometheus-compose.yml"),
 compose_prom = load("docker/prometheus-compose.yml")
 shipped_prom = load("docker/prometheus.yml")
 targets = compose_prom["scrape_configs"][0]["static_configs"][0]["targets"]
-check(targets == [f"sluice:{rules.get('admin', ':9090').rpartition(':')[2]}"],
+admin_listen = rules.get("admin", ":9090")
+admin_listen = admin_listen["listen"] if isinstance(admin_listen, dict) else admin_listen
+check(targets == [f"sluice:{admin_listen.rpartition(':')[2]}"],
       f"prometheus-compose.yml: targets {targets}, expected the sluice service's admin port")
 shipped_prom["scrape_configs"][0]["static_configs"][0]["targets"] = targets
 check(compose_prom == shipped_prom, "prometheus-compose.yml differs from prometheus.yml beyond the target")
@@ -269,8 +280,15 @@ check(stage_packages("runtime") == linked - in_base - sanitizers,
       f"the gateway links {sorted(linked - in_base - sanitizers)}")
 
 # --- the container rules file and the Prometheus config, checked by their own tools ------------
-r = subprocess.run([SLUICE, "--check-config", rules_path], capture_output=True, text=True)
+env = {k: v for k, v in os.environ.items() if k != "SLUICE_ADMIN_TOKEN"}
+r = subprocess.run([SLUICE, "--check-config", rules_path], capture_output=True, text=True,
+                   env=dict(env, SLUICE_ADMIN_TOKEN="files-test-token"))
 check(r.returncode == 0, f"sluice --check-config {rules_path}: {r.stdout}{r.stderr}")
+# Without the token the gateway does not start: the admin listener is never open on 0.0.0.0.
+r = subprocess.run([SLUICE, "--check-config", rules_path], capture_output=True, text=True, env=env)
+check(r.returncode != 0 and "admin.token_env: the environment variable SLUICE_ADMIN_TOKEN is not set"
+      in r.stdout + r.stderr,
+      f"sluice --check-config {rules_path} without SLUICE_ADMIN_TOKEN: {r.returncode} {r.stdout}{r.stderr}")
 r = subprocess.run([PROMTOOL, "check", "config", os.path.join(DOCKER, "prometheus-compose.yml")],
                    capture_output=True, text=True)
 check(r.returncode == 0, f"promtool check config docker/prometheus-compose.yml: {r.stdout}{r.stderr}")

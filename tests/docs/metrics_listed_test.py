@@ -5,7 +5,7 @@
 
     metrics_listed_test.py SOURCE_DIR
 
-The families are the "sluice_..." string literals of src/observability/metrics.cpp (each
+The families are the "sluice_..." and "process_..." string literals of src/observability/metrics.cpp (each
 family is named once there); the guide's are the metric names in the first column of the
 tables of its "## Metrics" section. Prints the difference and exits 1 if there is one.
 """
@@ -20,7 +20,7 @@ def main():
         return 2
     root = sys.argv[1]
     with open(os.path.join(root, "src/observability/metrics.cpp"), encoding="utf-8") as f:
-        exposed = set(re.findall(r'"(sluice_[a-z0-9_]+)"', f.read()))
+        exposed = set(re.findall(r'"((?:sluice|process)_[a-z0-9_]+)"', f.read()))
     with open(os.path.join(root, "docs/operating.md"), encoding="utf-8") as f:
         guide = f.read()
     start = guide.find("\n## Metrics\n")
@@ -31,9 +31,9 @@ def main():
     section = guide[start:end if end >= 0 else len(guide)]
     listed = set()
     for line in section.split("\n"):
-        if line.startswith("| `sluice_"):
+        if line.startswith(("| `sluice_", "| `process_")):
             first = line.split("|")[1]
-            listed.update(re.findall(r"`(sluice_[a-z0-9_]+)`", first))
+            listed.update(re.findall(r"`((?:sluice|process)_[a-z0-9_]+)`", first))
     missing = sorted(exposed - listed)
     extra = sorted(listed - exposed)
     for name in missing:

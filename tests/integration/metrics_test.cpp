@@ -25,6 +25,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 namespace sluice::test {
 namespace {
@@ -85,7 +86,8 @@ scrape parse(const std::string& text) {
       if (s.types.count(family) && s.types[family] == "counter") {
         EXPECT_TRUE(name.ends_with("_total")) << "counter names end in _total: " << line;
       }
-      EXPECT_EQ(name.rfind("sluice_", 0), 0u) << line;
+      // sluice's own families, and the process_ ones every client library exports.
+      EXPECT_TRUE(name.starts_with("sluice_") || name.starts_with("process_")) << line;
       const std::string key = name + m[2].str();
       const std::string v = m[3];
       const double value = v == "+Inf" ? HUGE_VAL : std::stod(v);
@@ -567,6 +569,101 @@ TEST(metrics_store_failure, frozen_then_killed_redis) {
   EXPECT_GT(m.at("sluice_store_reconnects_total"), reconnects);
   EXPECT_EQ(m.at("sluice_store_connected"), 1);
   w.expect_promtool_clean();  // with fail_open, fail_closed, local, breaker and reconnects
+}
+
+// ---------------------------------------------------------------------------------------------
+// What clients see (durations by route and status class, bytes), and the process.
+
+/// `sluice_http_request_duration_seconds_count` of `route` and `code_class`.
+std::string exchanges(const std::string& route, const std::string& code_class) {
+  return "sluice_http_request_duration_seconds_count{route=\"" + route + "\",code_class=\"" +
+         code_class + "\"}";
+}
+
+TEST(metrics_clients, durations_by_route_and_status_class_bytes_and_the_process) {
+  metrics_world w(store_kind::memory, traffic_rules, 2);
+  {
+    // Before any traffic: every route of the rules and "" (unrouted), every class, at 0.
+    auto m = w.metrics();
+    EXPECT_EQ(m.types.at("sluice_http_request_duration_seconds"), "histogram");
+    EXPECT_EQ(m.types.at("sluice_http_received_bytes_total"), "counter");
+    EXPECT_EQ(m.types.at("sluice_http_sent_bytes_total"), "counter");
+    for (const char* route : {"", "search", "shadowed", "slow", "gone", "open"}) {
+      for (const char* c : {"none", "1xx", "2xx", "3xx", "4xx", "5xx"})
+        EXPECT_EQ(m.at(exchanges(route, c)), 0) << route << " " << c;
+      EXPECT_EQ(m.at("sluice_http_sent_bytes_total{route=\"" + std::string(route) + "\"}"), 0);
+    }
+  }
+
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(w.get("/v1/search", key_a).status, i < 3 ? 200u : 429u);
+  {
+    http_connection c(w.port());
+    EXPECT_EQ(c.request("POST", "/v1/open", {}, "twelve bytes").status, 200u);
+  }
+  EXPECT_EQ(w.get("/v1/gone").status, 502u);
+  EXPECT_EQ(w.get("/v1/slow").status, 504u);
+  EXPECT_EQ(w.get("/nowhere").status, 404u);
+  EXPECT_EQ(w.get("/v1/%2e%2e/%2e%2e/x").status, 400u);
+
+  // An exchange is counted once its last byte is written, which may be just after the client
+  // read it: poll until the last one is in, then every count is exact.
+  scrape m;
+  for (const auto deadline = steady::now() + 5s; steady::now() < deadline;) {
+    m = w.metrics();
+    if (m.at(exchanges("", "4xx")) == 2 && m.at(exchanges("slow", "5xx")) == 1) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(m.at(exchanges("search", "2xx")), 3);
+  EXPECT_EQ(m.at(exchanges("search", "4xx")), 2);
+  EXPECT_EQ(m.at(exchanges("open", "2xx")), 1);
+  EXPECT_EQ(m.at(exchanges("gone", "5xx")), 1);
+  EXPECT_EQ(m.at(exchanges("slow", "5xx")), 1);
+  EXPECT_EQ(m.at(exchanges("", "4xx")), 2);
+  for (const char* route : {"", "search", "shadowed", "slow", "gone", "open"})
+    for (const char* c : {"none", "1xx", "3xx"}) EXPECT_EQ(m.at(exchanges(route, c)), 0);
+  EXPECT_EQ(m.at(exchanges("shadowed", "2xx")), 0);
+  // The 504 waited out the slow upstream's 100 ms timeout: it is in no bucket below 0.1 s.
+  EXPECT_EQ(m.at("sluice_http_request_duration_seconds_bucket{route=\"slow\",code_class=\"5xx\","
+                 "le=\"0.05\"}"),
+            0);
+  EXPECT_GE(m.at("sluice_http_request_duration_seconds_sum{route=\"slow\",code_class=\"5xx\"}"),
+            0.1);
+  // Bytes: the POST's 12-byte body in; every answer's head (and body) out.
+  EXPECT_EQ(m.at("sluice_http_received_bytes_total{route=\"open\"}"), 12);
+  EXPECT_EQ(m.at("sluice_http_received_bytes_total{route=\"search\"}"), 0);
+  for (const char* route : {"", "search", "open", "gone", "slow"})
+    EXPECT_GT(m.at("sluice_http_sent_bytes_total{route=\"" + std::string(route) + "\"}"), 50)
+        << route;
+  EXPECT_EQ(m.at("sluice_http_sent_bytes_total{route=\"shadowed\"}"), 0);
+
+  // The process, read from /proc: a live process has memory, descriptors under its limit, a
+  // start time in the past and some CPU time.
+  EXPECT_EQ(m.types.at("process_cpu_seconds_total"), "counter");
+  for (const char* g : {"process_resident_memory_bytes", "process_virtual_memory_bytes",
+                        "process_open_fds", "process_max_fds", "process_start_time_seconds"})
+    EXPECT_EQ(m.types.at(g), "gauge") << g;
+  EXPECT_GT(m.at("process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GE(m.at("process_virtual_memory_bytes"), m.at("process_resident_memory_bytes"));
+  EXPECT_GT(m.at("process_open_fds"), 3);
+  EXPECT_GE(m.at("process_max_fds"), m.at("process_open_fds"));
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_LE(m.at("process_start_time_seconds"), now);
+  EXPECT_GT(m.at("process_start_time_seconds"), now - 24 * 3600);
+  EXPECT_GT(m.at("process_cpu_seconds_total"), 0);
+  // Descriptors follow what the process opens: 20 more client connections held open.
+  const double before = m.at("process_open_fds");
+  {
+    std::vector<std::unique_ptr<http_connection>> held;
+    for (int i = 0; i < 20; ++i) {
+      held.push_back(std::make_unique<http_connection>(w.port()));
+      EXPECT_EQ(held.back()->request("GET", "/v1/open").status, 200u);
+    }
+    // (The test's own 20 sockets are in this process too: 2 descriptors a connection, 40;
+    // some of the earlier connections' may have closed meanwhile.)
+    EXPECT_GE(w.metrics().at("process_open_fds"), before + 30);
+  }
+  w.expect_promtool_clean();
 }
 
 }  // namespace

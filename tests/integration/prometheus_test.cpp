@@ -153,7 +153,7 @@ TEST(prometheus, scrapes_the_admin_listener_and_evaluates_the_dashboard) {
   std::size_t loaded = 0;
   for (const auto& g : rules.at("data").at("groups").as_array())
     loaded += g.at("rules").as_array().size();
-  EXPECT_EQ(loaded, 10u);
+  EXPECT_EQ(loaded, 12u);
 
   // Every dashboard query, with Grafana's variables as Grafana would fill them, once three
   // scrapes are stored (a rate needs two samples in its window).

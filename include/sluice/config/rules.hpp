@@ -511,6 +511,19 @@ struct header_sets {
   bool ietf = true;
 };
 
+/// `admin:` written as a mapping: the bearer token the admin listener asks for. With a token,
+/// every admin path but `/healthz` and `/readyz` (and `/metrics` when `metrics_open`) needs
+/// `Authorization: Bearer <token>`. Read on every load, so a reload rotates it.
+struct admin_guard {
+  /// The token (from `token_env` or `token_file`); "" = no token asked for. A secret: never
+  /// shown (/admin/config) or logged.
+  std::string token;
+  std::string token_env;      ///< `token_env`: the environment variable it was read from
+  std::string token_file;     ///< `token_file`: the file it was read from (owner-only, as
+                              ///< `store.password_file`)
+  bool metrics_open = false;  ///< `metrics_open`: `GET /metrics` without the token
+};
+
 /// A whole rules file.
 struct rules {
   std::string source;  ///< file name it was loaded from (diagnostics)
@@ -518,6 +531,7 @@ struct rules {
   std::uint16_t listen_port = 8080;
   std::string admin_host;  ///< "" = no admin listener
   std::uint16_t admin_port = 0;
+  admin_guard admin;     ///< `admin: {listen, token_env | token_file, metrics_open}`
   unsigned workers = 0;  ///< 0 = one per core
   store_settings store;
   header_sets headers;

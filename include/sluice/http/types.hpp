@@ -107,6 +107,9 @@ struct access_note {
   std::string upstream;         ///< the upstream's name when forwarded
   std::string client;           ///< the client address the request was keyed on
   std::string key_hash;         ///< a keyed hash of the API key ("" when none)
+  /// The handler's own, for its record() (the gateway: the counters of the request's route;
+  /// null when no route matched). Set whether or not there is an access log.
+  void* handler_tag = nullptr;
 };
 
 /// How one exchange ended, for request_handler::record().

@@ -163,6 +163,11 @@ std::pair<unsigned, std::string> top_answer(admin_backend& backend, std::string_
 /// - `GET /metrics`: the backend's Prometheus exposition (text/plain; version=0.0.4), or 404
 ///   when the backend publishes none.
 ///
+/// With a token in the rules in force (config::admin_guard), every path but `/healthz` and
+/// `/readyz` (and `/metrics` when `metrics_open`) first needs `Authorization: Bearer <token>`,
+/// compared in constant time; otherwise 401 with a problem body and `WWW-Authenticate: Bearer`,
+/// counted (auth_failures()) and logged at most once a second.
+///
 /// Threading: construct, start(), stop() and local_endpoint() from one controlling thread;
 /// requests are served on the listener's own thread.
 class admin_server {
@@ -180,6 +185,8 @@ class admin_server {
   void stop();
   /// The bound endpoint.
   boost::asio::ip::tcp::endpoint local_endpoint() const;
+  /// Requests refused 401 for a missing or wrong bearer token since construction (any thread).
+  std::uint64_t auth_failures() const;
 
  private:
   struct impl;

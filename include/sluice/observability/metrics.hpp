@@ -96,6 +96,43 @@ struct route_counts {
   std::uint64_t gateway_timeout = 0;  ///< upstream did not answer in time: 504
 };
 
+/// The status classes of client-facing exchanges (`code_class` label): index 0 is an exchange
+/// that ended before any status was written (`none`), 1..5 are 1xx..5xx.
+inline constexpr std::array<const char*, 6> code_classes = {"none", "1xx", "2xx",
+                                                            "3xx",  "4xx", "5xx"};
+
+/// Index in code_classes of HTTP status `status` (0 for 0 or anything outside 100..599).
+constexpr std::size_t code_class_of(unsigned status) noexcept {
+  return status >= 100 && status < 600 ? status / 100 : 0;
+}
+
+/// What one route's client-facing exchanges came to (from the request head read to the last
+/// response byte written), summed over workers: route "" holds the requests no route matched
+/// or refused before routing (a bounded label set: the rules file's route names and "").
+struct exchange_counts {
+  std::string route;
+  /// Exchange durations by status class (indexed as code_classes).
+  std::array<histogram_counts, code_classes.size()> duration{};
+  std::uint64_t bytes_in = 0;   ///< request body bytes read from clients
+  std::uint64_t bytes_out = 0;  ///< bytes written to clients (heads and bodies)
+};
+
+/// The process itself, read from /proc/self (Linux) at scrape time; what prometheus-cpp's
+/// process collector would give (Debian's prometheus-cpp 1.0 has none). 0 when unreadable.
+struct process_stats {
+  double cpu_seconds = 0;         ///< user + system CPU time (/proc/self/stat utime, stime)
+  double resident_bytes = 0;      ///< resident set size (rss pages x page size)
+  double virtual_bytes = 0;       ///< virtual memory size (vsize)
+  double open_fds = 0;            ///< entries of /proc/self/fd
+  double max_fds = 0;             ///< RLIMIT_NOFILE's soft limit
+  double start_time_seconds = 0;  ///< Unix time the process started (btime + starttime)
+};
+
+/// Reads the calling process's process_stats from /proc (proc(5)): /proc/self/stat fields 14,
+/// 15 (utime, stime), 22 (starttime), 23 (vsize) and 24 (rss), /proc/stat's `btime`,
+/// /proc/self/fd and getrlimit(RLIMIT_NOFILE). A field it cannot read stays 0. Never throws.
+process_stats read_process_stats() noexcept;
+
 /// What one upstream's exchanges came to, summed over workers (upstream names come from the
 /// rules file: a bounded label set).
 struct upstream_counts {
@@ -132,7 +169,11 @@ struct tls_handshake_counts {
 /// Everything `GET /metrics` reports, sampled at scrape time (app::gateway::sample()).
 struct metrics_sample {
   std::vector<route_counts> routes;  ///< every route name seen since start, sorted by name
-  std::uint64_t bad_requests = 0;    ///< 400/401/404 answered by the gateway before a decision
+  /// Client-facing exchanges by route (every route of the rules in force, at 0 if need be,
+  /// and "" for the unrouted), sorted by name.
+  std::vector<exchange_counts> exchanges;
+  process_stats process;           ///< the process (read_process_stats(), at scrape time)
+  std::uint64_t bad_requests = 0;  ///< 400/401/404 answered by the gateway before a decision
   /// Requests keyed on a trusted proxy's own address, by reason (`no_header`, `all_trusted`,
   /// `unreadable`, `syntax_error`, `unknown`, `obfuscated`: identity::address_source), each
   /// reason present even at 0.
@@ -153,7 +194,10 @@ struct metrics_sample {
   std::uint64_t reloads = 0;               ///< rules snapshots swapped in after start
   std::uint64_t reload_failures = 0;       ///< reloads refused (the running rules stayed)
   std::uint64_t access_log_dropped = 0;    ///< access log lines dropped (its queue was full)
-  std::uint64_t generation = 0;            ///< generation of the rules in force (1 at start)
+  /// Admin requests refused 401 for a missing or wrong bearer token (admin_server, filled in
+  /// by the runtime that owns it; 0 without an admin listener).
+  std::uint64_t admin_auth_failures = 0;
+  std::uint64_t generation = 0;  ///< generation of the rules in force (1 at start)
   /// When the rules in force were swapped in (or loaded at start): Unix time, milliseconds.
   std::int64_t config_loaded_unix_ms = 0;
   /// Plan directory caches (`identity.directory`), summed over workers.
@@ -188,6 +232,12 @@ struct metrics_sample {
 
 /// The Prometheus text exposition (format 0.0.4, exposition_content_type) of `sample`:
 ///
+/// - `sluice_http_request_duration_seconds{route,code_class}` (histogram: head read to the last
+///   response byte written, by status class none, 1xx..5xx), `sluice_http_received_bytes_total
+///   {route}` and `sluice_http_sent_bytes_total{route}` (route "": no route matched);
+/// - `process_cpu_seconds_total`, `process_resident_memory_bytes`,
+///   `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`,
+///   `process_start_time_seconds` (the standard names of Prometheus client libraries);
 /// - `sluice_requests_total{route,decision}` — decision: allowed, limited, unlimited,
 ///   fail_open, fail_closed (a `local` decision counts as allowed or limited);
 /// - `sluice_failure_policy_applied_total{route,policy}` — policy: fail_open, fail_closed,
@@ -235,6 +285,7 @@ struct metrics_sample {
 ///   `sluice_store_check_duration_seconds` (histogram);
 /// - `sluice_config_reloads_total{result}` (ok, failed), `sluice_config_generation`,
 ///   `sluice_config_last_reload_success_timestamp_seconds`;
+/// - `sluice_admin_auth_failures_total` (admin requests refused for their bearer token);
 /// - `sluice_access_log_dropped_total` (lines dropped from the access log's full queue);
 /// - `sluice_plan_cache_lookups_total{result}` (hit, negative_hit, miss),
 ///   `sluice_plan_cache_evictions_total`;

@@ -187,7 +187,8 @@ void loader::parse_sentinel_fields(const entry& e, const map_view& m, rules& r) 
 }
 
 void loader::password_file(const entry& e, const std::string& path, std::string& file_out,
-                           std::string& password_out) {
+                           std::string& password_out, std::string_view noun) {
+  const std::string what = std::string(noun) + " file '";
   auto s = non_empty(e, path);
   if (!s) return;
   std::string file = *s;
@@ -197,7 +198,7 @@ void loader::password_file(const entry& e, const std::string& path, std::string&
   std::string content;
   // A password is short; the bound only keeps a wrong path (a log file) from being read.
   if (std::string why = file::read_private(file, 64 * 1024, content); !why.empty()) {
-    error(e.line, path, "password file '" + file + "': " + why);
+    error(e.line, path, what + file + "': " + why);
     return;
   }
   // One trailing newline is what `echo` and editors leave; it is not part of the password.
@@ -205,10 +206,10 @@ void loader::password_file(const entry& e, const std::string& path, std::string&
   if (!content.empty() && content.back() == '\r') content.pop_back();
   // The password itself is never echoed: diagnostics reach logs and the admin endpoints.
   if (content.empty()) {
-    error(e.line, path, "password file '" + file + "': the file is empty");
+    error(e.line, path, what + file + "': the file is empty");
   } else if (content.find_first_of(std::string_view("\n\r\0", 3)) != std::string::npos) {
     error(e.line, path,
-          "password file '" + file + "': more than one line (or a NUL): write the password " +
+          what + file + "': more than one line (or a NUL): write the " + std::string(noun) + " " +
               "alone");
   } else {
     file_out = std::move(file);

@@ -1713,6 +1713,8 @@ TEST(docs, operating_yaml_examples_load) {
   const auto example = doc.find("\n### A complete example\n");
   ASSERT_NE(example, std::string::npos);
   const auto example_block = doc.find("\n```yaml\n", example);
+  // The admin listener's example reads its token from the environment, as operators would.
+  ::setenv("SLUICE_ADMIN_TOKEN", "docs-example-token", 1);
   for (auto open = doc.find("\n```yaml\n"); open != std::string::npos;
        open = doc.find("\n```yaml\n", open + 1)) {
     const auto begin = open + 9;

@@ -269,7 +269,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 64u);
+  EXPECT_EQ(help, 74u);
   EXPECT_EQ(text.back(), '\n');
 }
 
@@ -279,6 +279,62 @@ TEST(exposition, no_routes_still_lists_every_family) {
   EXPECT_FALSE(contains(text, "sluice_requests_total{"));
   EXPECT_TRUE(contains(text, "sluice_store_checks_total 0\n"));
   EXPECT_TRUE(contains(text, "sluice_store_check_duration_seconds_bucket{le=\"+Inf\"} 0\n"));
+}
+
+TEST(exposition, client_exchanges_by_route_and_status_class_and_the_process) {
+  metrics_sample s;
+  exchange_counts e;
+  e.route = "api";
+  e.duration[code_class_of(200)].buckets[3] = 2;  // two of (0.5 ms, 1 ms]
+  e.duration[code_class_of(200)].sum_seconds = 0.5;
+  e.duration[code_class_of(503)].buckets.back() = 1;  // above 10 s
+  e.duration[code_class_of(503)].sum_seconds = 12;
+  e.bytes_in = 12;
+  e.bytes_out = 3456;
+  s.exchanges.push_back(exchange_counts{});  // "": the unrouted
+  s.exchanges.push_back(e);
+  s.process = {1.5, 4096, 8192, 7, 1024, 1700000000};
+  const std::string text = exposition(s);
+  for (const char* line : {
+           "# TYPE sluice_http_request_duration_seconds histogram\n",
+           "sluice_http_request_duration_seconds_bucket{route=\"api\",code_class=\"2xx\",le="
+           "\"0.0005\"} 0\n",
+           "sluice_http_request_duration_seconds_bucket{route=\"api\",code_class=\"2xx\",le="
+           "\"0.001\"} 2\n",
+           "sluice_http_request_duration_seconds_count{route=\"api\",code_class=\"2xx\"} 2\n",
+           "sluice_http_request_duration_seconds_sum{route=\"api\",code_class=\"2xx\"} 0.5\n",
+           "sluice_http_request_duration_seconds_bucket{route=\"api\",code_class=\"5xx\",le="
+           "\"10\"} 0\n",
+           "sluice_http_request_duration_seconds_count{route=\"api\",code_class=\"5xx\"} 1\n",
+           "sluice_http_request_duration_seconds_count{route=\"api\",code_class=\"none\"} 0\n",
+           "sluice_http_request_duration_seconds_count{route=\"\",code_class=\"4xx\"} 0\n",
+           "sluice_http_received_bytes_total{route=\"api\"} 12\n",
+           "sluice_http_sent_bytes_total{route=\"api\"} 3456\n",
+           "sluice_http_sent_bytes_total{route=\"\"} 0\n",
+           "# TYPE process_cpu_seconds_total counter\n",
+           "process_cpu_seconds_total 1.5\n",
+           "process_resident_memory_bytes 4096\n",
+           "process_virtual_memory_bytes 8192\n",
+           "process_open_fds 7\n",
+           "process_max_fds 1024\n",
+           "process_start_time_seconds 1700000000\n",
+       })
+    EXPECT_TRUE(contains(text, line)) << line << text;
+  EXPECT_EQ(code_class_of(0), 0u);
+  EXPECT_EQ(code_class_of(99), 0u);
+  EXPECT_EQ(code_class_of(101), 1u);
+  EXPECT_EQ(code_class_of(599), 5u);
+  EXPECT_EQ(code_class_of(600), 0u);
+}
+
+TEST(exposition, the_process_is_read_from_proc) {
+  const auto p = read_process_stats();
+  EXPECT_GT(p.resident_bytes, 0);
+  EXPECT_GE(p.virtual_bytes, p.resident_bytes);
+  EXPECT_GE(p.open_fds, 3);  // stdin, stdout, stderr at least
+  EXPECT_GE(p.max_fds, p.open_fds);
+  EXPECT_GT(p.start_time_seconds, 1.6e9);
+  EXPECT_GE(p.cpu_seconds, 0);
 }
 
 TEST(exposition, label_values_are_escaped) {
