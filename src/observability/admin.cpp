@@ -26,7 +26,10 @@
 #include <boost/url/url_view.hpp>
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <openssl/sha.h>
+
+#include <optional>
 
 #include <atomic>
 #include <cctype>
@@ -447,20 +450,38 @@ bool parse_unblock_query(std::string_view target, unblock_query& q, std::string&
   return true;
 }
 
-/// The token of an `Authorization: Bearer <token>` field (RFC 6750 §2.1: the scheme in any
-/// case, then spaces), "" when the field is absent or of another scheme.
-std::string_view bearer_token(const http::request& req) {
-  auto it = req.find(bhttp::field::authorization);
-  if (it == req.end()) return {};
-  std::string_view v = it->value();
-  constexpr std::string_view scheme = "bearer";
-  if (v.size() <= scheme.size() || v[scheme.size()] != ' ') return {};
+/// The value of `v` after the auth scheme `scheme` (lower case) and its spaces, when `v` starts
+/// with it (RFC 9110 §11.1: the scheme in any case); nullopt otherwise.
+std::optional<std::string_view> after_scheme(std::string_view v, std::string_view scheme) {
+  if (v.size() <= scheme.size() || v[scheme.size()] != ' ') return std::nullopt;
   for (std::size_t i = 0; i < scheme.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(v[i])) != scheme[i]) return {};
+    if (std::tolower(static_cast<unsigned char>(v[i])) != scheme[i]) return std::nullopt;
   v.remove_prefix(scheme.size());
   while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
   while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
   return v;
+}
+
+/// The token a request presents, "" when none: `Authorization: Bearer <token>` (RFC 6750
+/// §2.1), or `Authorization: Basic <base64 of user:token>` (RFC 7617; any user name, the
+/// token as the password) so that a browser can open the status page after its login prompt.
+std::string given_token(const http::request& req) {
+  auto it = req.find(bhttp::field::authorization);
+  if (it == req.end()) return {};
+  const std::string_view v = it->value();
+  if (auto bearer = after_scheme(v, "bearer")) return std::string(*bearer);
+  auto basic = after_scheme(v, "basic");
+  if (!basic || basic->empty() || basic->size() % 4 != 0 || basic->size() > 4096) return {};
+  std::string decoded(basic->size() / 4 * 3, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(decoded.data()),
+                                reinterpret_cast<const unsigned char*>(basic->data()),
+                                static_cast<int>(basic->size()));
+  if (n < 0) return {};
+  std::size_t len = static_cast<std::size_t>(n);
+  for (std::size_t i = basic->size(); i > 0 && (*basic)[i - 1] == '='; --i) --len;  // padding
+  decoded.resize(len);
+  const auto colon = decoded.find(':');
+  return colon == std::string::npos ? std::string{} : decoded.substr(colon + 1);
 }
 
 /// Whether `given` is `token`, in time that depends on neither: both are hashed (SHA-256) and
@@ -487,7 +508,7 @@ class admin_handler final : public http::buffered_handler {
  private:
   /// Whether `req` for `path` may be answered under the token of the rules in force (`admin:`'s
   /// token_env / token_file): always for /healthz and /readyz (probes carry no secret), for
-  /// /metrics when metrics_open, else only with `Authorization: Bearer <token>`. A refusal is
+  /// /metrics when metrics_open, else only with the token (given_token()). A refusal is
   /// counted and logged (at most one line a second).
   bool authorized(const http::request& req, std::string_view path, const http::request_context& ctx,
                   bool& token_given) {
@@ -496,7 +517,7 @@ class admin_handler final : public http::buffered_handler {
     const auto rules = backend_->current_config().rules;
     if (!rules || rules->admin.token.empty()) return true;
     if (path == "/metrics" && rules->admin.metrics_open) return true;
-    const auto given = bearer_token(req);
+    const std::string given = given_token(req);
     token_given = !given.empty();
     if (token_given && same_token(given, rules->admin.token)) return true;
     auth_failures_.fetch_add(1, std::memory_order_relaxed);
@@ -504,7 +525,7 @@ class admin_handler final : public http::buffered_handler {
     if (auth_log_.admit(suppressed)) {
       spdlog::warn("admin: {} {} from {} refused: {} ({} more refusals not logged)",
                    std::string_view(req.method_string()), path, ctx.peer_text,
-                   token_given ? "wrong bearer token" : "no bearer token", suppressed);
+                   token_given ? "wrong token" : "no token", suppressed);
     }
     return false;
   }
@@ -515,12 +536,14 @@ class admin_handler final : public http::buffered_handler {
     path = path.substr(0, path.find('?'));
     if (bool token_given = false; !authorized(req, path, ctx, token_given)) {
       auto res = http::problem(v, bhttp::status::unauthorized, "Unauthorized",
-                               token_given ? "the bearer token is not the admin listener's"
+                               token_given ? "the token is not the admin listener's"
                                            : "this admin path needs Authorization: Bearer <token>");
-      // RFC 6750 §3: the challenge, with error="invalid_token" when a token was wrong.
+      // RFC 6750 §3: the challenge, with error="invalid_token" when a token was wrong; and
+      // RFC 7617's Basic, so that a browser prompts (the token as the password).
       res.set(bhttp::field::www_authenticate,
               token_given ? R"(Bearer realm="sluice admin", error="invalid_token")"
                           : R"(Bearer realm="sluice admin")");
+      res.insert(bhttp::field::www_authenticate, R"(Basic realm="sluice admin", charset="UTF-8")");
       res.set(bhttp::field::cache_control, "no-store");
       return res;
     }

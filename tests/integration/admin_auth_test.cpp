@@ -88,6 +88,7 @@ TEST_F(admin_auth, every_admin_path_needs_the_token_but_the_probes) {
     auto none = ask(rt, p.method, p.target);
     EXPECT_EQ(none.status, 401u);
     EXPECT_EQ(none.header("WWW-Authenticate"), R"(Bearer realm="sluice admin")");
+    EXPECT_EQ(none.count("WWW-Authenticate"), 2u) << "and Basic, so that a browser prompts";
     EXPECT_EQ(none.header("Content-Type"), "application/problem+json");
     auto problem = json::parse(none.body).as_object();
     EXPECT_EQ(problem["status"], 401);
@@ -98,12 +99,15 @@ TEST_F(admin_auth, every_admin_path_needs_the_token_but_the_probes) {
     EXPECT_EQ(wrong.status, 401u);
     EXPECT_EQ(wrong.header("WWW-Authenticate"),
               R"(Bearer realm="sluice admin", error="invalid_token")");
-    EXPECT_EQ(ask(rt, p.method, p.target, "Basic dDBrZW4tQQ==").status, 401u);
+    EXPECT_EQ(ask(rt, p.method, p.target, "Basic dDBrZW4tQQ==").status, 401u);  // no user:
+    EXPECT_EQ(ask(rt, p.method, p.target, "Basic YWRtaW46dDBrZW4tQg==").status, 401u);
     EXPECT_EQ(ask(rt, p.method, p.target, "Bearer t0ken-A-and-more").status, 401u);
     EXPECT_EQ(ask(rt, p.method, p.target, "Bearer t0ken-").status, 401u);
 
     EXPECT_EQ(ask(rt, p.method, p.target, "Bearer t0ken-A").status, 200u);
     EXPECT_EQ(ask(rt, p.method, p.target, "bearer  t0ken-A").status, 200u);  // any case, spaces
+    // A browser's login: any user, the token as the password (RFC 7617).
+    EXPECT_EQ(ask(rt, p.method, p.target, "Basic YWRtaW46dDBrZW4tQQ==").status, 200u);
   }
   EXPECT_EQ(ask(rt, "GET", "/nowhere").status, 401u);
   EXPECT_EQ(ask(rt, "GET", "/nowhere", "Bearer t0ken-A").status, 404u);
@@ -111,9 +115,9 @@ TEST_F(admin_auth, every_admin_path_needs_the_token_but_the_probes) {
     EXPECT_EQ(ask(rt, "GET", probe).status, 200u) << probe;
     EXPECT_EQ(ask(rt, "GET", probe, "Bearer wrong").status, 200u) << probe;
   }
-  // Refusals are counted: 5 per path (none, wrong, Basic, two near misses) and /nowhere.
+  // Refusals are counted: 6 per path (none, wrong, two Basic, two near misses) and /nowhere.
   const auto metrics = ask(rt, "GET", "/metrics", "Bearer t0ken-A");
-  EXPECT_EQ(auth_failures(metrics.body), static_cast<double>(std::size(guarded_paths) * 5 + 1));
+  EXPECT_EQ(auth_failures(metrics.body), static_cast<double>(std::size(guarded_paths) * 6 + 1));
   // /admin/config says where the token comes from, never the token.
   const auto config = ask(rt, "GET", "/admin/config", "Bearer t0ken-A").body;
   EXPECT_EQ(config.find("t0ken-A"), std::string::npos);
