@@ -95,8 +95,8 @@ server::~server() {
 
 void server::start() {
   if (impl_->grpc) return;
-  // grpc.health.v1: the default service answers SERVING for "" and for every registered
-  // service while the server runs.
+  // grpc.health.v1: the default service answers SERVING for "" and, once set below, for
+  // the rate limit service's full name while the server runs (NOT_SERVING from Shutdown on).
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   const std::string addr = impl_->host.find(':') != std::string::npos
@@ -113,6 +113,8 @@ void server::start() {
     throw std::runtime_error("rate_limit_service.listen: cannot listen on " + addr);
   }
   impl_->port = static_cast<std::uint16_t>(bound);
+  if (auto* health = impl_->grpc->GetHealthCheckService())
+    health->SetServingStatus(pb::RateLimitService::service_full_name(), true);
   spdlog::info("rate limit service (envoy.service.ratelimit.v3) listening on {}:{}", impl_->host,
                impl_->port);
 }

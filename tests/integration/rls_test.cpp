@@ -11,6 +11,7 @@
 #include "support/runtime_fixture.hpp"
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -227,6 +228,25 @@ TEST(rls, the_store_down_follows_the_failure_policy) {
   EXPECT_EQ(summary(resp), "OK: OK");
   const auto sc = cc.call("edge", {{{"remote_address", "1"}}}, 0, resp);
   EXPECT_EQ(sc.error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST(rls, the_listener_answers_grpc_health_checks) {
+  redis_server redis;
+  upstream_server upstream;
+  runtime_fixture a(yaml_for(redis, upstream));
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(*a.runtime().rate_limit_service_port()),
+                          grpc::InsecureChannelCredentials()));
+  for (const std::string service : {"", "envoy.service.ratelimit.v3.RateLimitService"}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    const auto st = stub->Check(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << service << ": " << st.error_message();
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING) << service;
+  }
 }
 
 }  // namespace
