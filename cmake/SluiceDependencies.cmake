@@ -14,6 +14,12 @@ find_package(OpenSSL REQUIRED)
 find_package(PkgConfig REQUIRED)
 # Debian's hiredis CMake package has no usable target: use pkg-config.
 pkg_check_modules(hiredis REQUIRED IMPORTED_TARGET hiredis)
+# The Envoy rate limit service (src/rls/): protobuf and gRPC C++ (libprotobuf-dev,
+# protobuf-compiler, libgrpc++-dev, protobuf-compiler-grpc). Debian's gRPC CMake package is
+# incomplete, so grpc++ comes through pkg-config and the plugin is found as a program.
+find_package(Protobuf REQUIRED)
+pkg_check_modules(grpcpp REQUIRED IMPORTED_TARGET grpc++)
+find_program(SLUICE_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 # The gateway's allocator: tcmalloc (gperftools, the minimal build without the profiler), as
 # Envoy links it. A request makes about 30 small allocations (Beast's field nodes, coroutine
 # frames, strings); tcmalloc's per-thread caches serve them in a fraction of glibc malloc's

@@ -111,8 +111,8 @@ if(SLUICE_DPKG_SHLIBDEPS AND SLUICE_FILE)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 else()
   string(JOIN ", " CPACK_DEBIAN_PACKAGE_DEPENDS
-    libboost-program-options1.81.0 libc6 libfmt9 libgcc-s1 libhiredis0.14
-    libprometheus-cpp-core1.0 libspdlog1.10 libssl3 libstdc++6 libtcmalloc-minimal4
+    libboost-program-options1.81.0 libc6 libfmt9 libgcc-s1 libgrpc++1.51 libgrpc29 libhiredis0.14
+    libprometheus-cpp-core1.0 libprotobuf32 libspdlog1.10 libssl3 libstdc++6 libtcmalloc-minimal4
     libyaml-cpp0.7)
 endif()
 

@@ -24,6 +24,7 @@
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
@@ -535,6 +536,33 @@ std::optional<std::string> gateway::explain(const observability::explain_query& 
   });
   if (answer.wait_for(std::chrono::seconds(2)) != std::future_status::ready) return std::nullopt;
   return answer.get();
+}
+
+namespace {
+
+using decided = std::function<void(boost::system::result<limiter::check_outcome>)>;
+
+asio::awaitable<void> decide_on(std::shared_ptr<store::counter_store> store,
+                                limiter::check_request req, decided done) {
+  auto r = co_await store->check(std::move(req));
+  done(std::move(r));
+}
+
+}  // namespace
+
+void gateway::decide(limiter::check_request req, decided done) const {
+  if (impl_->workers.empty() || !impl_->started || impl_->stopped) {
+    done(boost::system::error_code(errc::store_unavailable));
+    return;
+  }
+  static std::atomic<std::size_t> next{0};
+  auto& w = *impl_->workers[next.fetch_add(1, std::memory_order_relaxed) % impl_->workers.size()];
+  limiter::check_outcome out;
+  if (w.store->decide_now(req, out)) {  // the memory store: no round trip, any thread
+    done(std::move(out));
+    return;
+  }
+  asio::co_spawn(w.ioc, decide_on(w.store, std::move(req), std::move(done)), asio::detached);
 }
 
 std::optional<observability::unblock_answer> gateway::unblock(

@@ -7,6 +7,8 @@
 
 #include "sluice/app/runtime.hpp"
 
+#include "sluice/rls/server.hpp"
+
 #include "sluice/config/loader.hpp"
 #include "sluice/observability/admin.hpp"
 #include "sluice/observability/metrics.hpp"
@@ -52,6 +54,10 @@ std::vector<std::string> pin_startup_settings(const config::rules& running, conf
   pin("admin", next.admin_host, running.admin_host);
   pin("admin", next.admin_port, running.admin_port);
   pin("workers", next.workers, running.workers);
+  pin("rate_limit_service.listen", next.rate_limit_service.listen_host,
+      running.rate_limit_service.listen_host);
+  pin("rate_limit_service.listen", next.rate_limit_service.listen_port,
+      running.rate_limit_service.listen_port);
   pin("client", next.client, running.client);
   pin("drain_timeout", next.drain_timeout, running.drain_timeout);
   pin("store.type", next.store.type, running.store.type);
@@ -101,6 +107,7 @@ struct runtime::impl : observability::admin_backend {
   std::optional<asio::ip::tcp::endpoint> admin_at;
   std::shared_ptr<observability::admin_server> admin;
   std::unique_ptr<config_watcher> watcher;
+  std::unique_ptr<rls::server> rls;  // `rate_limit_service:` (null without one)
   std::mutex reload_mutex;
   std::string last_reload_error;  // guarded by reload_mutex
   bool started = false;
@@ -215,7 +222,17 @@ runtime::runtime(std::string config_file, std::shared_ptr<const config::rules> r
         "(set admin.token_env or admin.token_file)",
         impl_->admin_at->address().to_string());
   }
+  const auto rls_settings = rules->rate_limit_service;
   impl_->gw = std::make_unique<app::gateway>(std::move(rules), options.gateway, std::move(tls));
+  if (rls_settings.enabled) {
+    app::gateway* gw = impl_->gw.get();
+    impl_->rls = std::make_unique<rls::server>(
+        rls_settings.listen_host, rls_settings.listen_port, [gw] { return gw->current().rules; },
+        [gw](limiter::check_request req,
+             std::function<void(boost::system::result<limiter::check_outcome>)> done) {
+          gw->decide(std::move(req), std::move(done));
+        });
+  }
   if (impl_->admin_at) {
     // The backend is the impl itself; the shared_ptr does not own it (the runtime does, and
     // stops the listener before the impl goes away).
@@ -233,6 +250,7 @@ void runtime::start() {
   if (impl_->started) return;
   impl_->started = true;
   impl_->gw->start();
+  if (impl_->rls) impl_->rls->start();
   if (impl_->admin) impl_->admin->start();
   if (impl_->options.watch) {
     try {
@@ -261,6 +279,7 @@ void runtime::stop() {
   impl_->stopped = true;
   if (impl_->watcher) impl_->watcher->stop();
   if (impl_->admin) impl_->admin->stop();
+  if (impl_->rls) impl_->rls->stop();
   impl_->gw->stop();
 }
 
@@ -275,6 +294,11 @@ gateway& runtime::gateway() {
 std::optional<asio::ip::tcp::endpoint> runtime::admin_endpoint() const {
   if (!impl_->admin) return std::nullopt;
   return impl_->admin->local_endpoint();
+}
+
+std::optional<std::uint16_t> runtime::rate_limit_service_port() const {
+  if (!impl_->rls) return std::nullopt;
+  return impl_->rls->port();
 }
 
 const std::string& runtime::config_file() const {

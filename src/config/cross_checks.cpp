@@ -32,6 +32,7 @@ void loader::cross_check(const rules& r) {
     for (const auto& l : p.limits) all.push_back(&l);
   for (const auto& rs : routes_)
     for (const auto& l : rs.limits) all.push_back(&l);
+  for (const auto& l : rls_limits_) all.push_back(&l);
   std::stable_sort(all.begin(), all.end(), [](const limit_src* a, const limit_src* b) {
     return a->value.line < b->value.line;
   });
@@ -47,6 +48,26 @@ void loader::cross_check(const rules& r) {
                 " (line " + std::to_string(it->second->value.line) +
                 "); one name is one bucket, so every definition must be identical");
     }
+  }
+
+  // The rate limit service: each leaf names limits of rate_limit_service.limits; a call
+  // costs at least 1 unit.
+  {
+    std::vector<std::string> names;
+    for (const auto& l : rls_limits_)
+      if (!l.value.name.empty()) names.push_back(l.value.name);
+    for (const auto& ref : rls_refs_) {
+      if (std::find(names.begin(), names.end(), ref.limit) != names.end()) continue;
+      if (names.empty())
+        error(ref.line, ref.path,
+              "unknown limit '" + ref.limit + "'; rate_limit_service.limits defines none");
+      else if (auto s = text::suggest(ref.limit, names))
+        error(ref.line, ref.path, "unknown limit '" + ref.limit + "'; did you mean '" + *s + "'?");
+      else
+        error(ref.line, ref.path,
+              "unknown limit '" + ref.limit + "'; rate_limit_service.limits are " + list_of(names));
+    }
+    for (const auto& l : rls_limits_) check_cost(l, 1, "");
   }
 
   // Routes: names, upstreams, costs.

@@ -84,7 +84,7 @@ load_result loader::run(const YAML::Node& root) {
                                              "routes",        "api_keys_file",
                                              "cors",          "client",
                                              "access_log",    "tls",
-                                             "status"};
+                                             "status",        "rate_limit_service"};
   auto top = fields(root, "", 1, keys);
   auto r = std::make_shared<rules>();
   r->source = file_;
@@ -133,6 +133,7 @@ load_result loader::run(const YAML::Node& root) {
   if (const entry* e = top->find("plans")) parse_plans(*e);
   if (const entry* e = top->find("api_keys")) parse_api_keys(*e);
   if (const entry* e = top->find("routes")) parse_routes(*e);
+  if (const entry* e = top->find("rate_limit_service")) parse_rate_limit_service(*e, *r);
 
   cross_check(*r);
   if (!diags_.empty()) return fail();
@@ -170,6 +171,7 @@ load_result loader::run(const YAML::Node& root) {
     for (auto& l : rs.limits) rs.value.limits.push_back(std::move(l.value));
     r->routes.push_back(std::move(rs.value));
   }
+  for (auto& l : rls_limits_) r->rate_limit_service.limits.push_back(std::move(l.value));
   if (r->store.type == store_settings::kind::redis_cluster) mark_split_limits(*r);
   return {std::move(r), {}};
 }

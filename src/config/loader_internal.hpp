@@ -34,6 +34,8 @@ inline constexpr std::chrono::milliseconds max_period{std::chrono::hours{24 * 36
 /// Largest count of a sliding_log limit: the log holds one stamp (~10 bytes) per unit and the
 /// script reads it whole on each check.
 inline constexpr std::int64_t max_log_units = 100'000;
+/// Deepest nesting of a `rate_limit_service` descriptor tree (entries per descriptor).
+inline constexpr int rls_max_depth = 8;
 
 std::string join(const std::string& path, std::string_view key);
 
@@ -387,6 +389,16 @@ class loader {
   /// A host name or address to match the request's Host against, lower-cased; no port.
   std::optional<std::string> host_name(const std::string& s, const std::string& path, int line);
 
+  // --- sections/rate_limit_service.cpp ---------------------------------------------
+
+  /// `rate_limit_service:` its listener, failure policy, limits and domain trees; the names
+  /// the leaves give are checked against the limits in cross_check().
+  void parse_rate_limit_service(const entry& e, rules& r);
+
+  /// A list of descriptor nodes at `path`, `depth` levels deep (at most rls_max_depth).
+  std::vector<rls_descriptor> parse_rls_descriptors(const entry& e, const std::string& path,
+                                                    int depth);
+
   // --- cross_checks.cpp ------------------------------------------------------------
 
   void cross_check(const rules& r);
@@ -401,6 +413,12 @@ class loader {
   std::vector<plan_src> plans_;
   std::vector<route_src> routes_;
   std::vector<api_key_src> api_keys_;
+  std::vector<limit_src> rls_limits_;
+  struct rls_ref {
+    std::string limit, path;
+    int line;
+  };
+  std::vector<rls_ref> rls_refs_;  ///< every limit name a descriptor leaf gives
   int directory_line_ = 0;
   /// `store.region_share` (parsed before any limit): a limit's region_share by default.
   double region_share_ = 1.0;

@@ -30,6 +30,7 @@ class runtime_fixture {
   /// A request to the admin listener.
   client_response admin(const std::string& target, const std::string& method = "GET") const;
   app::gateway& gateway() { return rt_->gateway(); }
+  app::runtime& runtime() { return *rt_; }
   /// The rules file (rewrite it, then `POST /admin/reload`).
   const std::filesystem::path& file() const { return file_; }
 

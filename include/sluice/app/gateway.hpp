@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -128,6 +129,14 @@ class gateway {
   /// within 2 s (a store that hangs is bounded by its own deadline, below that). Never on a
   /// worker's thread.
   std::optional<std::string> explain(const observability::explain_query& q) const;
+
+  /// One store check for the rate limit service (src/rls/): `req` is decided by the store of
+  /// a worker (round robin over the workers, on that worker's thread, since a Redis
+  /// connection belongs to its worker) and `done` is called there exactly once with the
+  /// outcome or the store's error (errc::store_unavailable when the gateway is stopped or
+  /// was not started). Thread-safe.
+  void decide(limiter::check_request req,
+              std::function<void(boost::system::result<limiter::check_outcome>)> done) const;
 
   /// `POST /admin/unblock`: gateway_handler::unblock() of `q`, run on the first worker;
   /// nullopt when it did not answer within 2 s. Never on a worker's thread.

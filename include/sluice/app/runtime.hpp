@@ -80,6 +80,10 @@ class runtime {
   /// The admin listener's bound endpoint, or nullopt when there is none.
   std::optional<boost::asio::ip::tcp::endpoint> admin_endpoint() const;
 
+  /// The rate limit service's bound port (`rate_limit_service.listen`, after start()), or
+  /// nullopt when the rules file has no `rate_limit_service:`.
+  std::optional<std::uint16_t> rate_limit_service_port() const;
+
   /// The rules file path as given.
   const std::string& config_file() const;
 

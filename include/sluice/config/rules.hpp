@@ -524,6 +524,46 @@ struct admin_guard {
   bool metrics_open = false;  ///< `metrics_open`: `GET /metrics` without the token
 };
 
+/// One node of a `rate_limit_service` domain's descriptor tree (modelled on
+/// envoyproxy/ratelimit's): a request's descriptor entry matches it when the keys are equal
+/// and, if `value` is given, the values too (an exact value is preferred over any value).
+struct rls_descriptor {
+  std::string key;
+  std::string value;                ///< "" with any_value: every value of `key`
+  bool any_value = true;            ///< no `value:` was written
+  std::vector<std::string> limits;  ///< `limit:`/`limits:` names in rate_limit_service.limits
+  std::vector<rls_descriptor> descriptors;  ///< nested nodes (the next entry of a descriptor)
+  int line = 0;
+};
+
+/// One `rate_limit_service.domains` entry.
+struct rls_domain {
+  std::string domain;
+  std::vector<rls_descriptor> descriptors;
+  int line = 0;
+};
+
+/// `rate_limit_service:` sluice as Envoy's rate limit service (gRPC
+/// `envoy.service.ratelimit.v3.RateLimitService`, src/rls/). Read at start-up for its
+/// listener; its limits and domains are reloaded with the rules file.
+struct rate_limit_service_settings {
+  bool enabled = false;  ///< a `rate_limit_service:` section was given
+  std::string listen_host = "127.0.0.1";
+  std::uint16_t listen_port = 0;
+  /// `on_store_failure:` fail_open (every descriptor OK, counted) or fail_closed (the call
+  /// fails with UNAVAILABLE); `local` is not offered here.
+  failure_policy on_store_failure = failure_policy::fail_open;
+  /// `limits:` the limits the descriptor leaves name, as a route's limits are written.
+  std::vector<limit> limits;
+  std::vector<rls_domain> domains;
+  /// The limit of `name`, or nullptr.
+  const limit* find_limit(std::string_view name) const {
+    for (const auto& l : limits)
+      if (l.name == name) return &l;
+    return nullptr;
+  }
+};
+
 /// A whole rules file.
 struct rules {
   std::string source;  ///< file name it was loaded from (diagnostics)
@@ -576,6 +616,8 @@ struct rules {
   std::vector<route> routes;
   /// `cors:` the CORS policy of every route without its own; null = no CORS handling.
   std::shared_ptr<const cors_policy> cors;
+  /// `rate_limit_service:` the Envoy rate limit service (disabled by default).
+  rate_limit_service_settings rate_limit_service;
 };
 
 }  // namespace sluice::config

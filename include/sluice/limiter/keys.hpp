@@ -22,6 +22,7 @@ enum class key_namespace : char {
   global = 'g',
   header = 'h',
   fallback_ip = 'f',  ///< `by: user|header:NAME` whose value is absent: the client address
+  descriptor = 'd',   ///< a rate limit service descriptor (domain and entries; src/rls/)
 };
 
 /// Builds the key of limit `limit_name` for identity `value` in namespace `ns`:

@@ -1749,7 +1749,8 @@ TEST(docs, operating_reference_follows_the_loader_order) {
                                           "plans",
                                           "api_keys and api_keys_file",
                                           "routes",
-                                          "limits"};
+                                          "limits",
+                                          "rate_limit_service"};
   std::size_t at = reference;
   for (const auto& name : sections) {
     const auto heading = doc.find("\n### " + name + "\n", at);

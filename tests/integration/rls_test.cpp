@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: Apache-2.0
+// sluice-test-support: gateway_fixture redis_server upstream_server http_client runtime_fixture
+// The Envoy rate limit service over real gRPC: two sluice runtimes on one real redis-server,
+// a grpc++ client of the project's own rls.proto driving ShouldRateLimit with a table of
+// domains and descriptors (nested, unknown, hits_addend) exact across the two instances; the
+// answers' limit_remaining and duration_until_reset against the header fields the same limit
+// gives over HTTP; bad requests refused with INVALID_ARGUMENT and no key written; the failure
+// policy when the store is down.
+
+#include "harness.hpp"
+#include "support/runtime_fixture.hpp"
+
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sluice::test {
+namespace {
+
+namespace pb = envoy::service::ratelimit::v3;
+using entries = std::vector<std::pair<std::string, std::string>>;
+
+constexpr const char* rules_yaml = R"(
+listen: 127.0.0.1:0
+store: {type: redis, address: "127.0.0.1:REDIS_PORT", timeout: 500ms}
+upstreams: {api: {url: UPSTREAM_URL}}
+routes:
+  - name: api
+    match: {path_prefix: /api}
+    upstream: api
+    limits:
+      - {name: web, by: global, rate: 5/1h}
+rate_limit_service:
+  listen: 127.0.0.1:0
+  on_store_failure: POLICY
+  limits:
+    - {name: per_ip, by: global, rate: 5/1h}
+    - {name: logins, by: global, algorithm: fixed_window, rate: 3/1d}
+    - {name: same_as_web, by: global, rate: 5/1h}
+  domains:
+    - domain: edge
+      descriptors:
+        - {key: remote_address, limit: per_ip}
+        - key: path
+          value: /login
+          limit: logins
+          descriptors:
+            - {key: remote_address, limit: per_ip}
+        - {key: mirror, limit: same_as_web}
+)";
+
+std::string yaml_for(const redis_server& redis, const upstream_server& up,
+                     const std::string& policy = "fail_open") {
+  return substitute(rules_yaml, {{"UPSTREAM_URL", up.url()},
+                                 {"REDIS_PORT", std::to_string(redis.port())},
+                                 {"POLICY", policy}});
+}
+
+struct client {
+  std::unique_ptr<pb::RateLimitService::Stub> stub;
+  explicit client(std::uint16_t port)
+      : stub(pb::RateLimitService::NewStub(grpc::CreateChannel(
+            "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()))) {}
+
+  grpc::Status call(const std::string& domain, const std::vector<entries>& descriptors,
+                    std::uint32_t hits, pb::RateLimitResponse& out) {
+    pb::RateLimitRequest req;
+    req.set_domain(domain);
+    for (const auto& d : descriptors) {
+      auto* pd = req.add_descriptors();
+      for (const auto& [k, v] : d) {
+        auto* e = pd->add_entries();
+        e->set_key(k);
+        e->set_value(v);
+      }
+    }
+    req.set_hits_addend(hits);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return stub->ShouldRateLimit(&ctx, req, &out);
+  }
+};
+
+std::string header(const pb::RateLimitResponse& r, std::string_view name) {
+  for (const auto& h : r.response_headers_to_add())
+    if (h.key() == name) return h.value();
+  return "";
+}
+
+/// "OK: OK(name rN) ..." of an answer: codes, limits and Remaining.
+std::string summary(const pb::RateLimitResponse& r) {
+  std::string out = pb::RateLimitResponse::Code_Name(r.overall_code()) + ":";
+  for (const auto& s : r.statuses()) {
+    out += " " + pb::RateLimitResponse::Code_Name(s.code());
+    if (s.has_current_limit())
+      out += "(" + s.current_limit().name() + " r" + std::to_string(s.limit_remaining()) + ")";
+  }
+  return out;
+}
+
+std::size_t dbsize(const redis_server& redis) {
+  return static_cast<std::size_t>(redis.command({"DBSIZE"}).integer);
+}
+
+TEST(rls, a_table_of_descriptors_exact_across_two_instances) {
+  redis_server redis;
+  upstream_server upstream;
+  const std::string yaml = yaml_for(redis, upstream);
+  runtime_fixture a(yaml);
+  runtime_fixture b(yaml);
+  client ca(*a.runtime().rate_limit_service_port());
+  client cb(*b.runtime().rate_limit_service_port());
+
+  struct row {
+    client* via;
+    std::string domain;
+    std::vector<entries> descriptors;
+    std::uint32_t hits;
+    std::string want;
+  };
+  const std::vector<row> table = {
+      {&ca, "edge", {{{"remote_address", "10.0.0.1"}}}, 0, "OK: OK(per_ip r4)"},
+      {&cb, "edge", {{{"remote_address", "10.0.0.1"}}}, 0, "OK: OK(per_ip r3)"},
+      {&ca, "edge", {{{"remote_address", "10.0.0.1"}}}, 3, "OK: OK(per_ip r0)"},
+      {&cb, "edge", {{{"remote_address", "10.0.0.1"}}}, 0, "OVER_LIMIT: OVER_LIMIT(per_ip r0)"},
+      {&ca, "edge", {{{"remote_address", "10.0.0.2"}}}, 0, "OK: OK(per_ip r4)"},
+      // Nested, with an unknown descriptor beside it; a descriptor's bucket is its whole
+      // entry list, so (path, address) is not the address's own bucket.
+      {&cb,
+       "edge",
+       {{{"path", "/login"}}, {{"path", "/login"}, {"remote_address", "10.0.0.2"}}, {{"u", "1"}}},
+       0,
+       "OK: OK(logins r2) OK(per_ip r4) OK"},
+      // All or nothing: logins has 2 left, so 3 hits are refused and per_ip is not charged.
+      {&ca,
+       "edge",
+       {{{"path", "/login"}}, {{"path", "/login"}, {"remote_address", "10.0.0.2"}}},
+       3,
+       "OVER_LIMIT: OVER_LIMIT(logins r2) OK(per_ip r4)"},
+      {&cb, "edge", {{{"path", "/login"}, {"remote_address", "10.0.0.2"}}}, 0, "OK: OK(per_ip r3)"},
+      {&cb, "edge", {{{"path", "/login"}}}, 2, "OK: OK(logins r0)"},
+      {&ca, "edge", {{{"path", "/nothing"}}}, 0, "OK: OK"},
+  };
+  int i = 0;
+  for (const auto& r : table) {
+    SCOPED_TRACE("row " + std::to_string(i++));
+    pb::RateLimitResponse resp;
+    const auto st = r.via->call(r.domain, r.descriptors, r.hits, resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(summary(resp), r.want);
+  }
+}
+
+TEST(rls, remaining_and_reset_equal_the_http_headers_of_the_same_limit) {
+  redis_server redis;
+  upstream_server upstream;
+  runtime_fixture a(yaml_for(redis, upstream));
+  client c(*a.runtime().rate_limit_service_port());
+  for (int n = 1; n <= 3; ++n) {
+    SCOPED_TRACE("request " + std::to_string(n));
+    const auto http = get(a.port(), "/api/x");
+    ASSERT_EQ(http.status, 200u);
+    pb::RateLimitResponse resp;
+    ASSERT_TRUE(c.call("edge", {{{"mirror", "m"}}}, 0, resp).ok());
+    ASSERT_EQ(resp.statuses_size(), 1);
+    const auto& s = resp.statuses(0);
+    // Remaining is exact; Reset is whole seconds rounded up, from a check a few ms later.
+    EXPECT_EQ(std::to_string(s.limit_remaining()), http.header("X-RateLimit-Remaining"));
+    EXPECT_EQ(header(resp, "X-RateLimit-Remaining"), http.header("X-RateLimit-Remaining"));
+    EXPECT_EQ(header(resp, "X-RateLimit-Limit"), http.header("X-RateLimit-Limit"));
+    const long long reset_ms =
+        s.duration_until_reset().seconds() * 1000 + s.duration_until_reset().nanos() / 1'000'000;
+    EXPECT_EQ(header(resp, "X-RateLimit-Reset"), std::to_string((reset_ms + 999) / 1000));
+    const long long http_reset = std::stoll(http.header("X-RateLimit-Reset"));
+    EXPECT_LE(std::llabs((reset_ms + 999) / 1000 - http_reset), 1) << reset_ms;
+    EXPECT_EQ(header(resp, "RateLimit-Policy"), "\"same_as_web\";q=5;w=3600");
+    EXPECT_EQ(http.header("RateLimit-Policy"), "\"web\";q=5;w=3600");
+  }
+}
+
+TEST(rls, bad_requests_are_invalid_argument_and_touch_no_counter) {
+  redis_server redis;
+  upstream_server upstream;
+  runtime_fixture a(yaml_for(redis, upstream));
+  client c(*a.runtime().rate_limit_service_port());
+  const std::size_t before = dbsize(redis);
+  struct row {
+    std::string domain;
+    std::vector<entries> descriptors;
+    std::uint32_t hits;
+    std::string message;
+  };
+  const std::vector<row> table = {
+      {"nowhere", {{{"remote_address", "1"}}}, 0, "unknown domain 'nowhere'"},
+      {"edge", {{}}, 0, "descriptor 0 has no entries"},
+      {"edge", {}, 0, "a request needs at least one descriptor"},
+      // A negative int32 read as the field's uint32.
+      {"edge",
+       {{{"remote_address", "1"}}},
+       static_cast<std::uint32_t>(-1),
+       "hits_addend 4294967295 is negative or above 2^31 - 1"},
+  };
+  for (const auto& r : table) {
+    pb::RateLimitResponse resp;
+    const auto st = c.call(r.domain, r.descriptors, r.hits, resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << r.message;
+    EXPECT_EQ(st.error_message(), r.message);
+  }
+  EXPECT_EQ(dbsize(redis), before);
+}
+
+TEST(rls, the_store_down_follows_the_failure_policy) {
+  redis_server redis;
+  upstream_server upstream;
+  runtime_fixture open(yaml_for(redis, upstream, "fail_open"));
+  runtime_fixture closed(yaml_for(redis, upstream, "fail_closed"));
+  client co(*open.runtime().rate_limit_service_port());
+  client cc(*closed.runtime().rate_limit_service_port());
+  redis.kill();
+  pb::RateLimitResponse resp;
+  const auto so = co.call("edge", {{{"remote_address", "1"}}}, 0, resp);
+  ASSERT_TRUE(so.ok()) << so.error_message();
+  EXPECT_EQ(summary(resp), "OK: OK");
+  const auto sc = cc.call("edge", {{{"remote_address", "1"}}}, 0, resp);
+  EXPECT_EQ(sc.error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST(rls, the_listener_answers_grpc_health_checks) {
+  redis_server redis;
+  upstream_server upstream;
+  runtime_fixture a(yaml_for(redis, upstream));
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(*a.runtime().rate_limit_service_port()),
+                          grpc::InsecureChannelCredentials()));
+  for (const std::string service : {"", "envoy.service.ratelimit.v3.RateLimitService"}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    const auto st = stub->Check(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << service << ": " << st.error_message();
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING) << service;
+  }
+}
+
+}  // namespace
+}  // namespace sluice::test
