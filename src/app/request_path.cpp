@@ -181,11 +181,14 @@ http::verdict gateway_handler::bad_request(unsigned version, std::string_view de
 void gateway_handler::finish(http::verdict& v, const progress& at, http::request_head& head,
                              const http::request_context& ctx) const {
   v.access.handler_tag = at.counted;  // record(): the route's exchange counters
-  if (shared_.access || shared_.top) {
+  // The access note is written for the access log, or for a refusal (the most limited
+  // callers): a request that is neither logged nor refused pays for no note.
+  const bool refusal = shared_.top && refused(v);
+  if (shared_.access || refusal) {
     note(v, ctx, at.r, at.p, at.id, at.decided, at.store_failed);
     // A refusal counts toward the most limited callers (status page, /admin/top): by the
     // caller the access log names (its key hash, else its address), route and limit.
-    if (shared_.top && refused(v) && !v.access.route.empty()) {
+    if (refusal && !v.access.route.empty()) {
       shared_.top->record(v.access.key_hash.empty() ? v.access.client : v.access.key_hash,
                           v.access.route, v.access.limit, steady_ms());
     }
