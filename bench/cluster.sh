@@ -146,7 +146,8 @@ for s in single cluster; do
   if [[ $s == single ]]; then store="{type: redis, address: 127.0.0.1:$SINGLE_PORT, timeout: 50ms}"
   else store="{type: redis-cluster, nodes: $CLUSTER_SEEDS, timeout: 50ms}"; fi
   sed -e "s|@STORE@|$store|" -e "s|@HEADERS@|[x-ratelimit, ietf]|" -e "s|@UPSTREAM_PORT@|$UP|" \
-    -e "s|@SLUICE_RATE@|1/1h|" -e "s|@SLUICE_BURST@|1000000|" bench/compare/sluice.yaml \
+    -e "s|@SLUICE_RATE@|1/1h|" -e "s|@SLUICE_BURST@|1000000|" -e "s|@LIMIT_NAME@|per_key|" \
+    -e "s|@EXTRA@||" bench/compare/sluice.yaml \
     >"$BENCH_WORK/$s.yaml"
   api_keys_yaml >>"$BENCH_WORK/$s.yaml"
   start_gateway "$s" "$BENCH_WORK/$s.yaml"
