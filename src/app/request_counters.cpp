@@ -3,6 +3,8 @@
 
 #include "request_counters.hpp"
 
+#include <chrono>
+
 namespace sluice::app {
 
 route_counters& request_counters::named(const std::string& name) {
@@ -62,6 +64,28 @@ void request_counters::add_to(std::map<std::string, observability::upstream_coun
     u.upstream = name;
     u.response.add(c->response.read());
     for (std::size_t i = 0; i < u.failures.size(); ++i) u.failures[i] += c->failures[i].value();
+    c->add_last_error_to(u);
+  }
+}
+
+void upstream_counters::note_failure(http::upstream_failure failure, std::string_view what) {
+  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+  std::string text(http::upstream_failure_name(failure));
+  if (!what.empty()) {
+    text += ": ";
+    text.append(what.substr(0, 200));  // a bounded copy: a detail may quote a response
+  }
+  std::lock_guard lock(last_mutex_);
+  last_error_ = std::move(text);
+  last_error_ms_ = now.count();
+}
+
+void upstream_counters::add_last_error_to(observability::upstream_counts& out) const {
+  std::lock_guard lock(last_mutex_);
+  if (last_error_ms_ > out.last_error_unix_ms) {
+    out.last_error = last_error_;
+    out.last_error_unix_ms = last_error_ms_;
   }
 }
 

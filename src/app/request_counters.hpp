@@ -26,6 +26,16 @@ namespace sluice::app {
 struct upstream_counters {
   observability::duration_histogram response;  ///< request head sent -> response head read
   std::array<observability::owned_counter, http::upstream_failure_count> failures;  ///< by kind
+  /// Keeps `failure` and `what` as this upstream's last error, stamped with the wall clock.
+  /// Takes a mutex: failed exchanges only. Worker thread.
+  void note_failure(http::upstream_failure failure, std::string_view what);
+  /// Writes the last error into `out` when it is newer than the one there. Any thread.
+  void add_last_error_to(observability::upstream_counts& out) const;
+
+ private:
+  mutable std::mutex last_mutex_;
+  std::string last_error_;          // guarded by last_mutex_
+  std::int64_t last_error_ms_ = 0;  // Unix ms; guarded by last_mutex_
 };
 
 /// One route's client-facing exchanges in one worker (meanings: observability::exchange_counts).

@@ -786,9 +786,12 @@ void gateway_handler::forward(const routed& r, const http::request_head& head,
   f.max_response_body = rt.max_response_body;
   f.tunnel_idle_timeout = rt.tunnel_idle_timeout;
   f.upgrade = r.websocket;
-  f.on_failure = [c = &counted](http::upstream_failure failure) {
+  f.on_failure = [c = &counted](http::upstream_failure failure, std::string_view what) {
     (failure == http::upstream_failure::timeout ? c->gateway_timeout : c->bad_gateway).add();
-    if (c->upstream) c->upstream->failures[static_cast<std::size_t>(failure)].add();
+    if (c->upstream) {
+      c->upstream->failures[static_cast<std::size_t>(failure)].add();
+      c->upstream->note_failure(failure, what);
+    }
   };
   if (counted.upstream) {
     f.on_response_head = [u = counted.upstream](std::chrono::nanoseconds d) {

@@ -87,6 +87,8 @@ std::vector<std::string> pin_startup_settings(const config::rules& running, conf
   pin("access_log.format", next.access_log_json, running.access_log_json);
   pin("status.top", next.status_top, running.status_top);
   pin("status.window", next.status_window_minutes, running.status_window_minutes);
+  pin("status.graph", next.status_graph_minutes, running.status_graph_minutes);
+  pin("status.graph_step", next.status_graph_step, running.status_graph_step);
   // TLS on the listener or not is read at start-up; its certificates are reloaded. A file
   // that drops `tls:` keeps the running block (its files are read again), one that adds it
   // to a plain listener is ignored.

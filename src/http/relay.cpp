@@ -278,11 +278,15 @@ asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_
   c.parser.body_limit(limit_of(plan.max_request_body));
 
   plan.watch.relaying();
-  auto fail = [&](upstream_failure f, const error_code& ec, const std::string& detail = {}) {
+  // `detail` goes into the 502's body; `cause` (the system's words) only to the log and the
+  // metrics' last error.
+  auto fail = [&](upstream_failure f, const error_code& ec, const std::string& detail = {},
+                  const std::string& cause = {}) {
     out.end = exchange_end::upstream_failed;
-    log_failure(f, up, ec, detail);
+    const std::string& why = cause.empty() ? detail : cause;
+    log_failure(f, up, ec, why);
     pool.count_failure();
-    if (plan.on_failure) plan.on_failure(f);
+    if (plan.on_failure) plan.on_failure(f, why.empty() ? ec.message() : why);
     const auto text = describe(f);
     out.answer = problem(
         version, text.status, text.title,
@@ -321,7 +325,7 @@ asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_
       const auto f = lease.ec == errc::upstream_timeout ? upstream_failure::timeout
                      : lease.ec == errc::upstream_tls   ? upstream_failure::tls
                                                         : upstream_failure::unreachable;
-      fail(f, lease.ec, lease.detail);
+      fail(f, lease.ec, lease.detail, lease.cause);
       co_return out;
     }
     auto& ups = *lease.stream;
@@ -559,7 +563,7 @@ asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_
                                                        : upstream_failure::body_failed;
         log_failure(f, up, rec);
         pool.count_failure();
-        if (plan.on_failure) plan.on_failure(f);
+        if (plan.on_failure) plan.on_failure(f, rec.message());
         out.end = exchange_end::upstream_failed;
         if (!to_client.head_sent()) {
           const auto text = describe(f);

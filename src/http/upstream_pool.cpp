@@ -222,6 +222,7 @@ asio::awaitable<void> connect(state_ptr st, const config::upstream& up, steady::
     timer.cancel();
     if (rec) {
       lease.ec = errc::upstream_unreachable;
+      lease.cause = "resolving " + up.host + ": " + rec.message();
       co_return;
     }
     for (const auto& r : results) endpoints.push_back(r.endpoint());
@@ -233,9 +234,11 @@ asio::awaitable<void> connect(state_ptr st, const config::upstream& up, steady::
   stream.expires_after(budget);
   auto [cec, ep] = co_await asio::async_connect(stream.socket(), endpoints, use_tuple);
   (void)ep;
+  const bool timed_out = stream.timed_out();
   stream.expires_never();
   if (cec) {
     lease.ec = errc::upstream_unreachable;
+    lease.cause = timed_out ? "no connection within connect_timeout" : cec.message();
     co_return;
   }
   stream.socket().set_option(tcp::no_delay(true), ec);

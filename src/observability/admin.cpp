@@ -19,11 +19,15 @@
 #include <spdlog/spdlog.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <algorithm>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
+#include <chrono>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -495,7 +499,8 @@ bool same_token(std::string_view given, std::string_view token) {
 
 class admin_handler final : public http::buffered_handler {
  public:
-  explicit admin_handler(std::shared_ptr<admin_backend> backend) : backend_(std::move(backend)) {}
+  admin_handler(std::shared_ptr<admin_backend> backend, std::shared_ptr<const rate_history> rates)
+      : backend_(std::move(backend)), rates_(std::move(rates)) {}
 
   asio::awaitable<http::response> respond(http::request req,
                                           const http::request_context& ctx) override {
@@ -557,7 +562,7 @@ class admin_handler final : public http::buffered_handler {
     try {
       if (path == "/") {
         if (!get) return not_allowed("GET, HEAD");
-        return reply(v, bhttp::status::ok, status_page_html(*backend_, req.target()),
+        return reply(v, bhttp::status::ok, status_page_html(*backend_, req.target(), rates_.get()),
                      "text/html; charset=utf-8");
       }
       if (path == "/admin/top") {
@@ -640,6 +645,7 @@ class admin_handler final : public http::buffered_handler {
   }
 
   std::shared_ptr<admin_backend> backend_;
+  std::shared_ptr<const rate_history> rates_;
   std::atomic<std::uint64_t> auth_failures_{0};
   log_throttle auth_log_;
 };
@@ -657,15 +663,45 @@ http::session_limits admin_limits() {
 
 struct admin_server::impl {
   asio::io_context ioc{1};
+  std::shared_ptr<admin_backend> backend;
+  std::shared_ptr<rate_history> rates;
+  asio::steady_timer sampler{ioc};
   std::shared_ptr<admin_handler> handler;
   std::unique_ptr<http::server> server;
   std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> guard;
   std::thread thread;
+
+  /// Takes one sample of the route counters for the rate graphs and schedules the next one
+  /// step later (from the previous deadline, so the steps do not drift). Listener thread.
+  void sample() {
+    try {
+      if (auto facts = backend->status()) {
+        const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::steady_clock::now().time_since_epoch());
+        rates->sample(facts->sample.routes, now.count());
+      }
+    } catch (const std::exception& e) {
+      spdlog::warn("admin: the status page's rate sample failed: {}", e.what());
+    }
+    const auto now = std::chrono::steady_clock::now();
+    auto next = sampler.expiry() + rates->step();
+    if (next <= now) next = now + rates->step();
+    sampler.expires_at(next);
+    sampler.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) sample();
+    });
+  }
 };
 
 admin_server::admin_server(asio::ip::tcp::endpoint endpoint, std::shared_ptr<admin_backend> backend)
     : impl_(std::make_unique<impl>()) {
-  impl_->handler = std::make_shared<admin_handler>(std::move(backend));
+  const auto rules = backend->current_config().rules;
+  const auto step = rules ? rules->status_graph_step : std::chrono::milliseconds{10000};
+  const std::size_t minutes = rules ? rules->status_graph_minutes : 10;
+  impl_->rates = std::make_shared<rate_history>(
+      step, std::max<std::size_t>(1, minutes * 60'000 / static_cast<std::size_t>(step.count())));
+  impl_->backend = backend;
+  impl_->handler = std::make_shared<admin_handler>(std::move(backend), impl_->rates);
   impl_->server =
       std::make_unique<http::server>(impl_->ioc, endpoint, impl_->handler, admin_limits(), 0,
                                      /*share_port=*/false);  // a port in use is an error
@@ -680,6 +716,7 @@ void admin_server::start() {
   impl_->guard = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
       impl_->ioc.get_executor());
   impl_->server->start();
+  asio::post(impl_->ioc, [p = impl_.get()] { p->sample(); });
   impl_->thread = std::thread([p = impl_.get()] { p->ioc.run(); });
 }
 
@@ -687,6 +724,7 @@ void admin_server::stop() {
   if (!impl_->thread.joinable()) return;
   asio::post(impl_->ioc, [p = impl_.get()] {
     p->server->stop();
+    p->sampler.cancel();
     p->guard.reset();
     p->ioc.stop();
   });

@@ -16,7 +16,9 @@
 #include <boost/url/parse.hpp>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -232,8 +234,11 @@ void upstream_table(std::string& out, const metrics_sample& s) {
   out +=
       "<h2>Upstreams</h2>\n<table id=\"upstreams\">\n<thead><tr><th>upstream</th>"
       "<th>responses</th><th>mean</th><th>p50 / p99 (bucket bound)</th><th>failures</th>"
-      "</tr></thead>\n<tbody>";
-  if (s.upstreams.empty()) out += "<tr><td class=\"muted\" colspan=\"5\">none used yet</td></tr>";
+      "<th>last error</th></tr></thead>\n<tbody>";
+  if (s.upstreams.empty()) out += "<tr><td class=\"muted\" colspan=\"6\">none used yet</td></tr>";
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
   for (const auto& u : s.upstreams) {
     const auto n = u.response.count();
     std::string failures;
@@ -247,40 +252,126 @@ void upstream_table(std::string& out, const metrics_sample& s) {
            td(n ? ms_text(u.response.sum_seconds / static_cast<double>(n)) : "–", "num") +
            td(ms_text(quantile_bound(u.response, 0.5)) + " / " +
               ms_text(quantile_bound(u.response, 0.99))) +
-           td(failures.empty() ? "none" : failures, failures.empty() ? "ok" : "bad") + "</tr>\n";
+           td(failures.empty() ? "none" : failures, failures.empty() ? "ok" : "bad") +
+           (u.last_error.empty()
+                ? td("–", "muted")
+                : td(u.last_error + " (" +
+                     duration_words(std::max<std::int64_t>(0, now_ms - u.last_error_unix_ms)) +
+                     " ago)")) +
+           "</tr>\n";
   }
   out += "</tbody>\n</table>\n";
 }
 
-/// Responses by who answered and with what: the gateway's own answers by status, and those
-/// relayed from upstreams (their status is the upstream's).
+/// Responses by status class, as clients saw them (the request-duration histogram's
+/// classes), and of each class what the gateway answered itself (429, 400/401/404 before any
+/// limit, 502/503/504); the rest of a class was relayed from upstreams.
 void status_classes(std::string& out, const metrics_sample& s) {
-  std::uint64_t forwarded = 0, limited = 0, fail_closed = 0, bad_gateway = 0, timeout = 0;
+  std::array<std::uint64_t, code_classes.size()> seen{};
+  for (const auto& e : s.exchanges)
+    for (std::size_t i = 0; i < seen.size(); ++i) seen[i] += e.duration[i].count();
+  std::uint64_t limited = 0, fail_closed = 0, bad_gateway = 0, timeout = 0;
   for (const auto& r : s.routes) {
-    forwarded += r.allowed + r.unlimited + r.fail_open;
     limited += r.limited;
     fail_closed += r.fail_closed;
     bad_gateway += r.bad_gateway;
     timeout += r.gateway_timeout;
   }
-  forwarded -= std::min(forwarded, bad_gateway + timeout);
+  // The gateway's own answers by class (index as code_classes).
+  std::array<std::vector<std::pair<std::string, std::uint64_t>>, code_classes.size()> own;
+  own[4] = {{"429 limited", limited}, {"400 / 401 / 404 before any limit", s.bad_requests}};
+  own[5] = {{"502 upstream failed", bad_gateway},
+            {"503 store failed (fail_closed)", fail_closed},
+            {"504 upstream timed out", timeout}};
   out +=
       "<h2>Responses by status</h2>\n<table id=\"classes\">\n<thead><tr><th>class</th>"
-      "<th>status</th><th>count</th></tr></thead>\n<tbody>";
-  const std::tuple<const char*, const char*, std::uint64_t> rows[] = {
-      {"2xx–5xx", "relayed from upstreams", forwarded},
-      {"4xx", "429 limited", limited},
-      {"4xx", "400 / 401 / 404 before any limit", s.bad_requests},
-      {"5xx", "502 upstream failed", bad_gateway},
-      {"5xx", "503 store failed (fail_closed)", fail_closed},
-      {"5xx", "504 upstream timed out", timeout}};
+      "<th>answered by</th><th>count</th></tr></thead>\n<tbody>";
   bool any = false;
-  for (const auto& [cls, what, n] : rows) {
-    if (n == 0) continue;  // zero rows are left out
-    any = true;
-    out += "<tr>" + td(cls) + td(what) + num(n) + "</tr>\n";
+  // 1xx..5xx, then exchanges that ended before any status (the client left, or a timeout).
+  for (std::size_t i : {1u, 2u, 3u, 4u, 5u, 0u}) {
+    std::uint64_t gateway = 0;
+    for (const auto& [what, n] : own[i]) gateway += n;
+    const std::uint64_t relayed = seen[i] - std::min(seen[i], gateway);
+    std::vector<std::pair<std::string, std::uint64_t>> rows;
+    if (i == 0) {
+      rows.emplace_back("no response (the exchange ended first)", seen[0]);
+    } else {
+      rows.emplace_back("relayed from upstreams", relayed);
+      for (const auto& r : own[i]) rows.push_back(r);
+    }
+    for (const auto& [what, n] : rows) {
+      if (n == 0) continue;  // zero rows are left out
+      any = true;
+      out += "<tr>" + td(code_classes[i]) + td(what) + num(n) + "</tr>\n";
+    }
   }
   if (!any) out += "<tr><td class=\"muted\" colspan=\"3\">no requests yet</td></tr>";
+  out += "</tbody>\n</table>\n";
+}
+
+/// `v` per second, short: 0, 0.25, 12, 1.2k.
+std::string rate_text(double v) {
+  char buf[32];
+  if (v >= 1000)
+    std::snprintf(buf, sizeof buf, "%.3gk", v / 1000);
+  else
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+/// An inline SVG polyline of `values` (oldest first) scaled to `top` over `width` x `height`
+/// pixels, one point per value, the newest at the right edge.
+std::string polyline(const std::vector<double>& values, double top, std::size_t slots, int width,
+                     int height, std::string_view cls) {
+  std::string points;
+  const double dx = slots > 1 ? static_cast<double>(width) / static_cast<double>(slots - 1) : 0;
+  const std::size_t first = slots - std::min(slots, values.size());
+  char buf[48];
+  for (std::size_t i = 0; i < values.size() && i < slots; ++i) {
+    const double x = dx * static_cast<double>(first + i);
+    const double y = top > 0 ? height - values[i] / top * (height - 2) - 1 : height - 1;
+    std::snprintf(buf, sizeof buf, "%s%.1f,%.1f", points.empty() ? "" : " ", x, y);
+    points += buf;
+  }
+  return "<polyline class=\"" + std::string(cls) + "\" fill=\"none\" points=\"" + points + "\"/>";
+}
+
+/// Per-route request rates over the last `status.graph`: one small graph per route that saw
+/// requests (forwarded in green, refused in red), drawn on the server as inline SVG.
+void rate_graphs(std::string& out, const rate_history& rates) {
+  const auto series = rates.read();
+  const auto step_s = rates.step().count() / 1000;
+  const auto span_min = static_cast<long long>(rates.points()) * rates.step().count() / 60'000;
+  out += "<h2>Requests per second</h2>\n<p class=\"muted\">Each route over the last " +
+         std::to_string(span_min) + " min, one point per " + std::to_string(step_s) +
+         " s: <span class=\"ok\">forwarded</span> and <span class=\"bad\">refused</span> "
+         "(429, and 503 fail_closed). Drawn by the server; reload the page for new points.</p>\n"
+         "<table id=\"graphs\">\n<thead><tr><th>route</th><th>last "
+         "minutes</th><th>now forwarded / refused</th><th>peak</th></tr></thead>\n<tbody>";
+  bool any = false;
+  constexpr int width = 240, height = 36;
+  for (const auto& s : series) {
+    double peak = 0, sum = 0;
+    for (std::size_t i = 0; i < s.forwarded.size(); ++i) {
+      peak = std::max({peak, s.forwarded[i], s.limited[i]});
+      sum += s.forwarded[i] + s.limited[i];
+    }
+    if (sum == 0) continue;  // a route that saw nothing in the span is left out
+    any = true;
+    out += "<tr data-route=\"" + escape(s.route) + "\">" + td(s.route) +
+           "<td><svg class=\"graph\" role=\"img\" width=\"" + std::to_string(width) +
+           "\" height=\"" + std::to_string(height) + "\" viewBox=\"0 0 " + std::to_string(width) +
+           " " + std::to_string(height) + "\"><title>" + escape(s.route) +
+           ": requests per second, peak " + rate_text(peak) + "</title>" +
+           polyline(s.forwarded, peak, rates.points(), width, height, "ok") +
+           polyline(s.limited, peak, rates.points(), width, height, "bad") + "</svg></td>" +
+           td(rate_text(s.forwarded.back()) + " / " + rate_text(s.limited.back()), "num") +
+           td(rate_text(peak), "num") + "</tr>\n";
+  }
+  if (!any)
+    out += "<tr><td class=\"muted\" colspan=\"4\">no requests in the last " +
+           std::to_string(span_min) + " min (a point is drawn every " + std::to_string(step_s) +
+           " s)</td></tr>";
   out += "</tbody>\n</table>\n";
 }
 
@@ -316,7 +407,8 @@ void top_rows(std::string& out, const top_callers::answer& a) {
 extern const std::string_view status_page_style;
 extern const std::string_view status_page_script;
 
-std::string status_page_html(admin_backend& backend, std::string_view target) {
+std::string status_page_html(admin_backend& backend, std::string_view target,
+                             const rate_history* rates) {
   const page_query q = read_query(target);
   const auto view = backend.current_config();
   const auto facts = backend.status();
@@ -376,6 +468,8 @@ std::string status_page_html(admin_backend& backend, std::string_view target) {
     upstream_table(out, facts->sample);
     status_classes(out, facts->sample);
   }
+
+  if (rates) rate_graphs(out, *rates);
 
   out +=
       "<h2>Decisions</h2>\n<table>\n<thead><tr><th>route</th><th>decision</th>"

@@ -19,6 +19,8 @@ th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: ta
 .muted { color: #666; } code, pre { font-family: ui-monospace, monospace; font-size: 12px; }
 pre { background: #f7f7f7; border: 1px solid #ddd; padding: .6em; max-height: 30em; overflow: auto; }
 form label { margin-right: .8em; } input { font: inherit; }
+svg.graph { background: #fafafa; border: 1px solid #eee; display: block; }
+svg.graph polyline { stroke-width: 1.5; } svg.graph .ok { stroke: #0a7d32; } svg.graph .bad { stroke: #b00020; }
 </style>)sluice_html";
 
 const std::string_view status_page_script = R"sluice_html(<script>

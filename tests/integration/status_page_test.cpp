@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client runtime_fixture
-// The status page rendered on the server and the most limited callers (issue 29), on a real
-// gateway (runtime with its admin listener), a real upstream and, for the redis store, a real
-// redis-server: three API keys driven over their limits by different amounts come out of
-// `GET /admin/top` in order, named by the access log's key hash; an anonymous caller refused
-// by a plan limit on a route without limits of its own is named by its address. The page
-// holds all of it with scripts off (a plain fetch, and headless Chromium with scripts
-// disabled): plan limits on every route, no zero rows, the top-N; a hostile query string is
-// escaped wherever the page echoes it.
+// scripted_upstream The status page rendered on the server and the most limited callers (issue 29),
+// on a real gateway (runtime with its admin listener), a real upstream and, for the redis store, a
+// real redis-server: three API keys driven over their limits by different amounts come out of `GET
+// /admin/top` in order, named by the access log's key hash; an anonymous caller refused by a plan
+// limit on a route without limits of its own is named by its address. The page holds all of it with
+// scripts off (a plain fetch, and headless Chromium with scripts disabled): plan limits on every
+// route, no zero rows, the top-N; a hostile query string is escaped wherever the page echoes it.
 
 #include "harness.hpp"
 #include "support/child_process.hpp"
 #include "support/runtime_fixture.hpp"
+#include "support/scripted_upstream.hpp"
 #include "support/temp_dir.hpp"
 
 #include "sluice/observability/access_log.hpp"
@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 namespace sluice::test {
 namespace {
@@ -35,8 +36,8 @@ plans:
   anonymous: {limits: [{name: anon, by: ip, rate: 2/1m, burst: 2}]}
   free: {limits: [{name: free_daily, by: api_key, rate: 1000/1d, burst: 1000}]}
 api_keys: {key-a: free, key-b: free, key-c: free}
-upstreams: {api: {url: UPSTREAM_URL}}
-status: {top: 5, window: 5m}
+upstreams: {api: {url: UPSTREAM_URL}, gone: {url: "http://127.0.0.1:CLOSED_PORT"}}
+status: {top: 5, window: 5m, graph_step: 1s}
 routes:
   - name: items
     match: {path_prefix: /v1/items}
@@ -49,6 +50,9 @@ routes:
   - name: idle
     match: {path_prefix: /idle}
     upstream: api
+  - name: down
+    match: {path_prefix: /down}
+    upstream: gone
 )";
 
 constexpr const char* secret = "status-test-secret";
@@ -57,6 +61,7 @@ struct status_world {
   explicit status_world(store_kind kind)
       : redis(kind == store_kind::redis ? std::make_unique<redis_server>() : nullptr),
         rt(substitute(rules_yaml, {{"UPSTREAM_URL", upstream.url()},
+                                   {"CLOSED_PORT", std::to_string(closed_port())},
                                    {"STORE", redis ? "{type: redis, address: \"127.0.0.1:" +
                                                          std::to_string(redis->port()) + "\"}"
                                                    : "{type: memory}"}})) {}
@@ -184,6 +189,68 @@ TEST_P(status_top, the_page_rendered_on_the_server_shows_plan_limits_counts_and_
   EXPECT_LT(bb, c);
   EXPECT_NE(b.find("<td>127.0.0.1</td><td>open</td><td>anon</td><td class=\"num\">1</td>"),
             std::string::npos);
+}
+
+// Responses by status class as clients saw them, each class split into what was relayed and
+// what the gateway answered itself; an upstream's last error in words.
+TEST_P(status_top, responses_by_class_and_an_upstreams_last_error) {
+  status_world w(GetParam());
+  w.drive_all();  // 2+2+2 on items and 2 on open admitted (2xx relayed), 22 limited by route or
+                  // plan (429)
+  EXPECT_EQ(test::get(w.rt.port(), "/down/x", {{"X-API-Key", "key-c"}}).status, 502u);
+  EXPECT_EQ(test::get(w.rt.port(), "/nowhere").status, 404u);
+  auto page = w.rt.admin("/");
+  ASSERT_EQ(page.status, 200u);
+  const std::string& b = page.body;
+  SCOPED_TRACE(b.substr(0, 8000));
+  EXPECT_NE(b.find("<tr><td>2xx</td><td>relayed from upstreams</td><td class=\"num\">8</td></tr>"),
+            std::string::npos);
+  EXPECT_NE(b.find("<tr><td>4xx</td><td>429 limited</td><td class=\"num\">22</td></tr>"),
+            std::string::npos);
+  EXPECT_NE(b.find("<tr><td>4xx</td><td>400 / 401 / 404 before any limit</td>"
+                   "<td class=\"num\">1</td></tr>"),
+            std::string::npos);
+  EXPECT_NE(b.find("<tr><td>5xx</td><td>502 upstream failed</td><td class=\"num\">1</td></tr>"),
+            std::string::npos);
+  EXPECT_EQ(b.find("<td>3xx</td>"), std::string::npos);  // zero rows are left out
+  EXPECT_EQ(b.find("<td>5xx</td><td>relayed"), std::string::npos);
+  // The upstream that refused the connection: its failure and its last error, in words.
+  const auto gone = b.find("<tr><td>gone</td>");
+  ASSERT_NE(gone, std::string::npos);
+  const auto row = b.substr(gone, b.find("</tr>", gone) - gone);
+  EXPECT_NE(row.find("unreachable 1"), std::string::npos) << row;
+  EXPECT_NE(row.find("<td>unreachable: Connection refused"), std::string::npos) << row;
+  EXPECT_NE(row.find(" ago)</td>"), std::string::npos) << row;
+}
+
+// The per-route rate graphs: the admin listener samples the route counters every
+// `graph_step` (1 s here); once two samples frame the traffic, each route that saw requests
+// has an inline SVG graph (forwarded and refused), drawn on the server; a route that saw
+// nothing has none.
+TEST_P(status_top, rate_graphs_draw_each_route_that_saw_requests) {
+  status_world w(GetParam());
+  w.drive_all();
+  std::string b;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  do {
+    b = w.rt.admin("/").body;
+    if (b.find("<tr data-route=\"items\">") != std::string::npos &&
+        b.find("<tr data-route=\"open\">") != std::string::npos)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  } while (std::chrono::steady_clock::now() < deadline);
+  SCOPED_TRACE(b.substr(0, 8000));
+  const auto items = b.find("<tr data-route=\"items\">");
+  ASSERT_NE(items, std::string::npos);
+  const auto row = b.substr(items, b.find("</tr>", items) - items);
+  // Both lines, with at least one point each; the peak names a positive rate.
+  EXPECT_NE(row.find("<svg class=\"graph\""), std::string::npos) << row;
+  EXPECT_NE(row.find("<polyline class=\"ok\" fill=\"none\" points=\""), std::string::npos);
+  EXPECT_NE(row.find("<polyline class=\"bad\" fill=\"none\" points=\""), std::string::npos);
+  EXPECT_EQ(row.find("peak 0</title>"), std::string::npos) << row;
+  EXPECT_NE(b.find("<tr data-route=\"open\">"), std::string::npos);
+  EXPECT_EQ(b.find("<tr data-route=\"idle\">"), std::string::npos);  // saw nothing
+  EXPECT_NE(b.find("one point per 1 s"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(stores, status_top,

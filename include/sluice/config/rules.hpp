@@ -590,6 +590,11 @@ struct rules {
   /// `window` (whole minutes, 1m..60m, default 10m). Read at start-up only.
   std::size_t status_top = 10;
   std::size_t status_window_minutes = 10;
+  /// `status: {graph: DURATION, graph_step: DURATION}`: the status page's per-route rate
+  /// graphs cover the last `graph` (whole minutes, 1m..60m, default 10m) in points one
+  /// `graph_step` apart (1s..60s, default 10s; at most 720 points). Read at start-up only.
+  std::size_t status_graph_minutes = 10;
+  std::chrono::milliseconds status_graph_step{10000};
   /// `tls:` TLS termination on the client listener (`enabled` false: plain TCP).
   listener_tls tls;
   /// `client:` deadlines and caps of client connections. The older top-level

@@ -86,8 +86,10 @@ struct forward_plan {
   std::uint64_t max_response_body = config::unlimited_size;
   std::chrono::milliseconds tunnel_idle_timeout{300000};
   bool upgrade = false;  ///< the request asks for an upgrade the route allows
-  /// Called once when the exchange fails (metrics, per route and upstream). May be empty.
-  std::function<void(upstream_failure)> on_failure;
+  /// Called once when the exchange fails (metrics, per route and upstream), with what went
+  /// wrong in words (the error's message and any detail; for the status page's last error).
+  /// May be empty.
+  std::function<void(upstream_failure, std::string_view)> on_failure;
   /// Called once the upstream's response head is read, with the time since the request head
   /// was sent (metrics: the upstream response histogram). May be empty.
   std::function<void(std::chrono::nanoseconds)> on_response_head;

@@ -44,6 +44,10 @@ struct upstream_lease {
   /// For errc::upstream_tls: why the handshake failed, for the 502 problem body and the log
   /// (e.g. `certificate verify failed: hostname mismatch`).
   std::string detail;
+  /// For errc::upstream_unreachable: what the system said (the connect's or the name
+  /// lookup's error, e.g. `Connection refused`), for the log and the status page's last
+  /// error; never sent to clients.
+  std::string cause;
   std::optional<timed_socket> stream;
   boost::beast::flat_buffer buffer;  ///< read buffer (empty when taken; reused capacity)
   /// `host:port` (`host:port tls#N` for TLS under client_tls N), the pool it belongs to.

@@ -8,6 +8,7 @@
 
 #include "sluice/config/rules.hpp"
 #include "sluice/observability/metrics.hpp"
+#include "sluice/observability/rate_history.hpp"
 #include "sluice/observability/top_callers.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
@@ -136,7 +137,9 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
 /// query). Its script only refreshes it (/metrics every 2 s, /admin/top) and submits the form.
 /// Every value from the query, the rules or the counters is HTML-escaped. Query errors are
 /// shown in the page (never a failure): an n that is not a number, or over the bound (capped).
-std::string status_page_html(admin_backend& backend, std::string_view target);
+/// `rates`: the per-route rate graphs' data (null: no graphs are drawn).
+std::string status_page_html(admin_backend& backend, std::string_view target,
+                             const rate_history* rates = nullptr);
 
 /// The `GET /admin/top?n=K` answer: 200 with top_json() (an n over the bound is capped and the
 /// body says so), 400 for an n that is not a whole number or another parameter, 404 when the
@@ -167,6 +170,10 @@ std::pair<unsigned, std::string> top_answer(admin_backend& backend, std::string_
 /// `/readyz` (and `/metrics` when `metrics_open`) first needs `Authorization: Bearer <token>`,
 /// compared in constant time; otherwise 401 with a problem body and `WWW-Authenticate: Bearer`,
 /// counted (auth_failures()) and logged at most once a second.
+///
+/// The status page's rate graphs: from start(), the listener's thread samples the backend's
+/// route counters (admin_backend::status()) once every `status.graph_step` of the rules in
+/// force at construction, keeping `status.graph` of rates (rate_history).
 ///
 /// Threading: construct, start(), stop() and local_endpoint() from one controlling thread;
 /// requests are served on the listener's own thread.

@@ -142,6 +142,11 @@ struct upstream_counts {
   histogram_counts response;
   /// Failed exchanges by kind, indexed by http::upstream_failure.
   std::array<std::uint64_t, http::upstream_failure_count> failures{};
+  /// The newest failure over the workers: its kind and what went wrong (`timeout: ...`), and
+  /// when (Unix time, milliseconds); "" and 0 when none since start. Not exported to
+  /// Prometheus (text is not a metric); the status page shows it.
+  std::string last_error;
+  std::int64_t last_error_unix_ms = 0;
 };
 
 /// The client side of the gateway's listener, summed over workers (http::connection_stats).

@@ -400,6 +400,14 @@ TEST(status, top_and_window_read_and_default) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status_top, 25u);
   EXPECT_EQ(r->status_window_minutes, 60u);
+  EXPECT_EQ(d->status_graph_minutes, 10u);
+  EXPECT_EQ(d->status_graph_step, std::chrono::seconds{10});
+  auto g = load_ok(
+      "upstreams: {api: {url: http://127.0.0.1:8081}}\n"
+      "status: {graph: 30m, graph_step: 5s}\n");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->status_graph_minutes, 30u);
+  EXPECT_EQ(g->status_graph_step, std::chrono::seconds{5});
 }
 
 TEST(defaults, data_path_settings) {
@@ -1123,6 +1131,19 @@ const mistake mistake_table[] = {
     {"status_window_not_whole_minutes",
      UP "status: {window: 90s}\n",
      {"rules.yaml:2: status.window: window must be whole minutes (1m to 60m)"}},
+    {"status_graph_not_whole_minutes",
+     UP "status: {graph: 90s}\n",
+     {"rules.yaml:2: status.graph: graph must be whole minutes (1m to 60m)"}},
+    {"status_graph_step_not_whole_seconds",
+     UP "status: {graph_step: 1500ms}\n",
+     {"rules.yaml:2: status.graph_step: graph_step must be whole seconds (1s to 60s)"}},
+    {"status_graph_step_over_a_minute",
+     UP "status: {graph_step: 2m}\n",
+     {"rules.yaml:2: status.graph_step: graph_step 2m is longer than the maximum of 1m"}},
+    {"status_graph_too_many_points",
+     UP "status: {graph: 1h, graph_step: 1s}\n",
+     {"rules.yaml:2: status: graph / graph_step is over 720 points: take a longer graph_step or a "
+      "shorter graph"}},
     {"status_window_over_an_hour",
      UP "status: {window: 2h}\n",
      {"rules.yaml:2: status.window: window 2h is longer than the maximum of 1h"}},
