@@ -5,7 +5,8 @@
 // domains and descriptors (nested, unknown, hits_addend) exact across the two instances; the
 // answers' limit_remaining and duration_until_reset against the header fields the same limit
 // gives over HTTP; bad requests refused with INVALID_ARGUMENT and no key written; the failure
-// policy when the store is down.
+// policy when the store is down; the service's counters on the admin listener's
+// /metrics.
 
 #include "harness.hpp"
 #include "support/runtime_fixture.hpp"
@@ -42,6 +43,7 @@ rate_limit_service:
     - {name: per_ip, by: global, rate: 5/1h}
     - {name: logins, by: global, algorithm: fixed_window, rate: 3/1d}
     - {name: same_as_web, by: global, rate: 5/1h}
+    - {name: watch_only, by: global, rate: 1/1h, mode: shadow}
   domains:
     - domain: edge
       descriptors:
@@ -52,6 +54,7 @@ rate_limit_service:
           descriptors:
             - {key: remote_address, limit: per_ip}
         - {key: mirror, limit: same_as_web}
+        - {key: watched, limit: watch_only}
 )";
 
 std::string yaml_for(const redis_server& redis, const upstream_server& up,
@@ -105,6 +108,13 @@ std::string summary(const pb::RateLimitResponse& r) {
 
 std::size_t dbsize(const redis_server& redis) {
   return static_cast<std::size_t>(redis.command({"DBSIZE"}).integer);
+}
+
+/// The value of series `name` (with its labels, as exposed) in a scrape, or -1 if absent.
+double series(const std::string& body, const std::string& name) {
+  const auto at = body.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(body.substr(at + name.size() + 2));
 }
 
 TEST(rls, a_table_of_descriptors_exact_across_two_instances) {
@@ -228,6 +238,63 @@ TEST(rls, the_store_down_follows_the_failure_policy) {
   EXPECT_EQ(summary(resp), "OK: OK");
   const auto sc = cc.call("edge", {{{"remote_address", "1"}}}, 0, resp);
   EXPECT_EQ(sc.error_code(), grpc::StatusCode::UNAVAILABLE);
+  const auto m = closed.admin("/metrics");
+  EXPECT_EQ(series(m.body, R"(sluice_rls_calls_total{result="unavailable"})"), 1);
+  EXPECT_EQ(series(m.body, R"(sluice_rls_failure_policy_applied_total{policy="fail_closed"})"), 1);
+  EXPECT_EQ(series(m.body, R"(sluice_rls_calls_total{result="ok"})"), 0);
+}
+
+TEST(rls, metrics_count_every_call_by_result) {
+  redis_server redis;
+  upstream_server upstream;
+  runtime_fixture a(yaml_for(redis, upstream));
+  client c(*a.runtime().rate_limit_service_port());
+  struct row {
+    std::string domain;
+    std::vector<entries> descriptors;
+    std::uint32_t hits;
+    std::string want;  // summary, or the gRPC error code's number
+  };
+  const std::vector<row> table = {
+      {"edge", {{{"remote_address", "10.0.0.9"}}}, 0, "OK: OK(per_ip r4)"},
+      {"edge", {{{"path", "/login"}}, {{"u", "1"}}}, 0, "OK: OK(logins r2) OK"},
+      {"edge", {{{"u", "2"}}}, 0, "OK: OK"},
+      {"nowhere", {{{"u", "2"}}}, 0, "3"},
+      {"edge", {{}}, 0, "3"},
+      {"edge", {{{"remote_address", "10.0.0.9"}}}, 5, "OVER_LIMIT: OVER_LIMIT(per_ip r4)"},
+      {"edge", {{{"watched", "w"}}}, 0, "OK: OK(watch_only r0)"},
+      // The shadow limit would refuse: counted, the answer unchanged.
+      {"edge", {{{"watched", "w"}}}, 0, "OK: OK(watch_only r0)"},
+  };
+  int i = 0;
+  for (const auto& r : table) {
+    SCOPED_TRACE("row " + std::to_string(i++));
+    pb::RateLimitResponse resp;
+    const auto st = c.call(r.domain, r.descriptors, r.hits, resp);
+    EXPECT_EQ(st.ok() ? summary(resp) : std::to_string(st.error_code()), r.want);
+  }
+  // The store down: fail_open answers OK.
+  redis.kill();
+  pb::RateLimitResponse resp;
+  ASSERT_TRUE(c.call("edge", {{{"remote_address", "10.0.0.9"}}}, 0, resp).ok());
+  EXPECT_EQ(summary(resp), "OK: OK");
+
+  const auto m = a.admin("/metrics");
+  ASSERT_EQ(m.status, 200u);
+  const std::vector<std::pair<std::string, double>> want = {
+      {R"(sluice_rls_calls_total{result="ok"})", 6},
+      {R"(sluice_rls_calls_total{result="over_limit"})", 1},
+      {R"(sluice_rls_calls_total{result="invalid_argument"})", 2},
+      {R"(sluice_rls_calls_total{result="unavailable"})", 0},
+      {R"(sluice_rls_descriptors_total{kind="decided"})", 5},
+      {R"(sluice_rls_descriptors_total{kind="unknown"})", 2},
+      {R"(sluice_rls_failure_policy_applied_total{policy="fail_open"})", 1},
+      {R"(sluice_rls_failure_policy_applied_total{policy="fail_closed"})", 0},
+      {"sluice_rls_shadow_limited_total", 1},
+      {"sluice_rls_request_duration_seconds_count", 9},
+      {R"(sluice_rls_request_duration_seconds_bucket{le="+Inf"})", 9},
+  };
+  for (const auto& [name, value] : want) EXPECT_EQ(series(m.body, name), value) << name;
 }
 
 TEST(rls, the_listener_answers_grpc_health_checks) {
