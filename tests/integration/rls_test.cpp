@@ -5,16 +5,22 @@
 // domains and descriptors (nested, unknown, hits_addend) exact across the two instances; the
 // answers' limit_remaining and duration_until_reset against the header fields the same limit
 // gives over HTTP; bad requests refused with INVALID_ARGUMENT and no key written; the failure
-// policy when the store is down; the service's counters on the admin listener's
+// policy when the store is down; the same table from Debian's python3-grpcio (message classes
+// made by protoc from proto/ at test time); the service's counters on the admin listener's
 // /metrics.
 
 #include "harness.hpp"
+#include "support/child_process.hpp"
 #include "support/runtime_fixture.hpp"
+#include "support/temp_dir.hpp"
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 #include <grpcpp/grpcpp.h>
+#include <boost/json.hpp>
+
+#include <filesystem>
 
 #include <string>
 #include <utility>
@@ -295,6 +301,110 @@ TEST(rls, metrics_count_every_call_by_result) {
       {R"(sluice_rls_request_duration_seconds_bucket{le="+Inf"})", 9},
   };
   for (const auto& [name, value] : want) EXPECT_EQ(series(m.body, name), value) << name;
+}
+
+/// Runs tests/support/rls_client.py (python3-grpcio) over `steps` (its JSON step list) with
+/// message classes protoc makes from the project's proto/ into `dir`: its answers.
+boost::json::array python_client(const temp_dir& dir, const boost::json::array& steps) {
+  const std::string src = SLUICE_SOURCE_DIR;
+  child_process protoc({SLUICE_PROTOC, "-I", src + "/proto", "--python_out=" + dir.path.string(),
+                        src + "/proto/envoy/service/ratelimit/v3/rls.proto",
+                        src + "/proto/envoy/config/core/v3/base.proto",
+                        src + "/proto/envoy/extensions/common/ratelimit/v3/ratelimit.proto"},
+                       dir.path / "protoc.out", dir.path / "protoc.err");
+  EXPECT_EQ(protoc.wait_exit(std::chrono::seconds(30)), 0) << protoc.err();
+  child_process py({"/usr/bin/python3", src + "/tests/support/rls_client.py", dir.path.string(),
+                    boost::json::serialize(steps)},
+                   dir.path / "py.out", dir.path / "py.err");
+  EXPECT_EQ(py.wait_exit(std::chrono::seconds(60)), 0) << py.err();
+  return boost::json::parse(py.out()).as_array();
+}
+
+/// summary() of a python answer: "OK: OK(name rN) ...", or the gRPC error code's name.
+std::string summary(const boost::json::value& answer) {
+  const auto& a = answer.as_object();
+  const std::string grpc(a.at("grpc").as_string());
+  if (grpc != "OK") return grpc;
+  std::string out = std::string(a.at("overall").as_string()) + ":";
+  for (const auto& v : a.at("statuses").as_array()) {
+    const auto& st = v.as_object();
+    out += " " + std::string(st.at("code").as_string());
+    if (st.contains("limit"))
+      out += "(" + std::string(st.at("limit").as_string()) + " r" +
+             std::to_string(st.at("remaining").to_number<std::int64_t>()) + ")";
+  }
+  return out;
+}
+
+TEST(rls, a_python_grpcio_client_exact_across_two_instances) {
+  if (!std::filesystem::exists("/usr/bin/python3"))
+    GTEST_SKIP() << "Debian's python3 is missing (scripts/setup installs python3-grpcio)";
+  redis_server redis;
+  upstream_server upstream;
+  const std::string yaml = yaml_for(redis, upstream);
+  runtime_fixture a(yaml);
+  runtime_fixture b(yaml);
+  const auto pa = *a.runtime().rate_limit_service_port();
+  const auto pb = *b.runtime().rate_limit_service_port();
+  namespace json = boost::json;
+  // A descriptor is a list of [key, value] entries; [key, value, hits] sets its own
+  // hits_addend.
+  struct row {
+    std::uint16_t port;
+    std::string domain;
+    std::string descriptors;  // JSON
+    int hits;
+    std::string want;
+  };
+  const std::vector<row> table = {
+      {pa, "edge", R"([[["remote_address", "10.0.0.1"]]])", 0, "OK: OK(per_ip r4)"},
+      {pb, "edge", R"([[["remote_address", "10.0.0.1"]]])", 3, "OK: OK(per_ip r1)"},
+      // Nested (its own bucket), with an unknown descriptor beside it.
+      {pa, "edge", R"([[["path", "/login"], ["remote_address", "10.0.0.1"]], [["u", "1"]]])", 0,
+       "OK: OK(per_ip r4) OK"},
+      // The descriptor's own hits_addend wins over the request's.
+      {pb, "edge", R"([[["path", "/login", 2]]])", 0, "OK: OK(logins r1)"},
+      {pa, "edge", R"([[["path", "/login"]]])", 2, "OVER_LIMIT: OVER_LIMIT(logins r1)"},
+      {pb, "edge", R"([[["remote_address", "10.0.0.1"]]])", 0, "OK: OK(per_ip r0)"},
+      {pa, "edge", R"([[["remote_address", "10.0.0.1"]]])", 0, "OVER_LIMIT: OVER_LIMIT(per_ip r0)"},
+      {pb, "nowhere", R"([[["u", "1"]]])", 0, "INVALID_ARGUMENT"},
+      {pa, "edge", R"([[]])", 0, "INVALID_ARGUMENT"},
+  };
+  json::array steps;
+  for (const auto& r : table)
+    steps.push_back(json::object{{"rls", r.port},
+                                 {"domain", r.domain},
+                                 {"descriptors", json::parse(r.descriptors)},
+                                 {"hits", r.hits}});
+  // The same limit over HTTP (instance a's proxy) and over the RLS (instance b), in turns.
+  for (int n = 0; n < 3; ++n) {
+    steps.push_back(json::object{{"http", a.port()}, {"path", "/api/x"}});
+    steps.push_back(json::object{
+        {"rls", pb}, {"domain", "edge"}, {"descriptors", json::parse(R"([[["mirror", "m"]]])")}});
+  }
+  temp_dir dir;
+  const auto answers = python_client(dir, steps);
+  ASSERT_EQ(answers.size(), steps.size());
+  for (std::size_t i = 0; i < table.size(); ++i)
+    EXPECT_EQ(summary(answers[i]), table[i].want) << "row " << i;
+  for (std::size_t i = table.size(); i < steps.size(); i += 2) {
+    SCOPED_TRACE("turn " + std::to_string(i));
+    const auto& http = answers[i].as_object();
+    const auto& rls = answers[i + 1].as_object();
+    ASSERT_EQ(http.at("status").to_number<int>(), 200);
+    const auto& hh = http.at("headers").as_object();
+    const auto& rh = rls.at("headers").as_object();
+    const auto& st = rls.at("statuses").as_array().at(0).as_object();
+    EXPECT_EQ(std::to_string(st.at("remaining").to_number<std::int64_t>()),
+              hh.at("X-RateLimit-Remaining").as_string());
+    EXPECT_EQ(rh.at("X-RateLimit-Remaining"), hh.at("X-RateLimit-Remaining"));
+    EXPECT_EQ(rh.at("X-RateLimit-Limit"), hh.at("X-RateLimit-Limit"));
+    const auto reset_ms = st.at("reset_ms").to_number<std::int64_t>();
+    EXPECT_EQ(rh.at("X-RateLimit-Reset").as_string(), std::to_string((reset_ms + 999) / 1000));
+    // Two checks a few ms apart: whole seconds rounded up may differ by one.
+    const auto http_reset = std::stoll(std::string(hh.at("X-RateLimit-Reset").as_string()));
+    EXPECT_LE(std::llabs((reset_ms + 999) / 1000 - http_reset), 1) << reset_ms;
+  }
 }
 
 TEST(rls, the_listener_answers_grpc_health_checks) {
