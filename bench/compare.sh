@@ -9,6 +9,8 @@
 #   sluice-settled as sluice-redis, the bucket charged after the response (`charge:` reserves 2,
 #                  the upstream's X-Usage-Tokens says 1, the unit left over is refunded): not in
 #                  the default set; name it in --systems
+# and, as a mode of its own (--modes rls, bench/compare-rls.sh), sluice as Envoy's rate limit
+# service (h2load -> ShouldRateLimit) against sluice's proxy path for the same limits.
 # Every limiter keys on the X-API-Key header; wrk sends 10,000 distinct keys (key-0 ..
 # key-9999) and every limit is far above what a key is offered, so each request is checked
 # and admitted. All proxies keep their upstream connections alive. Config templates, the wrk
@@ -61,6 +63,10 @@ Modes:
   unpinned   no pinning
   fixed      no pinning, a fixed offered load (--rate, default 9500 req/s) paced by the wrk
              script's delay(); the achieved rate is printed and checked
+  rls        alone, opt-in: sluice's rate limit service (h2load calling ShouldRateLimit with 1
+             and 3 descriptors) against its proxy path (wrk) for the same limits on Redis,
+             pinned; run by bench/compare-rls.sh (--rounds, --seconds, --connections,
+             --warmup, --binary, --record; see bench/compare-rls.sh --help)
 
 Options:
   --rounds N         rounds per mode (each round runs every system once; default 3, at least 1)
@@ -135,7 +141,9 @@ done
 ((KEYS >= 1 && FIXED_RATE >= 1)) || die "--keys and --rate must be positive"
 IFS=, read -r -a MODE_LIST <<<"$MODES"
 IFS=, read -r -a SYSTEM_LIST <<<"$SYSTEMS"
-for m in "${MODE_LIST[@]}"; do [[ $m =~ ^(pinned|unpinned|fixed)$ ]] || die "unknown mode: $m"; done
+for m in "${MODE_LIST[@]}"; do [[ $m =~ ^(pinned|unpinned|fixed|rls)$ ]] || die "unknown mode: $m"; done
+[[ ,$MODES, != *,rls,* || $MODES == rls ]] || die "--modes rls runs alone"
+
 for s in "${SYSTEM_LIST[@]}"; do [[ ,$ALL_SYSTEMS, == *,$s,* ]] || die "unknown system: $s"; done
 ((${#SYSTEM_LIST[@]})) || die "--systems is empty"
 has_system() { [[ ,$SYSTEMS, == *,$1,* ]]; }
@@ -148,7 +156,7 @@ export PATH="$PATH:/usr/sbin:/sbin"
 if [[ -z ${COMPARE_GUARDED:-} ]]; then
   declare -A PKG=([wrk]=wrk [nginx]=nginx-light [haproxy]=haproxy [redis-server]=redis-server
     [redis-cli]=redis-tools [gnuplot]=gnuplot-nox [taskset]=util-linux [curl]=curl
-    [timeout]=coreutils)
+    [timeout]=coreutils [h2load]=nghttp2-client [protoc]=protobuf-compiler)
   missing=()
   for tool in "${!PKG[@]}"; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("${PKG[$tool]}")
@@ -161,6 +169,11 @@ if [[ -z ${COMPARE_GUARDED:-} ]]; then
     DEBIAN_FRONTEND=noninteractive timeout 900 $SUDO apt-get install -y -qq --no-install-recommends \
       "${missing[@]}" >/dev/null
   fi
+fi
+
+# Bounded like the other modes: 4 systems x rounds x (seconds + warm-up + 4 s) and set-up.
+if [[ $MODES == rls ]]; then
+  exec timeout -k 15 $((120 + 4 * ROUNDS * (DURATION + WARMUP + 4))) "$ROOT/bench/compare-rls.sh" "${ORIG_ARGS[@]}"
 fi
 
 if uses_sluice && [[ ! -x $BINARY ]]; then

@@ -179,6 +179,7 @@ struct runtime::impl : observability::admin_backend {
   std::optional<std::string> metrics() override {
     auto s = gw->sample();
     if (admin) s.admin_auth_failures = admin->auth_failures();
+    if (rls) s.rls = rls->stats().read();
     return observability::exposition(s);
   }
   explained explain(const observability::explain_query& q) override {

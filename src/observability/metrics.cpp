@@ -63,6 +63,22 @@ void duration_histogram::observe(std::chrono::nanoseconds d) noexcept {
   sum_ns_.add(static_cast<std::uint64_t>(ns));
 }
 
+void shared_duration_histogram::observe(std::chrono::nanoseconds d) noexcept {
+  const std::int64_t ns = d.count() < 0 ? 0 : d.count();
+  std::size_t i = 0;
+  while (i < bounds_ns.size() && ns > bounds_ns[i]) ++i;
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  sum_ns_.fetch_add(static_cast<std::uint64_t>(ns), std::memory_order_relaxed);
+}
+
+histogram_counts shared_duration_histogram::read() const noexcept {
+  histogram_counts h;
+  for (std::size_t i = 0; i < buckets_.size(); ++i)
+    h.buckets[i] = buckets_[i].load(std::memory_order_relaxed);
+  h.sum_seconds = static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9;
+  return h;
+}
+
 void tls_handshake_counts::add(const http::tls_counters& c) noexcept {
   completed += c.handshakes.load(std::memory_order_relaxed);
   for (std::size_t i = 0; i < failed.size(); ++i)
@@ -560,6 +576,49 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
   out.push_back(counter("sluice_plan_cache_evictions_total",
                         "Plan directory cache entries evicted to stay within cache_size.",
                         d(s.plan_cache_evictions)));
+
+  // The Envoy rate limit service (`rate_limit_service:`).
+  {
+    auto f = family("sluice_rls_calls_total",
+                    "ShouldRateLimit calls of the rate limit service, by answer (unavailable: "
+                    "the store failed and on_store_failure is fail_closed).",
+                    MetricType::Counter);
+    add_counter(f, d(s.rls.ok), {{"result", "ok"}});
+    add_counter(f, d(s.rls.over_limit), {{"result", "over_limit"}});
+    add_counter(f, d(s.rls.invalid_argument), {{"result", "invalid_argument"}});
+    add_counter(f, d(s.rls.unavailable), {{"result", "unavailable"}});
+    out.push_back(std::move(f));
+  }
+  {
+    auto f = family("sluice_rls_descriptors_total",
+                    "Descriptors of valid ShouldRateLimit calls: decided by the store, or "
+                    "unknown (matched no limit, allowed).",
+                    MetricType::Counter);
+    add_counter(f, d(s.rls.descriptors_decided), {{"kind", "decided"}});
+    add_counter(f, d(s.rls.unknown_descriptors), {{"kind", "unknown"}});
+    out.push_back(std::move(f));
+  }
+  {
+    auto f = family("sluice_rls_failure_policy_applied_total",
+                    "ShouldRateLimit calls the store did not decide, by the "
+                    "rate_limit_service.on_store_failure policy that answered them.",
+                    MetricType::Counter);
+    add_counter(f, d(s.rls.fail_open), {{"policy", "fail_open"}});
+    add_counter(f, d(s.rls.fail_closed), {{"policy", "fail_closed"}});
+    out.push_back(std::move(f));
+  }
+  out.push_back(counter("sluice_rls_shadow_limited_total",
+                        "Decided ShouldRateLimit calls a shadow limit would have refused (the "
+                        "answer is unchanged).",
+                        d(s.rls.shadow_limited)));
+  {
+    auto f = family("sluice_rls_request_duration_seconds",
+                    "ShouldRateLimit calls from the request read to the answer ready (the "
+                    "store check included), seconds.",
+                    MetricType::Histogram);
+    add_histogram(f, s.rls.duration);
+    out.push_back(std::move(f));
+  }
 
   {
     auto f = family("sluice_build_info", "The running sluice build (value always 1).",

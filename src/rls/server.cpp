@@ -16,7 +16,9 @@
 
 #include <chrono>
 #include <future>
+#include <optional>
 #include <stdexcept>
+#include <variant>
 
 namespace sluice::rls {
 
@@ -29,18 +31,30 @@ class service final : public pb::RateLimitService::Service {
 
   grpc::Status ShouldRateLimit(grpc::ServerContext*, const pb::RateLimitRequest* req,
                                pb::RateLimitResponse* resp) override {
+    const auto began = std::chrono::steady_clock::now();
+    auto status = answer(*req, *resp);
+    count_.duration.observe(std::chrono::steady_clock::now() - began);
+    return status;
+  }
+
+ private:
+  static void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
+    c.fetch_add(n, std::memory_order_relaxed);
+  }
+
+  grpc::Status answer(const pb::RateLimitRequest& req, pb::RateLimitResponse& resp) {
     const auto rules = rules_();
     const auto& rls = rules->rate_limit_service;
-    auto mapped = map_request(rls, *req);
+    auto mapped = map_request(rls, req);
     if (auto* bad = std::get_if<invalid>(&mapped)) {
-      count_.invalid.fetch_add(1, std::memory_order_relaxed);
+      bump(count_.invalid);
       return {grpc::StatusCode::INVALID_ARGUMENT, bad->message};
     }
     auto& p = std::get<plan>(mapped);
-    count_.unknown.fetch_add(p.unknown, std::memory_order_relaxed);
-    count_.calls.fetch_add(1, std::memory_order_relaxed);
+    bump(count_.unknown, p.unknown);
     if (p.check.limits.empty()) {
-      *resp = allow_all(p.per_descriptor.size());
+      resp = allow_all(p.per_descriptor.size());
+      bump(count_.ok);
       return grpc::Status::OK;
     }
     auto done = std::make_shared<std::promise<boost::system::result<limiter::check_outcome>>>();
@@ -53,20 +67,29 @@ class service final : public pb::RateLimitService::Service {
     std::optional<boost::system::result<limiter::check_outcome>> r;
     if (answer.wait_for(std::chrono::seconds(5)) == std::future_status::ready) r = answer.get();
     if (!r || !*r) {
-      count_.store_failures.fetch_add(1, std::memory_order_relaxed);
-      if (rls.on_store_failure == config::failure_policy::fail_closed)
+      if (rls.on_store_failure == config::failure_policy::fail_closed) {
+        bump(count_.fail_closed);
+        bump(count_.unavailable);
         return {grpc::StatusCode::UNAVAILABLE,
                 "the counter store did not answer and rate_limit_service.on_store_failure is "
                 "fail_closed"};
-      *resp = allow_all(p.per_descriptor.size());
+      }
+      bump(count_.fail_open);
+      bump(count_.ok);
+      resp = allow_all(p.per_descriptor.size());
       return grpc::Status::OK;
     }
-    *resp = render(p, **r, rules->headers);
-    if (!(*r)->allowed) count_.over_limit.fetch_add(1, std::memory_order_relaxed);
+    const auto& outcome = **r;
+    resp = render(p, outcome, rules->headers);
+    bump(count_.descriptors_decided, p.per_descriptor.size() - p.unknown);
+    bool shadow_refused = false;
+    for (std::size_t i = 0; i < p.applied.size() && i < outcome.limits.size(); ++i)
+      shadow_refused = shadow_refused || (p.applied[i].shadow && !outcome.limits[i].admits);
+    if (shadow_refused) bump(count_.shadow_limited);
+    bump(outcome.allowed ? count_.ok : count_.over_limit);
     return grpc::Status::OK;
   }
 
- private:
   rules_fn rules_;
   decide_fn decide_;
   counters& count_;
@@ -128,6 +151,21 @@ void server::stop() {
 
 std::uint16_t server::port() const {
   return impl_->port;
+}
+
+observability::rls_counts counters::read() const noexcept {
+  observability::rls_counts c;
+  c.ok = ok.load(std::memory_order_relaxed);
+  c.over_limit = over_limit.load(std::memory_order_relaxed);
+  c.invalid_argument = invalid.load(std::memory_order_relaxed);
+  c.unavailable = unavailable.load(std::memory_order_relaxed);
+  c.descriptors_decided = descriptors_decided.load(std::memory_order_relaxed);
+  c.unknown_descriptors = unknown.load(std::memory_order_relaxed);
+  c.fail_open = fail_open.load(std::memory_order_relaxed);
+  c.fail_closed = fail_closed.load(std::memory_order_relaxed);
+  c.shadow_limited = shadow_limited.load(std::memory_order_relaxed);
+  c.duration = duration.read();
+  return c;
 }
 
 const counters& server::stats() const {

@@ -81,6 +81,36 @@ class duration_histogram {
   owned_counter sum_ns_;
 };
 
+/// A duration histogram with the buckets of duration_bounds_seconds that any number of
+/// threads may observe into (locked adds: for a thread pool such as gRPC's, not for the
+/// workers' request path, which keeps duration_histogram).
+class shared_duration_histogram {
+ public:
+  /// Records one duration (negative counts as 0). Any thread.
+  void observe(std::chrono::nanoseconds d) noexcept;
+  /// The counts so far. Any thread.
+  histogram_counts read() const noexcept;
+
+ private:
+  std::array<std::atomic<std::uint64_t>, duration_bounds_seconds.size() + 1> buckets_{};
+  std::atomic<std::uint64_t> sum_ns_{0};
+};
+
+/// The Envoy rate limit service's calls (`rate_limit_service:`, rls::server), since start;
+/// all 0 without one.
+struct rls_counts {
+  std::uint64_t ok = 0;                   ///< answered OK
+  std::uint64_t over_limit = 0;           ///< answered OVER_LIMIT
+  std::uint64_t invalid_argument = 0;     ///< refused INVALID_ARGUMENT (no counter touched)
+  std::uint64_t unavailable = 0;          ///< refused UNAVAILABLE (store failed, fail_closed)
+  std::uint64_t descriptors_decided = 0;  ///< descriptors whose limits the store decided
+  std::uint64_t unknown_descriptors = 0;  ///< descriptors that matched no limit (allowed)
+  std::uint64_t fail_open = 0;            ///< store failures answered OK (fail_open)
+  std::uint64_t fail_closed = 0;          ///< store failures answered UNAVAILABLE (fail_closed)
+  std::uint64_t shadow_limited = 0;       ///< decided calls a shadow limit would have refused
+  histogram_counts duration;              ///< ShouldRateLimit, request read to answer ready
+};
+
 /// What one route's requests came to, summed over workers. Route names come from the rules
 /// file, so the label set is bounded by the operator, never by callers.
 struct route_counts {
@@ -233,6 +263,8 @@ struct metrics_sample {
   std::vector<std::pair<std::string, std::int64_t>> slots_held;
   std::vector<std::pair<std::string, std::uint64_t>> slot_releases;
   std::uint64_t slots_lost = 0, slot_release_failures = 0;
+  /// The rate limit service (filled in by the runtime that owns it; 0 without one).
+  rls_counts rls;
 };
 
 /// The Prometheus text exposition (format 0.0.4, exposition_content_type) of `sample`:
@@ -294,6 +326,10 @@ struct metrics_sample {
 /// - `sluice_access_log_dropped_total` (lines dropped from the access log's full queue);
 /// - `sluice_plan_cache_lookups_total{result}` (hit, negative_hit, miss),
 ///   `sluice_plan_cache_evictions_total`;
+/// - `sluice_rls_calls_total{result}` (ok, over_limit, invalid_argument, unavailable),
+///   `sluice_rls_descriptors_total{kind}` (decided, unknown),
+///   `sluice_rls_failure_policy_applied_total{policy}` (fail_open, fail_closed),
+///   `sluice_rls_shadow_limited_total`, `sluice_rls_request_duration_seconds` (histogram);
 /// - `sluice_build_info{version, revision}` (always 1).
 ///
 /// Every family is present even at zero (a counter that exists from the start rates

@@ -9,6 +9,7 @@
 
 #include "sluice/config/rules.hpp"
 #include "sluice/limiter/check.hpp"
+#include "sluice/observability/metrics.hpp"
 
 #include <boost/system/result.hpp>
 
@@ -28,13 +29,22 @@ using decide_fn = std::function<void(
 /// The rules in force (a snapshot; never null).
 using rules_fn = std::function<std::shared_ptr<const config::rules>()>;
 
-/// Counters of the service since start. Thread-safe (relaxed atomics).
+/// Counters of the service since start. Thread-safe (relaxed atomics; any gRPC thread
+/// writes).
 struct counters {
-  std::atomic<std::uint64_t> calls{0};           ///< ShouldRateLimit calls answered
-  std::atomic<std::uint64_t> over_limit{0};      ///< answered OVER_LIMIT
-  std::atomic<std::uint64_t> invalid{0};         ///< refused with INVALID_ARGUMENT
+  std::atomic<std::uint64_t> ok{0};                   ///< answered OK
+  std::atomic<std::uint64_t> over_limit{0};           ///< answered OVER_LIMIT
+  std::atomic<std::uint64_t> invalid{0};              ///< refused with INVALID_ARGUMENT
+  std::atomic<std::uint64_t> unavailable{0};          ///< refused UNAVAILABLE (fail_closed)
+  std::atomic<std::uint64_t> descriptors_decided{0};  ///< descriptors the store decided
   std::atomic<std::uint64_t> unknown{0};         ///< descriptors that matched no limit (allowed)
-  std::atomic<std::uint64_t> store_failures{0};  ///< the store did not decide (policy applied)
+  std::atomic<std::uint64_t> fail_open{0};       ///< store failures answered OK (fail_open)
+  std::atomic<std::uint64_t> fail_closed{0};     ///< store failures answered UNAVAILABLE
+  std::atomic<std::uint64_t> shadow_limited{0};  ///< decided calls a shadow limit would refuse
+  observability::shared_duration_histogram duration;  ///< every call, read to answer ready
+
+  /// The counters as the metrics exposition reports them.
+  observability::rls_counts read() const noexcept;
 };
 
 /// The service and its listener.

@@ -9,6 +9,7 @@
 
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace sluice::observability {
 namespace {
@@ -27,6 +28,22 @@ TEST(owned_counter, adds_on_its_thread_and_reads_anywhere) {
   });
   writer.join();
   EXPECT_EQ(c.value(), 100005u);
+}
+
+TEST(shared_duration_histogram, counts_every_observation_of_several_threads) {
+  shared_duration_histogram h;
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 4; ++t)
+    writers.emplace_back([&] {
+      for (int i = 0; i < 10000; ++i) h.observe(100us);  // on the first bound
+      h.observe(11s);                                    // above every bound
+    });
+  for (auto& w : writers) w.join();
+  const auto c = h.read();
+  EXPECT_EQ(c.buckets.front(), 40000u);
+  EXPECT_EQ(c.buckets.back(), 4u);
+  EXPECT_EQ(c.count(), 40004u);
+  EXPECT_DOUBLE_EQ(c.sum_seconds, 40000 * 0.0001 + 44);
 }
 
 TEST(duration_histogram, a_value_on_a_bound_is_in_that_bucket) {
@@ -137,6 +154,17 @@ metrics_sample example() {
   s.slot_releases = {{"complete", 42}, {"client_gone", 43}};
   s.slots_lost = 44;
   s.slot_release_failures = 45;
+  s.rls.ok = 46;
+  s.rls.over_limit = 47;
+  s.rls.invalid_argument = 48;
+  s.rls.unavailable = 49;
+  s.rls.descriptors_decided = 50;
+  s.rls.unknown_descriptors = 51;
+  s.rls.fail_open = 52;
+  s.rls.fail_closed = 53;
+  s.rls.shadow_limited = 54;
+  s.rls.duration.buckets[3] = 2;  // (500 µs, 1 ms]
+  s.rls.duration.sum_seconds = 0.0015;
   return s;
 }
 
@@ -258,6 +286,20 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_concurrency_releases_total{reason=\"client_gone\"} 43\n",
            "sluice_concurrency_slots_lost_total 44\n",
            "sluice_concurrency_release_failures_total 45\n",
+           "sluice_rls_calls_total{result=\"ok\"} 46\n",
+           "sluice_rls_calls_total{result=\"over_limit\"} 47\n",
+           "sluice_rls_calls_total{result=\"invalid_argument\"} 48\n",
+           "sluice_rls_calls_total{result=\"unavailable\"} 49\n",
+           "sluice_rls_descriptors_total{kind=\"decided\"} 50\n",
+           "sluice_rls_descriptors_total{kind=\"unknown\"} 51\n",
+           "sluice_rls_failure_policy_applied_total{policy=\"fail_open\"} 52\n",
+           "sluice_rls_failure_policy_applied_total{policy=\"fail_closed\"} 53\n",
+           "sluice_rls_shadow_limited_total 54\n",
+           "# TYPE sluice_rls_request_duration_seconds histogram\n",
+           "sluice_rls_request_duration_seconds_count 2\n",
+           "sluice_rls_request_duration_seconds_sum 0.0015\n",
+           "sluice_rls_request_duration_seconds_bucket{le=\"0.0005\"} 0\n",
+           "sluice_rls_request_duration_seconds_bucket{le=\"0.001\"} 2\n",
        }) {
     EXPECT_TRUE(contains(text, line)) << "missing: " << line << "in:\n" << text;
   }
@@ -269,7 +311,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 74u);
+  EXPECT_EQ(help, 79u);
   EXPECT_EQ(text.back(), '\n');
 }
 
