@@ -221,5 +221,26 @@ TEST(http2, twenty_requests_share_one_connection) {
   EXPECT_LE(w.upstream.accepts(), 10u);  // at most one upstream connection per open stream
 }
 
+TEST(http2, rapid_reset_gets_goaway_enhance_your_calm) {
+  // python3-h2 opens and cancels 500 streams at once (CVE-2023-44487).
+  const std::string python = "/usr/bin/python3";
+  if (!fs::exists(python)) GTEST_SKIP() << "Debian's python3 is missing";
+  world w;
+  runtime_fixture gw(w.rules(false));
+  const auto r = run({"/usr/bin/timeout", "20", python,
+                      std::string(SLUICE_SOURCE_DIR) + "/tests/integration/h2_attacks.py",
+                      std::to_string(gw.port()), "rapid-reset"},
+                     w.dir.path);
+  if (r.err.find("No module named 'h2'") != std::string::npos)
+    GTEST_SKIP() << "python3-h2 is missing (scripts/setup installs it)";
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "goaway 11\n");  // ENHANCE_YOUR_CALM (RFC 9113 §7)
+  // Other clients are still served.
+  const auto ok = run({curl_path, "-sS", "--http2-prior-knowledge", "-o", "/dev/null", "-w",
+                       "%{http_code}", "http://127.0.0.1:" + std::to_string(gw.port()) + "/open/y"},
+                      w.dir.path);
+  EXPECT_EQ(ok.out, "200");
+}
+
 }  // namespace
 }  // namespace sluice::test
