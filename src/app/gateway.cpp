@@ -342,6 +342,7 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
   limits.body_min_rate = client.body_min_rate;
   limits.send_timeout = client.send_timeout;
   limits.max_connections = max_connections;
+  limits.http2 = rules->http2;
   // Concurrency slot ids are `<instance>.<worker>.<counter>`: the instance part is random
   // (48 bits), so gateways sharing a store, and this process after a restart, never reuse one.
   std::string instance;

@@ -60,6 +60,7 @@ std::vector<std::string> pin_startup_settings(const config::rules& running, conf
       running.rate_limit_service.listen_port);
   pin("client", next.client, running.client);
   pin("drain_timeout", next.drain_timeout, running.drain_timeout);
+  pin("http2", next.http2, running.http2);
   pin("store.type", next.store.type, running.store.type);
   pin("store.address", next.store.host, running.store.host);
   pin("store.address", next.store.port, running.store.port);

@@ -84,7 +84,8 @@ load_result loader::run(const YAML::Node& root) {
                                              "routes",        "api_keys_file",
                                              "cors",          "client",
                                              "access_log",    "tls",
-                                             "status",        "rate_limit_service"};
+                                             "status",        "rate_limit_service",
+                                             "http2"};
   auto top = fields(root, "", 1, keys);
   auto r = std::make_shared<rules>();
   r->source = file_;
@@ -105,6 +106,9 @@ load_result loader::run(const YAML::Node& root) {
   if (const entry* e = top->find("drain_timeout")) {
     if (auto d = duration(*e, "drain_timeout", "drain_timeout", std::chrono::hours{1}))
       r->drain_timeout = *d;
+  }
+  if (const entry* e = top->find("http2")) {
+    if (auto v = boolean(*e, "http2")) r->http2 = *v;
   }
   if (const entry* e = top->find("retry_after_jitter")) {
     if (auto d = duration(*e, "retry_after_jitter", "retry_after_jitter", std::chrono::hours{1}))

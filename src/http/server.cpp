@@ -61,6 +61,7 @@
 
 #include "sluice/http/server.hpp"
 
+#include "sluice/http/h2_session.hpp"
 #include "sluice/http/hop_io.hpp"
 #include "sluice/http/problem.hpp"
 #include "sluice/http/router.hpp"
@@ -91,6 +92,8 @@
 
 #include <array>
 #include <atomic>
+#include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -263,6 +266,8 @@ struct session {
   explicit session(tcp::socket s) : stream(std::move(s)) {}
   timed_socket stream;
   bool idle = true;  ///< waiting for a request head (drain() closes idle sessions)
+  /// An HTTP/2 connection's graceful close (GOAWAY); empty for HTTP/1.1.
+  std::function<void()> on_drain;
 };
 
 /// Adds 1 to a counter written by the worker alone (no locked instruction).
@@ -293,6 +298,7 @@ struct listener_state {
   relay_stats relays;
   connection_stats connections;
   tls_counters tls_stats;
+  h2_stats h2;
   /// The TLS contexts new connections get (null: plain TCP); swapped by a reload.
   std::atomic<std::shared_ptr<const server_tls>> tls;
   bool started = false;
@@ -316,6 +322,10 @@ struct listener_state {
     error_code ec;
     acceptor.close(ec);
     for (auto& [id, s] : sessions) {
+      if (s->on_drain) {  // HTTP/2: GOAWAY, the streams in flight finish
+        s->on_drain();
+        continue;
+      }
       // Idle: waiting for a request with none of it read. One already in the kernel's
       // buffer (or decrypted and waiting in OpenSSL's) is served (with Connection: close)
       // rather than reset by the close.
@@ -420,6 +430,15 @@ asio::awaitable<bool> write_answer(timed_socket& stream, response& res, unsigned
   co_return !ec;
 }
 
+/// Serves an HTTP/2 connection (after ALPN h2, or the h2c preface) until it ends.
+asio::awaitable<void> serve_h2_session(impl_ptr self, std::shared_ptr<session> s,
+                                       const request_context& ctx, beast::flat_buffer& buffer) {
+  s->idle = false;
+  h2_peer peer{s->stream,  buffer,   self->handler, ctx,        self->limits,
+               self->pool, self->h2, self,          s->on_drain};
+  co_await serve_h2(peer);
+}
+
 /// Serves one client connection until it closes, fails, or the server stops.
 asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_context ctx) {
   const session_limits limits = self->limits;
@@ -450,6 +469,29 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
       co_return;
     }
     self->tls_stats.succeed();
+    const unsigned char* alpn = nullptr;
+    unsigned alpn_size = 0;
+    SSL_get0_alpn_selected(stream.native_tls(), &alpn, &alpn_size);
+    if (alpn_size == 2 && std::memcmp(alpn, "h2", 2) == 0) {
+      co_await serve_h2_session(self, s, ctx, buffer);
+      co_return;
+    }
+  } else if (limits.http2) {
+    // h2c with prior knowledge (RFC 9113 §3.3): the connection's first bytes are the
+    // preface; anything else is HTTP/1.1 on the same port.
+    stream.expires_after(limits.header_timeout);
+    for (;;) {
+      const auto d = buffer.data();
+      bool complete = false;
+      if (!starts_h2_preface({static_cast<const char*>(d.data()), d.size()}, complete)) break;
+      if (complete) {
+        co_await serve_h2_session(self, s, ctx, buffer);
+        co_return;
+      }
+      auto [ec, n] = co_await stream.async_read_some(buffer.prepare(4096), use_tuple);
+      buffer.commit(n);
+      if (ec) co_return;
+    }
   }
   for (bool first = true;; first = false) {
     if (self->stopping) co_return;  // run_session closes it

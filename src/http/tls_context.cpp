@@ -48,6 +48,8 @@ constexpr const char* tls12_ciphers =
 
 /// ALPN protocol list in wire format (RFC 7301 §3.1): one length-prefixed name.
 constexpr unsigned char alpn_http11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+/// With `http2:` on: h2 first (the server's preference), then http/1.1.
+constexpr unsigned char alpn_h2_http11[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
 
 struct x509_free {
   void operator()(X509* x) const { X509_free(x); }
@@ -190,13 +192,15 @@ int passphrase_cb(char* buf, int size, int /*rwflag*/, void* u) {
   return static_cast<int>(st->passphrase->size());
 }
 
-/// RFC 7301 §3.2: http/1.1 when the client offers it, else the no_application_protocol
-/// alert.
+/// RFC 7301 §3.2: h2 when HTTP/2 is on (`arg` not null) and the client offers it, else
+/// http/1.1 when the client offers it, else the no_application_protocol alert.
 int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
-                unsigned int inlen, void*) {
+                unsigned int inlen, void* arg) {
   unsigned char* chosen = nullptr;
-  if (SSL_select_next_proto(&chosen, outlen, alpn_http11, sizeof alpn_http11, in, inlen) !=
-      OPENSSL_NPN_NEGOTIATED) {
+  const bool h2 = arg != nullptr;
+  if (SSL_select_next_proto(&chosen, outlen, h2 ? alpn_h2_http11 : alpn_http11,
+                            h2 ? sizeof alpn_h2_http11 : sizeof alpn_http11, in,
+                            inlen) != OPENSSL_NPN_NEGOTIATED) {
     return SSL_TLSEXT_ERR_ALERT_FATAL;
   }
   *out = chosen;
@@ -252,7 +256,7 @@ const std::vector<std::string>& server_tls::subjects() const {
 }
 
 std::shared_ptr<const server_tls> server_tls::build(const config::listener_tls& settings,
-                                                    const std::string& source,
+                                                    bool http2, const std::string& source,
                                                     std::vector<config::diagnostic>& problems) {
   problem_sink sink{source, problems};
   ERR_clear_error();
@@ -378,7 +382,8 @@ std::shared_ptr<const server_tls> server_tls::build(const config::listener_tls& 
     // refuses to resume: "session id context uninitialized").
     static constexpr unsigned char sid[] = {'s', 'l', 'u', 'i', 'c', 'e'};
     SSL_CTX_set_session_id_context(h, sid, sizeof sid);
-    SSL_CTX_set_alpn_select_cb(h, select_alpn, nullptr);
+    static int h2_on = 1;
+    SSL_CTX_set_alpn_select_cb(h, select_alpn, http2 ? &h2_on : nullptr);
     SSL_CTX_set_tlsext_servername_callback(h, &impl::on_servername);
     SSL_CTX_set_tlsext_servername_arg(h, out->impl_.get());
     if (ca_store) {
@@ -501,7 +506,7 @@ std::shared_ptr<const tls_bundle> build_tls(const config::rules& r,
                                             std::vector<config::diagnostic>& problems) {
   const auto before = problems.size();
   auto out = std::make_shared<tls_bundle>();
-  if (r.tls.enabled) out->listener = server_tls::build(r.tls, r.source, problems);
+  if (r.tls.enabled) out->listener = server_tls::build(r.tls, r.http2, r.source, problems);
   for (const auto& [name, up] : r.upstreams) {
     if (!up.tls) continue;
     if (auto c = client_tls::build(up, r.source, problems)) out->upstreams.emplace(name, c);

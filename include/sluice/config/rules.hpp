@@ -597,6 +597,10 @@ struct rules {
   std::chrono::milliseconds status_graph_step{10000};
   /// `tls:` TLS termination on the client listener (`enabled` false: plain TCP).
   listener_tls tls;
+  /// `http2:` HTTP/2 from clients on the listener (nginx's `http2 on;`): with `tls:`, ALPN
+  /// offers `h2` before `http/1.1`; without, a connection opening with the HTTP/2 preface is
+  /// h2c with prior knowledge. HTTP/1.1 is served alongside either way. Read at start-up.
+  bool http2 = false;
   /// `client:` deadlines and caps of client connections. The older top-level
   /// `client_timeout:` sets each of its four timeouts that `client:` does not set.
   client_settings client;

@@ -43,6 +43,10 @@ struct session_limits {
   /// Open connections; one accepted over it is reset at once (counted in
   /// connection_stats::rejected, logged at most once a second). 0 = no cap.
   std::size_t max_connections = 0;
+  /// `http2:` on a plain listener, a connection opening with the HTTP/2 preface is served as
+  /// HTTP/2 (h2c with prior knowledge, RFC 9113 §3.3); HTTP/1.1 goes on on the same port. A TLS
+  /// connection is HTTP/2 when ALPN chose `h2` (server_tls offers it under the same field).
+  bool http2 = false;
 };
 
 /// Per-listener counters of the client side (one writer, the worker; any thread may read).

@@ -41,7 +41,8 @@ class server_tls {
   /// when group or others may read or write it). `client_ca` must hold at least one
   /// certificate. Every problem is appended to `problems` as `source:line: field: PATH:
   /// message`; returns null when there was one. Not on a worker thread (it reads files).
-  static std::shared_ptr<const server_tls> build(const config::listener_tls& settings,
+  /// `http2`: ALPN offers `h2` first, then `http/1.1` (the rules' `http2:`).
+  static std::shared_ptr<const server_tls> build(const config::listener_tls& settings, bool http2,
                                                  const std::string& source,
                                                  std::vector<config::diagnostic>& problems);
   ~server_tls();

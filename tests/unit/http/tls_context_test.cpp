@@ -53,7 +53,7 @@ config::listener_tls listener(const std::vector<issued>& certs) {
 
 std::vector<std::string> problems_of(const config::listener_tls& t) {
   std::vector<config::diagnostic> problems;
-  const auto built = server_tls::build(t, "rules.yaml", problems);
+  const auto built = server_tls::build(t, false, "rules.yaml", problems);
   EXPECT_EQ(built == nullptr, !problems.empty());
   std::vector<std::string> out;
   for (const auto& p : problems) out.push_back(p.to_string());
@@ -80,7 +80,7 @@ TEST(server_tls, builds_one_context_per_certificate_in_order) {
   SKIP_WITHOUT_OPENSSL();
   files f;
   std::vector<config::diagnostic> problems;
-  const auto built = server_tls::build(listener({f.a, f.b}), "rules.yaml", problems);
+  const auto built = server_tls::build(listener({f.a, f.b}), false, "rules.yaml", problems);
   ASSERT_NE(built, nullptr) << problems.front().to_string();
   EXPECT_EQ(built->subjects(), (std::vector<std::string>{"CN=a.test", "O=second,CN=b.test"}));
   SSL_CTX* ctx = built->context().native_handle();
@@ -99,7 +99,7 @@ TEST(server_tls, client_verification_modes) {
            {config::client_verify::optional, SSL_VERIFY_PEER}}) {
     t.verify_client = mode;
     std::vector<config::diagnostic> problems;
-    const auto built = server_tls::build(t, "rules.yaml", problems);
+    const auto built = server_tls::build(t, false, "rules.yaml", problems);
     ASSERT_NE(built, nullptr);
     EXPECT_EQ(SSL_CTX_get_verify_mode(built->context().native_handle()), want);
     // The CAs the gateway names in its certificate request.

@@ -1,0 +1,627 @@
+// SPDX-License-Identifier: Apache-2.0
+// HTTP/2 client connections on nghttp2's server session (the frames, HPACK, flow control and
+// the protocol's state machine are nghttp2's; nothing here parses a frame).
+//
+// One connection is three coroutines on the worker's thread, the only thread that touches
+// the nghttp2 session: the reader feeds received bytes to nghttp2_session_mem_recv, the
+// writer flushes nghttp2_session_mem_send to the socket whenever it is woken, and the idle
+// watch closes a connection with no stream open for idle_timeout (GOAWAY NO_ERROR). Each
+// request stream is its own coroutine, spawned once its head is whole: it builds a Beast
+// request head from the pseudo-header fields and the others, and goes through the handler
+// exactly as an HTTP/1.1 request does (decide_now / decide, then the answer, respond() for a
+// buffered one, or the upstream for a forwarded one), then record().
+//
+// Request bodies: nghttp2's automatic WINDOW_UPDATE is off; a stream's bytes are consumed
+// (its window reopened) only once its request is decided, so an undecided stream holds at
+// most its initial window (64 KiB). A decided stream's body is kept up to its limit (the
+// route's max_request_body when forwarded, client body_limit when buffered): over it, 413 and
+// the stream is reset. Bodies of answered requests are consumed and dropped.
+//
+// Buffered (this step): a forwarded request's body is read whole before it goes upstream, and
+// the upstream's response is read whole (upstream_pool::send) before it is submitted.
+
+#include "sluice/http/h2_session.hpp"
+
+#include "sluice/errc.hpp"
+#include "sluice/http/headers.hpp"
+#include "sluice/http/problem.hpp"
+#include "sluice/http/router.hpp"
+#include "sluice/http/server.hpp"
+
+#include <nghttp2/nghttp2.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sluice::http {
+
+bool starts_h2_preface(std::string_view bytes, bool& complete) {
+  const auto n = std::min(bytes.size(), h2_preface.size());
+  complete = bytes.size() >= h2_preface.size();
+  return bytes.substr(0, n) == h2_preface.substr(0, n);
+}
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using error_code = boost::system::error_code;
+using steady = std::chrono::steady_clock;
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+/// One request stream.
+struct h2_stream {
+  explicit h2_stream(asio::any_io_executor ex, std::int32_t i) : id(i), body_wait(ex) {
+    body_wait.expires_at(steady::time_point::max());
+  }
+  std::int32_t id;
+  request_head head;
+  std::string method, path, authority, scheme;
+  std::uint32_t fields = 0;
+  std::uint64_t header_bytes = 0;
+  std::optional<bhttp::status> bad;  ///< found while reading the head
+  std::string body;
+  std::uint64_t body_cap = 0;
+  bool decided = false;  ///< the body's bytes are consumed as they come
+  bool keep_body = false;
+  bool too_large = false;
+  bool end_stream = false;
+  bool closed = false;
+  std::uint64_t unconsumed = 0;
+  asio::steady_timer body_wait;  ///< cancelled when body bytes, the end or a close arrive
+  // The response body, given to nghttp2 by the data provider.
+  std::string out;
+  std::size_t out_pos = 0;
+};
+
+/// Response fields HTTP/2 forbids (RFC 9113 §8.2.2): connection-specific ones.
+bool connection_specific(std::string_view name) {
+  return beast::iequals(name, "connection") || beast::iequals(name, "keep-alive") ||
+         beast::iequals(name, "transfer-encoding") || beast::iequals(name, "upgrade") ||
+         beast::iequals(name, "proxy-connection");
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+struct h2_connection : std::enable_shared_from_this<h2_connection> {
+  h2_connection(h2_peer& p)
+      : peer(p),
+        handler(p.handler),
+        ctx(p.ctx),
+        limits(p.limits),
+        pool(p.pool),
+        stats(p.stats),
+        keep(p.keep),
+        ex(p.stream.get_executor()),
+        wake(ex),
+        idle(ex),
+        done(ex) {}
+  ~h2_connection() {
+    if (ng) nghttp2_session_del(ng);
+  }
+
+  h2_peer& peer;  ///< valid while serve_h2 runs (`alive`)
+  std::shared_ptr<request_handler> handler;
+  request_context ctx;
+  session_limits limits;
+  upstream_pool& pool;
+  h2_stats& stats;
+  std::shared_ptr<void> keep;
+  asio::any_io_executor ex;
+  nghttp2_session* ng = nullptr;
+  asio::steady_timer wake;  ///< the writer waits on it
+  asio::steady_timer idle;
+  asio::steady_timer done;  ///< serve_h2 waits on it for the reader's end
+  bool reader_done = false;
+  bool alive = true;  ///< the socket is served (false: streams still deciding drop their answers)
+  std::map<std::int32_t, std::shared_ptr<h2_stream>> streams;
+  std::deque<steady::time_point> resets;
+  steady::time_point last_activity = steady::now();
+
+  void kick() { wake.cancel(); }
+
+  std::shared_ptr<h2_stream> find(std::int32_t id) {
+    auto it = streams.find(id);
+    return it == streams.end() ? nullptr : it->second;
+  }
+
+  /// Reopens the window of body bytes taken by a decided stream.
+  void consume(h2_stream& s) {
+    if (s.unconsumed == 0 || s.closed || !ng) return;
+    nghttp2_session_consume(ng, s.id, s.unconsumed);
+    s.unconsumed = 0;
+    kick();
+  }
+
+  // --- nghttp2 callbacks -------------------------------------------------------------------
+
+  static int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+    auto* self = static_cast<h2_connection*>(user);
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    self->streams.emplace(frame->hd.stream_id,
+                          std::make_shared<h2_stream>(self->ex, frame->hd.stream_id));
+    return 0;
+  }
+
+  static int on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name,
+                       std::size_t namelen, const std::uint8_t* value, std::size_t valuelen,
+                       std::uint8_t, void* user) {
+    auto* self = static_cast<h2_connection*>(user);
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    auto s = self->find(frame->hd.stream_id);
+    if (!s) return 0;
+    const std::string_view n(reinterpret_cast<const char*>(name), namelen);
+    const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
+    // The HPACK bomb: the decoded list is bounded as an HTTP/1.1 head is (RFC 9113 §6.5.2:
+    // the field's size counts 32 bytes of overhead); over it the stream is reset.
+    s->header_bytes += namelen + valuelen + 32;
+    if (s->header_bytes > self->limits.header_limit) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (!n.empty() && n.front() == ':') {
+      if (n == ":method") s->method = v;
+      if (n == ":path") s->path = v;
+      if (n == ":authority") s->authority = v;
+      if (n == ":scheme") s->scheme = v;
+      return 0;
+    }
+    if (++s->fields > self->limits.header_count_limit) {
+      s->bad = bhttp::status::request_header_fields_too_large;
+      return 0;
+    }
+    s->head.insert(n, v);
+    return 0;
+  }
+
+  static int on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+    auto* self = static_cast<h2_connection*>(user);
+    switch (frame->hd.type) {
+      case NGHTTP2_RST_STREAM: {
+        const auto now = steady::now();
+        self->resets.push_back(now);
+        while (!self->resets.empty() && now - self->resets.front() > std::chrono::seconds(1))
+          self->resets.pop_front();
+        if (self->resets.size() > h2_max_resets_per_second) {
+          ++self->stats.calm_goaways;
+          nghttp2_session_terminate_session(self->ng, NGHTTP2_ENHANCE_YOUR_CALM);
+        }
+        break;
+      }
+      case NGHTTP2_HEADERS:
+      case NGHTTP2_DATA: {
+        auto s = self->find(frame->hd.stream_id);
+        if (!s) break;
+        if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+          s->end_stream = true;
+          s->body_wait.cancel();
+        }
+        if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+          // Started from a fresh handler: this callback runs inside the reader coroutine.
+          asio::post(self->ex, [c = self->shared_from_this(), s] {
+            asio::co_spawn(c->ex, c->run_stream(s), asio::detached);
+          });
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    return 0;
+  }
+
+  static int on_data_chunk(nghttp2_session*, std::uint8_t, std::int32_t id,
+                           const std::uint8_t* data, std::size_t len, void* user) {
+    auto* self = static_cast<h2_connection*>(user);
+    auto s = self->find(id);
+    if (!s) return 0;
+    s->unconsumed += len;
+    if (!s->too_large && s->keep_body) {
+      if (s->body.size() + len > s->body_cap) {
+        s->too_large = true;
+        s->body.clear();
+      } else {
+        s->body.append(reinterpret_cast<const char*>(data), len);
+      }
+    } else if (!s->decided) {
+      s->body.append(reinterpret_cast<const char*>(data), len);  // bounded by the window
+    }
+    if (s->decided) self->consume(*s);
+    s->body_wait.cancel();
+    return 0;
+  }
+
+  static int on_stream_close(nghttp2_session*, std::int32_t id, std::uint32_t, void* user) {
+    auto* self = static_cast<h2_connection*>(user);
+    auto it = self->streams.find(id);
+    if (it == self->streams.end()) return 0;
+    it->second->closed = true;
+    it->second->body_wait.cancel();
+    self->streams.erase(it);
+    if (self->streams.empty()) self->last_activity = steady::now();
+    return 0;
+  }
+
+  static ssize_t read_body(nghttp2_session*, std::int32_t, std::uint8_t* buf, std::size_t length,
+                           std::uint32_t* flags, nghttp2_data_source* source, void*) {
+    auto* s = static_cast<h2_stream*>(source->ptr);
+    const std::size_t n = std::min(length, s->out.size() - s->out_pos);
+    std::memcpy(buf, s->out.data() + s->out_pos, n);
+    s->out_pos += n;
+    if (s->out_pos == s->out.size()) *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return static_cast<ssize_t>(n);
+  }
+
+  // --- streams -----------------------------------------------------------------------------
+
+  /// Waits until the stream's body is whole (or the stream closed, or it went over its cap).
+  asio::awaitable<void> await_body(std::shared_ptr<h2_stream> s) {
+    s->body_wait.expires_after(limits.body_timeout);
+    while (!s->end_stream && !s->closed && !s->too_large) {
+      auto [ec] = co_await s->body_wait.async_wait(use_tuple);
+      if (!ec) break;  // the body timeout passed
+      if (s->body_wait.expiry() == steady::time_point::max()) break;
+    }
+  }
+
+  /// Submits `res` on the stream (connection-specific fields dropped, names lowercased).
+  void submit(h2_stream& s, response& res, bool head_request) {
+    if (!alive || s.closed || !ng) return;
+    const unsigned code = res.result_int();
+    const bool no_body = head_request || code == 204 || code == 304 || code / 100 == 1;
+    if (!no_body && !res.body().empty()) res.content_length(res.body().size());
+    std::vector<std::string> names;
+    names.reserve(16);
+    std::vector<std::pair<std::size_t, std::string_view>> values;
+    for (const auto& f : res.base()) {
+      if (connection_specific(f.name_string())) continue;
+      names.push_back(lower(f.name_string()));
+      values.emplace_back(names.size() - 1, f.value());
+    }
+    const std::string status = std::to_string(code);
+    std::vector<nghttp2_nv> nva;
+    nva.reserve(values.size() + 1);
+    auto nv = [](std::string_view n, std::string_view v) {
+      return nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(n.data())),
+                        reinterpret_cast<std::uint8_t*>(const_cast<char*>(v.data())), n.size(),
+                        v.size(), NGHTTP2_NV_FLAG_NONE};
+    };
+    nva.push_back(nv(":status", status));
+    for (const auto& [i, v] : values) nva.push_back(nv(names[i], v));
+    nghttp2_data_provider provider{};
+    const bool with_body = !no_body && !res.body().empty();
+    if (with_body) {
+      s.out = std::move(res.body());
+      s.out_pos = 0;
+      provider.source.ptr = &s;
+      provider.read_callback = &h2_connection::read_body;
+    }
+    nghttp2_submit_response(ng, s.id, nva.data(), nva.size(), with_body ? &provider : nullptr);
+    kick();
+  }
+
+  /// Builds the request head from the pseudo-header fields: the answer when it is refused.
+  std::optional<bhttp::status> make_head(h2_stream& s) {
+    if (s.bad) return s.bad;
+    auto& head = s.head;
+    head.version(11);  // the handler's rules are HTTP/1.1's; the access log says HTTP/2.0
+    head.method_string(s.method);
+    head.target(s.path);
+    if (s.path.size() > limits.uri_limit) return bhttp::status::uri_too_long;
+    // RFC 9113 §8.3.1: :authority stands for Host; a Host field must agree with it.
+    const auto host = head[bhttp::field::host];
+    if (!s.authority.empty()) {
+      if (!host.empty() && host != s.authority) return bhttp::status::bad_request;
+      if (host.empty()) head.set(bhttp::field::host, s.authority);
+    }
+    if (head.count(bhttp::field::host) != 1) return bhttp::status::bad_request;
+    if (!valid_host(head[bhttp::field::host])) return bhttp::status::bad_request;
+    return std::nullopt;
+  }
+
+  asio::awaitable<void> run_stream(std::shared_ptr<h2_stream> s) {
+    auto hold = shared_from_this();
+    ++stats.streams;
+    const bool records = handler->records();
+    exchange_result ex_result;
+    const auto began = steady::now();
+    ex_result.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    const bool head_request = s->method == "HEAD";
+
+    verdict v;
+    std::optional<response> answer;
+    if (auto status = make_head(*s)) {
+      answer = problem(11, *status, bhttp::obsolete_reason(*status), {});
+      s->decided = true;
+      consume(*s);
+      submit(*s, *answer, head_request);
+      co_return;  // answered before any decision: not recorded, as HTTP/1.1's
+    }
+    bool failed = false;
+    try {
+      if (!handler->decide_now(s->head, ctx, v)) v = co_await handler->decide(s->head, ctx);
+    } catch (const std::exception& e) {
+      spdlog::error("request handler threw: {}", e.what());
+      failed = true;
+    }
+    if (failed) {
+      answer = problem(11, bhttp::status::internal_server_error, "Internal Server Error", {});
+      s->decided = true;
+      consume(*s);
+      submit(*s, *answer, head_request);
+      co_return;
+    }
+
+    switch (v.what) {
+      case verdict::kind::answer:
+        answer = std::move(v.answer);
+        s->decided = true;
+        s->body.clear();
+        consume(*s);
+        break;
+      case verdict::kind::buffer:
+      case verdict::kind::forward: {
+        const bool fwd = v.what == verdict::kind::forward;
+        s->body_cap = fwd ? v.forward.max_request_body : limits.body_limit;
+        s->keep_body = true;
+        s->decided = true;
+        if (s->body.size() > s->body_cap) {
+          s->too_large = true;
+          s->body.clear();
+        }
+        consume(*s);
+        co_await await_body(s);
+        if (s->closed) break;
+        if (s->too_large) {
+          answer = problem(11, bhttp::status::payload_too_large, "Payload Too Large",
+                           "the request body is over the route's limit");
+          if (fwd) v.forward.watch.end(exchange_end::not_forwarded);
+          break;
+        }
+        if (!s->end_stream) {
+          answer = problem(11, bhttp::status::request_timeout, "Request Timeout", {});
+          if (fwd) v.forward.watch.end(exchange_end::not_forwarded);
+          break;
+        }
+        ex_result.bytes_in = s->body.size();
+        request whole{s->head.method(), s->head.target(), 11};
+        whole.base() = s->head;
+        whole.body() = std::move(s->body);
+        if (!whole.body().empty() || whole.method() == bhttp::verb::post ||
+            whole.method() == bhttp::verb::put || whole.method() == bhttp::verb::patch)
+          whole.content_length(whole.body().size());
+        if (!fwd) {
+          try {
+            answer = co_await handler->respond(std::move(whole), ctx);
+          } catch (const std::exception& e) {
+            spdlog::error("request handler threw: {}", e.what());
+            answer = problem(11, bhttp::status::internal_server_error, "Internal Server Error", {});
+          }
+          break;
+        }
+        answer = co_await forward(v.forward, std::move(whole), ex_result);
+        break;
+      }
+    }
+    if (answer && !s->closed) {
+      submit(*s, *answer, head_request);
+      ex_result.status = answer->result_int();
+      ex_result.bytes_out = s->out.size();
+    }
+    if (records) {
+      ex_result.total_ms = std::chrono::duration<double, std::milli>(steady::now() - began).count();
+      s->head.version(20);  // the access log's protocol
+      handler->record(s->head, ctx, v, ex_result);
+    }
+  }
+
+  /// Sends a decided request to its upstream over HTTP/1.1 and makes the client's answer.
+  asio::awaitable<response> forward(forward_plan& plan, request whole, exchange_result& r) {
+    if (plan.upstream_tls) {
+      plan.watch.end(exchange_end::not_forwarded);
+      co_return problem(11, bhttp::status::bad_gateway, "Bad Gateway",
+                        "https upstreams are not relayed for HTTP/2 clients yet");
+    }
+    whole.target(plan.target);
+    plan.watch.relaying();
+    const auto sent = steady::now();
+    auto got = co_await pool.send(*plan.upstream, std::move(whole), plan.client_address);
+    if (!got) {
+      const bool timeout = got.error() == sluice::errc::upstream_timeout;
+      if (plan.on_failure)
+        plan.on_failure(timeout ? upstream_failure::timeout : upstream_failure::unreachable);
+      plan.watch.end(exchange_end::upstream_failed);
+      const auto status = timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway;
+      response res = problem(11, status, bhttp::obsolete_reason(status), got.error().message());
+      set_lines(res.base(), plan.added_lines);
+      co_return res;
+    }
+    r.upstream_ms = std::chrono::duration<double, std::milli>(steady::now() - sent).count();
+    if (plan.on_response_head) plan.on_response_head(steady::now() - sent);
+    response& up = *got;
+    r.upstream_status = up.result_int();
+    // The client hop's header rules are HTTP/1.1's, rendered once, then read back as fields.
+    client_hop hop;
+    hop.limited = plan.limited;
+    hop.added_lines = plan.added_lines;
+    hop.fields = plan.response_fields;
+    hop.framing = response_framing::content_length;
+    hop.length = up.body().size();
+    std::string rendered;
+    render_client_response(rendered, up.base(), hop);
+    response res{up.result(), 11};
+    std::string_view rest(rendered);
+    rest.remove_prefix(std::min(rest.size(), rest.find("\r\n") + 2));  // the status line
+    while (!rest.empty()) {
+      const auto eol = rest.find("\r\n");
+      const auto line = rest.substr(0, eol);
+      rest.remove_prefix(eol == std::string_view::npos ? rest.size() : eol + 2);
+      const auto colon = line.find(':');
+      if (line.empty() || colon == std::string_view::npos) continue;
+      auto value = line.substr(colon + 1);
+      while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+      res.insert(line.substr(0, colon), value);
+    }
+    res.body() = std::move(up.body());
+    plan.watch.end(exchange_end::complete);
+    co_return res;
+  }
+
+  // --- the connection's loops --------------------------------------------------------------
+
+  asio::awaitable<void> reader() {
+    auto hold = shared_from_this();
+    auto& buf = peer.buffer;
+    std::array<std::uint8_t, 16 * 1024> scratch{};
+    if (buf.size() > 0) {
+      const auto d = buf.data();
+      const auto rv =
+          nghttp2_session_mem_recv(ng, static_cast<const std::uint8_t*>(d.data()), d.size());
+      buf.consume(buf.size());
+      kick();
+      if (rv < 0) {
+        alive = false;
+        reader_done = true;
+        done.cancel();
+        kick();
+        co_return;
+      }
+    }
+    for (;;) {
+      auto [ec, n] = co_await peer.stream.async_read_some(asio::buffer(scratch), use_tuple);
+      if (ec || !alive) break;
+      last_activity = steady::now();
+      const auto rv = nghttp2_session_mem_recv(ng, scratch.data(), n);
+      kick();
+      if (rv < 0) break;
+      if (!nghttp2_session_want_read(ng) && !nghttp2_session_want_write(ng)) break;
+    }
+    alive = false;
+    reader_done = true;
+    done.cancel();
+    kick();
+  }
+
+  asio::awaitable<void> writer() {
+    std::string out;
+    for (;;) {
+      out.clear();
+      for (;;) {
+        const std::uint8_t* data = nullptr;
+        const auto n = nghttp2_session_mem_send(ng, &data);
+        if (n <= 0) break;
+        out.append(reinterpret_cast<const char*>(data), static_cast<std::size_t>(n));
+        if (out.size() >= 64 * 1024) break;
+      }
+      if (!out.empty()) {
+        peer.stream.expires_after(limits.send_timeout);
+        auto [ec, n] = co_await asio::async_write(peer.stream, asio::buffer(out), use_tuple);
+        peer.stream.expires_never();
+        (void)n;
+        if (ec) break;
+        continue;
+      }
+      if (!alive) break;
+      if (!nghttp2_session_want_read(ng) && !nghttp2_session_want_write(ng)) break;
+      wake.expires_at(steady::time_point::max());
+      co_await wake.async_wait(use_tuple);
+    }
+    alive = false;
+    error_code ignored;
+    peer.stream.socket().cancel(ignored);  // ends the reader
+    idle.cancel();
+  }
+
+  asio::awaitable<void> idle_watch() {
+    auto hold = shared_from_this();
+    while (alive) {
+      idle.expires_at(last_activity + limits.idle_timeout);
+      auto [ec] = co_await idle.async_wait(use_tuple);
+      if (ec || !alive) break;
+      if (streams.empty() && steady::now() - last_activity >= limits.idle_timeout) {
+        nghttp2_session_terminate_session(ng, NGHTTP2_NO_ERROR);
+        kick();
+        break;
+      }
+      if (!streams.empty()) last_activity = steady::now();
+    }
+  }
+
+  /// The drain: GOAWAY with the last stream taken; those streams still finish.
+  void drain() {
+    if (!alive || !ng) return;
+    nghttp2_submit_goaway(ng, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(ng),
+                          NGHTTP2_NO_ERROR, nullptr, 0);
+    kick();
+  }
+
+  /// Makes the nghttp2 session and queues the server's SETTINGS; false on failure.
+  bool start() {
+    nghttp2_session_callbacks* cbs = nullptr;
+    if (nghttp2_session_callbacks_new(&cbs) != 0) return false;
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, &on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, &on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, &on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, &on_data_chunk);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &on_stream_close);
+    nghttp2_option* opt = nullptr;
+    nghttp2_option_new(&opt);
+    nghttp2_option_set_no_auto_window_update(opt, 1);
+    nghttp2_option_set_max_settings(opt, 32);  // a SETTINGS frame with more entries: GOAWAY
+    nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096);
+    const int rv = nghttp2_session_server_new2(&ng, cbs, this, opt);
+    nghttp2_option_del(opt);
+    nghttp2_session_callbacks_del(cbs);
+    if (rv != 0) return false;
+    const nghttp2_settings_entry settings[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, h2_max_concurrent_streams},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, limits.header_limit},
+    };
+    return nghttp2_submit_settings(ng, NGHTTP2_FLAG_NONE, settings, std::size(settings)) == 0;
+  }
+};
+
+}  // namespace
+
+asio::awaitable<void> serve_h2(h2_peer& peer) {
+  auto c = std::make_shared<h2_connection>(peer);
+  if (!c->start()) co_return;
+  ++peer.stats.connections;
+  peer.stream.expires_never();
+  peer.on_drain = [weak = std::weak_ptr<h2_connection>(c)] {
+    if (auto c = weak.lock()) c->drain();
+  };
+  // The reader and the idle watch run beside the writer; the writer's end stops both, and
+  // this waits for the reader (it uses the socket and the buffer, which are the caller's).
+  asio::co_spawn(c->ex, c->idle_watch(), asio::detached);
+  asio::co_spawn(c->ex, c->reader(), asio::detached);
+  co_await c->writer();
+  while (!c->reader_done) {
+    c->done.expires_at(steady::time_point::max());
+    co_await c->done.async_wait(use_tuple);
+  }
+  peer.on_drain = nullptr;
+  c->alive = false;
+}
+
+}  // namespace sluice::http
