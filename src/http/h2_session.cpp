@@ -449,7 +449,8 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     if (!got) {
       const bool timeout = got.error() == sluice::errc::upstream_timeout;
       if (plan.on_failure)
-        plan.on_failure(timeout ? upstream_failure::timeout : upstream_failure::unreachable);
+        plan.on_failure(timeout ? upstream_failure::timeout : upstream_failure::unreachable,
+                        got.error().message());
       plan.watch.end(exchange_end::upstream_failed);
       const auto status = timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway;
       response res = problem(11, status, bhttp::obsolete_reason(status), got.error().message());

@@ -43,8 +43,8 @@ std::vector<rate_history::series> rate_history::read() const {
   std::vector<series> out;
   for (const auto& [name, st] : routes_) {
     if (st.forwarded.empty()) continue;
-    out.push_back({name, {st.forwarded.begin(), st.forwarded.end()},
-                   {st.limited.begin(), st.limited.end()}});
+    out.push_back(
+        {name, {st.forwarded.begin(), st.forwarded.end()}, {st.limited.begin(), st.limited.end()}});
   }
   return out;
 }

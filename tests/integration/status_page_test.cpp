@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: gateway_fixture redis_server upstream_server http_client runtime_fixture
-// scripted_upstream The status page rendered on the server and the most limited callers (issue 29),
+// sluice-test-support: scripted_upstream
+// The status page rendered on the server and the most limited callers (issue 29),
 // on a real gateway (runtime with its admin listener), a real upstream and, for the redis store, a
 // real redis-server: three API keys driven over their limits by different amounts come out of `GET
 // /admin/top` in order, named by the access log's key hash; an anonymous caller refused by a plan
