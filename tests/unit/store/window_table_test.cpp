@@ -415,9 +415,13 @@ TEST_F(window_table, persisted_keys_are_re_armed) {
       const std::string key =
           test::bucket_view{*server_, layout}.where(req.limits[0].key, a == sl).key;
       std::string error;
-      const auto host_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+      // The start of a 10 s window, so that every Reset here is about a whole window and the
+      // key cannot expire between the call and the PTTL however slow the machine (a time
+      // late in a window left a Reset of a few milliseconds: the key was gone, PTTL -2).
+      const auto wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                std::chrono::system_clock::now().time_since_epoch())
                                .count();
+      const auto host_ms = wall_ms - wall_ms % 10'000;
       ASSERT_TRUE(run_lua(*server_, req, host_ms, &error, layout)) << error;
       ASSERT_EQ(server_->command({"PERSIST", key}).integer, 1);
       ASSERT_EQ(server_->command({"PTTL", key}).integer, -1);
