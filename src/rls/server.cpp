@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// The rate limit service's gRPC server (rls/server.hpp): grpc++'s synchronous API, whose
-// thread pool runs the handlers; a handler waits for its check, which runs on a gateway
-// worker's event loop (the store connections belong to the workers), so no store connection
-// is shared with a gRPC thread.
+// The rate limit service's gRPC server (rls/server.hpp): grpc++'s callback API. A call's
+// handler maps the request and hands its check to a gateway worker's event loop (the store
+// connections belong to the workers, so none is shared with a gRPC thread) and returns at
+// once; the worker's answer finishes the call. No gRPC thread waits for a store, so the calls
+// in flight are as many as the clients send, and their checks reach a worker together (one
+// pipelined batch on its store connection) instead of one per waiting thread.
 
 #include "sluice/rls/server.hpp"
 
 #include "sluice/rls/plan.hpp"
+
+#include "sluice/errc.hpp"
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 
@@ -15,7 +19,6 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <future>
 #include <optional>
 #include <stdexcept>
 #include <variant>
@@ -24,72 +27,115 @@ namespace sluice::rls {
 
 namespace {
 
-class service final : public pb::RateLimitService::Service {
+/// One call in flight: what its answer needs once the check is decided. Finishes its reactor
+/// exactly once: with the decision, or — should the check's callback be dropped without a
+/// call (a worker's loop torn down at exit) — as a store failure under the service's policy.
+class pending_call {
  public:
-  service(rules_fn rules, decide_fn decide, counters& count)
-      : rules_(std::move(rules)), decide_(std::move(decide)), count_(count) {}
-
-  grpc::Status ShouldRateLimit(grpc::ServerContext*, const pb::RateLimitRequest* req,
-                               pb::RateLimitResponse* resp) override {
-    const auto began = std::chrono::steady_clock::now();
-    auto status = answer(*req, *resp);
-    count_.duration.observe(std::chrono::steady_clock::now() - began);
-    return status;
+  pending_call(grpc::ServerUnaryReactor* reactor, pb::RateLimitResponse* resp, counters& count,
+               std::shared_ptr<const config::rules> rules, plan p,
+               std::chrono::steady_clock::time_point began)
+      : reactor_(reactor),
+        resp_(resp),
+        count_(count),
+        rules_(std::move(rules)),
+        plan_(std::move(p)),
+        began_(began) {}
+  pending_call(const pending_call&) = delete;
+  pending_call& operator=(const pending_call&) = delete;
+  ~pending_call() {
+    if (!finished_) decided(boost::system::error_code(errc::store_unavailable));
   }
 
- private:
+  const limiter::check_request& check() const { return plan_.check; }
+
+  /// Answers the call from the check's result (any thread).
+  void decided(const boost::system::result<limiter::check_outcome>& r) {
+    if (!r) {
+      if (rules_->rate_limit_service.on_store_failure == config::failure_policy::fail_closed) {
+        bump(count_.fail_closed);
+        bump(count_.unavailable);
+        finish({grpc::StatusCode::UNAVAILABLE,
+                "the counter store did not answer and rate_limit_service.on_store_failure is "
+                "fail_closed"});
+        return;
+      }
+      bump(count_.fail_open);
+      bump(count_.ok);
+      *resp_ = allow_all(plan_.per_descriptor.size());
+      finish(grpc::Status::OK);
+      return;
+    }
+    const auto& outcome = *r;
+    *resp_ = render(plan_, outcome, rules_->headers);
+    bump(count_.descriptors_decided, plan_.per_descriptor.size() - plan_.unknown);
+    bool shadow_refused = false;
+    for (std::size_t i = 0; i < plan_.applied.size() && i < outcome.limits.size(); ++i)
+      shadow_refused = shadow_refused || (plan_.applied[i].shadow && !outcome.limits[i].admits);
+    if (shadow_refused) bump(count_.shadow_limited);
+    bump(outcome.allowed ? count_.ok : count_.over_limit);
+    finish(grpc::Status::OK);
+  }
+
   static void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) {
     c.fetch_add(n, std::memory_order_relaxed);
   }
 
-  grpc::Status answer(const pb::RateLimitRequest& req, pb::RateLimitResponse& resp) {
-    const auto rules = rules_();
-    const auto& rls = rules->rate_limit_service;
-    auto mapped = map_request(rls, req);
-    if (auto* bad = std::get_if<invalid>(&mapped)) {
-      bump(count_.invalid);
-      return {grpc::StatusCode::INVALID_ARGUMENT, bad->message};
-    }
-    auto& p = std::get<plan>(mapped);
-    bump(count_.unknown, p.unknown);
-    if (p.check.limits.empty()) {
-      resp = allow_all(p.per_descriptor.size());
-      bump(count_.ok);
-      return grpc::Status::OK;
-    }
-    auto done = std::make_shared<std::promise<boost::system::result<limiter::check_outcome>>>();
-    auto answer = done->get_future();
-    decide_(p.check, [done](boost::system::result<limiter::check_outcome> r) {
-      done->set_value(std::move(r));
-    });
-    // The store's own deadline bounds the check; this bound only guards against a worker
-    // that never runs it (stopping).
-    std::optional<boost::system::result<limiter::check_outcome>> r;
-    if (answer.wait_for(std::chrono::seconds(5)) == std::future_status::ready) r = answer.get();
-    if (!r || !*r) {
-      if (rls.on_store_failure == config::failure_policy::fail_closed) {
-        bump(count_.fail_closed);
-        bump(count_.unavailable);
-        return {grpc::StatusCode::UNAVAILABLE,
-                "the counter store did not answer and rate_limit_service.on_store_failure is "
-                "fail_closed"};
-      }
-      bump(count_.fail_open);
-      bump(count_.ok);
-      resp = allow_all(p.per_descriptor.size());
-      return grpc::Status::OK;
-    }
-    const auto& outcome = **r;
-    resp = render(p, outcome, rules->headers);
-    bump(count_.descriptors_decided, p.per_descriptor.size() - p.unknown);
-    bool shadow_refused = false;
-    for (std::size_t i = 0; i < p.applied.size() && i < outcome.limits.size(); ++i)
-      shadow_refused = shadow_refused || (p.applied[i].shadow && !outcome.limits[i].admits);
-    if (shadow_refused) bump(count_.shadow_limited);
-    bump(outcome.allowed ? count_.ok : count_.over_limit);
-    return grpc::Status::OK;
+ private:
+  void finish(const grpc::Status& status) {
+    finished_ = true;
+    count_.duration.observe(std::chrono::steady_clock::now() - began_);
+    reactor_->Finish(status);
   }
 
+  grpc::ServerUnaryReactor* reactor_;
+  pb::RateLimitResponse* resp_;
+  counters& count_;
+  std::shared_ptr<const config::rules> rules_;
+  plan plan_;
+  std::chrono::steady_clock::time_point began_;
+  bool finished_ = false;
+};
+
+class service final : public pb::RateLimitService::CallbackService {
+ public:
+  service(rules_fn rules, decide_fn decide, counters& count)
+      : rules_(std::move(rules)), decide_(std::move(decide)), count_(count) {}
+
+  grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx,
+                                            const pb::RateLimitRequest* req,
+                                            pb::RateLimitResponse* resp) override {
+    const auto began = std::chrono::steady_clock::now();
+    auto* reactor = ctx->DefaultReactor();
+    auto finish_now = [&](const grpc::Status& status) {
+      count_.duration.observe(std::chrono::steady_clock::now() - began);
+      reactor->Finish(status);
+      return reactor;
+    };
+    auto rules = rules_();
+    auto mapped = map_request(rules->rate_limit_service, *req);
+    if (auto* bad = std::get_if<invalid>(&mapped)) {
+      pending_call::bump(count_.invalid);
+      return finish_now({grpc::StatusCode::INVALID_ARGUMENT, bad->message});
+    }
+    auto& p = std::get<plan>(mapped);
+    pending_call::bump(count_.unknown, p.unknown);
+    if (p.check.limits.empty()) {
+      *resp = allow_all(p.per_descriptor.size());
+      pending_call::bump(count_.ok);
+      return finish_now(grpc::Status::OK);
+    }
+    // The store's own deadline bounds the check: the call ends when it does.
+    auto call = std::make_shared<pending_call>(reactor, resp, count_, std::move(rules),
+                                               std::move(p), began);
+    auto check = call->check();
+    decide_(std::move(check), [call = std::move(call)](boost::system::result<limiter::check_outcome> r) {
+      call->decided(r);
+    });
+    return reactor;
+  }
+
+ private:
   rules_fn rules_;
   decide_fn decide_;
   counters& count_;
