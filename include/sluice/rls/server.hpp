@@ -3,9 +3,10 @@
 /// @file
 /// The gRPC server of the Envoy rate limit service (`envoy.service.ratelimit.v3.
 /// RateLimitService`), with `grpc.health.v1` health checking, on a listener of its own
-/// (`rate_limit_service.listen`). Calls run on gRPC's own threads; each is mapped
-/// (rls/plan.hpp) under the rules in force, decided by one store check run on a gateway
-/// worker (the `decide` function), and answered.
+/// (`rate_limit_service.listen`), on grpc++'s callback API: each call is mapped
+/// (rls/plan.hpp) under the rules in force on a gRPC thread, which hands its one store check
+/// to a gateway worker (the `decide` function) and returns; the check's answer finishes the
+/// call. No thread waits for a store.
 
 #include "sluice/config/rules.hpp"
 #include "sluice/limiter/check.hpp"
