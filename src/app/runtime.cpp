@@ -193,6 +193,10 @@ struct runtime::impl : observability::admin_backend {
     f.uptime_ms = gw->uptime_ms();
     f.workers = gw->workers();
     f.sample = gw->sample();
+    if (rls) {
+      f.sample.rls = rls->stats().read();
+      f.rls_enabled = true;
+    }
     return f;
   }
   std::optional<observability::top_callers::answer> top(std::size_t n) override {

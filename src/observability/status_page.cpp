@@ -375,6 +375,37 @@ void rate_graphs(std::string& out, const rate_history& rates) {
   out += "</tbody>\n</table>\n";
 }
 
+/// The Envoy rate limit service's calls by answer, its descriptors and its latency; rows at
+/// zero left out.
+void rls_table(std::string& out, const rls_counts& r) {
+  out +=
+      "<h2>Rate limit service</h2>\n<table id=\"rls\">\n<thead><tr><th>ShouldRateLimit</th>"
+      "<th>count</th></tr></thead>\n<tbody>";
+  const std::pair<const char*, std::uint64_t> rows[] = {
+      {"OK", r.ok},
+      {"OVER_LIMIT", r.over_limit},
+      {"INVALID_ARGUMENT (no counter touched)", r.invalid_argument},
+      {"UNAVAILABLE (store failed, fail_closed)", r.unavailable},
+      {"OK without a decision (store failed, fail_open)", r.fail_open},
+      {"a shadow limit would have refused", r.shadow_limited},
+      {"descriptors decided", r.descriptors_decided},
+      {"descriptors unknown (allowed)", r.unknown_descriptors}};
+  bool any = false;
+  for (const auto& [what, n] : rows) {
+    if (n == 0) continue;
+    any = true;
+    const bool bad = what[0] == 'U' || what[0] == 'I';
+    out += "<tr>" + td(what, bad ? "bad" : "") + num(n) + "</tr>\n";
+  }
+  if (!any) out += "<tr><td class=\"muted\" colspan=\"2\">no calls yet</td></tr>";
+  else
+    out += "<tr><td>latency p50 / p99</td>" +
+           td(ms_text(quantile_bound(r.duration, 0.5)) + " / " +
+              ms_text(quantile_bound(r.duration, 0.99))) +
+           "</tr>\n";
+  out += "</tbody>\n</table>\n";
+}
+
 void decision_rows(std::string& out, const metrics_sample& s) {
   bool any = false;
   for (const auto& r : s.routes) {
@@ -467,6 +498,7 @@ std::string status_page_html(admin_backend& backend, std::string_view target,
   if (facts) {
     upstream_table(out, facts->sample);
     status_classes(out, facts->sample);
+    if (facts->rls_enabled) rls_table(out, facts->sample.rls);
   }
 
   if (rates) rate_graphs(out, *rates);

@@ -301,6 +301,19 @@ TEST(rls, metrics_count_every_call_by_result) {
       {R"(sluice_rls_request_duration_seconds_bucket{le="+Inf"})", 9},
   };
   for (const auto& [name, value] : want) EXPECT_EQ(series(m.body, name), value) << name;
+  // The status page has the same counts, rows at zero left out.
+  const auto page = a.admin("/");
+  ASSERT_EQ(page.status, 200u);
+  const std::string& b = page.body;
+  EXPECT_NE(b.find("<h2>Rate limit service</h2>"), std::string::npos);
+  EXPECT_NE(b.find("<tr><td>OK</td><td class=\"num\">6</td></tr>"), std::string::npos) << b;
+  EXPECT_NE(b.find("<tr><td>OVER_LIMIT</td><td class=\"num\">1</td></tr>"), std::string::npos);
+  EXPECT_NE(b.find("<tr><td class=\"bad\">INVALID_ARGUMENT (no counter touched)</td>"
+                   "<td class=\"num\">2</td></tr>"),
+            std::string::npos);
+  EXPECT_NE(b.find("<tr><td>descriptors unknown (allowed)</td><td class=\"num\">2</td></tr>"),
+            std::string::npos);
+  EXPECT_EQ(b.find("UNAVAILABLE (store failed"), std::string::npos);  // zero: left out
 }
 
 /// Runs tests/support/rls_client.py (python3-grpcio) over `steps` (its JSON step list) with

@@ -64,6 +64,7 @@ struct status_facts {
   std::int64_t uptime_ms = 0;  ///< since the gateway was built
   unsigned workers = 0;        ///< worker threads
   metrics_sample sample;       ///< the counters, as `GET /metrics` reports them
+  bool rls_enabled = false;    ///< the rate limit service runs (sample.rls is its counters)
 };
 
 /// What the admin endpoints read and do; implemented by the app room (which knows the
