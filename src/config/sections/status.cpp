@@ -4,6 +4,9 @@
 
 #include "config/loader_internal.hpp"
 
+#include <optional>
+#include <string>
+
 namespace sluice::config::detail {
 
 void loader::parse_status(const entry& e, rules& r) {
@@ -14,33 +17,26 @@ void loader::parse_status(const entry& e, rules& r) {
     if (auto v = integer(*t, "status.top", "top", 1, 100))
       r.status_top = static_cast<std::size_t>(*v);
   }
-  if (const entry* w = m->find("window")) {
-    if (auto d = duration(*w, "status.window", "window", std::chrono::hours{1})) {
-      if (d->count() % 60'000 != 0) {
-        error(w->line, "status.window", "window must be whole minutes (1m to 60m)");
-      } else {
-        r.status_window_minutes = static_cast<std::size_t>(d->count() / 60'000);
-      }
+  // A duration of `name` in whole units of `unit` ms, up to `max`: the count of units.
+  auto whole = [&](const char* name, std::chrono::milliseconds max, std::int64_t unit,
+                   const char* range) -> std::optional<std::int64_t> {
+    const entry* f = m->find(name);
+    if (!f) return std::nullopt;
+    const std::string path = std::string("status.") + name;
+    auto d = duration(*f, path, name, max);
+    if (!d) return std::nullopt;
+    if (d->count() % unit != 0) {
+      error(f->line, path, std::string(name) + " must be whole " + range);
+      return std::nullopt;
     }
-  }
-  if (const entry* g = m->find("graph")) {
-    if (auto d = duration(*g, "status.graph", "graph", std::chrono::hours{1})) {
-      if (d->count() % 60'000 != 0) {
-        error(g->line, "status.graph", "graph must be whole minutes (1m to 60m)");
-      } else {
-        r.status_graph_minutes = static_cast<std::size_t>(d->count() / 60'000);
-      }
-    }
-  }
-  if (const entry* st = m->find("graph_step")) {
-    if (auto d = duration(*st, "status.graph_step", "graph_step", std::chrono::minutes{1})) {
-      if (d->count() % 1000 != 0) {
-        error(st->line, "status.graph_step", "graph_step must be whole seconds (1s to 60s)");
-      } else {
-        r.status_graph_step = *d;
-      }
-    }
-  }
+    return d->count() / unit;
+  };
+  if (auto v = whole("window", std::chrono::hours{1}, 60'000, "minutes (1m to 60m)"))
+    r.status_window_minutes = static_cast<std::size_t>(*v);
+  if (auto v = whole("graph", std::chrono::hours{1}, 60'000, "minutes (1m to 60m)"))
+    r.status_graph_minutes = static_cast<std::size_t>(*v);
+  if (auto v = whole("graph_step", std::chrono::minutes{1}, 1000, "seconds (1s to 60s)"))
+    r.status_graph_step = std::chrono::seconds{*v};
   if (r.status_graph_minutes * 60'000 / static_cast<std::size_t>(r.status_graph_step.count()) >
       720) {
     error(e.line, "status",
