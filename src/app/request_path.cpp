@@ -452,6 +452,8 @@ void gateway_handler::record(const http::request_head& head, const http::request
   a.client = v.access.client.empty() ? std::string_view(ctx.peer_text) : v.access.client;
   a.method = std::string_view(head.method_string().data(), head.method_string().size());
   a.target = std::string_view(head.target().data(), head.target().size());
+  // The session sets version 20 on an HTTP/2 stream's head before it records it.
+  a.protocol = head.version() == 20 ? "HTTP/2.0" : head.version() == 10 ? "HTTP/1.0" : "HTTP/1.1";
   a.status = ex.status;
   a.route = v.access.route;
   a.decision = v.access.decision;

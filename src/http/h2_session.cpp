@@ -17,8 +17,12 @@
 // route's max_request_body when forwarded, client body_limit when buffered): over it, 413 and
 // the stream is reset. Bodies of answered requests are consumed and dropped.
 //
-// Buffered (this step): a forwarded request's body is read whole before it goes upstream, and
-// the upstream's response is read whole (upstream_pool::send) before it is submitted.
+// Forwarded: the stream is the client side (h2_client) of relay(), the one relay an HTTP/1.1
+// request goes through. Its body is taken from the stream's received DATA as relay reads it,
+// and only then consumed (the window reopens as the upstream takes the bytes); the response
+// goes out through a data provider that defers while its queue is empty and is resumed by
+// each write, and a write waits while the stream's queue is over h2_send_queue_bound (the
+// client's flow control holds the upstream back).
 
 #include "sluice/http/h2_session.hpp"
 
@@ -40,6 +44,7 @@
 #include <boost/beast/core/string.hpp>
 
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -68,7 +73,8 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 /// One request stream.
 struct h2_stream {
-  explicit h2_stream(asio::any_io_executor ex, std::int32_t i) : id(i), body_wait(ex) {
+  explicit h2_stream(asio::any_io_executor ex, std::int32_t i)
+      : id(i), body_wait(ex), send_wait(ex) {
     body_wait.expires_at(steady::time_point::max());
   }
   std::int32_t id;
@@ -83,13 +89,20 @@ struct h2_stream {
   bool keep_body = false;
   bool too_large = false;
   bool end_stream = false;
+  bool relaying = false;  ///< the body is consumed as relay() reads it
   bool closed = false;
   std::uint64_t unconsumed = 0;
   asio::steady_timer body_wait;  ///< cancelled when body bytes, the end or a close arrive
   // The response body, given to nghttp2 by the data provider.
   std::string out;
   std::size_t out_pos = 0;
+  bool out_eof = false;          ///< the body's last byte is in `out`
+  asio::steady_timer send_wait;  ///< cancelled when the provider took bytes, or a close
+  std::size_t pending() const { return out.size() - out_pos; }
 };
+
+/// Response bytes a relayed stream may have queued for nghttp2 before relay's next write waits.
+constexpr std::size_t h2_send_queue_bound = 64 * 1024;
 
 /// Response fields HTTP/2 forbids (RFC 9113 §8.2.2): connection-specific ones.
 bool connection_specific(std::string_view name) {
@@ -104,6 +117,76 @@ std::string lower(std::string_view s) {
   return out;
 }
 
+struct h2_connection;
+
+/// An HTTP/2 stream as the client side of relay(): the body from the stream's received DATA
+/// (consumed as it is read), the response through the stream's data provider.
+class h2_client final : public client_port {
+ public:
+  h2_client(h2_connection& c, std::shared_ptr<h2_stream> s, std::chrono::milliseconds read_wait,
+            std::chrono::milliseconds write_wait, std::uint64_t min_rate)
+      : c_(c),
+        s_(std::move(s)),
+        read_wait_(read_wait),
+        write_wait_(write_wait),
+        min_rate_(min_rate) {
+    const auto cl = s_->head[bhttp::field::content_length];
+    std::uint64_t n = 0;
+    if (!cl.empty() && std::from_chars(cl.data(), cl.data() + cl.size(), n).ec == std::errc{}) {
+      length_ = n;
+    }
+  }
+
+  const request_head& head() const override { return s_->head; }
+  unsigned version() const override { return 11; }
+  bool body_done() const override { return s_->end_stream && s_->body.empty(); }
+  body_framing framing() const override {
+    return length_ ? body_framing::content_length : body_framing::chunked;
+  }
+  std::uint64_t length() const override { return length_.value_or(0); }
+  void limit_body(std::uint64_t max) override {
+    max_ = max;
+    if (length_ && *length_ > max) over_ = true;
+  }
+  std::chrono::milliseconds read_timeout() const override { return read_wait_; }
+  std::uint64_t body_min_rate() const override { return min_rate_; }
+  asio::awaitable<error_code> read_body(char* data, std::size_t size,
+                                        std::chrono::milliseconds wait, std::size_t& got) override;
+  bool expects_continue() const override {
+    return beast::iequals(s_->head[bhttp::field::expect], "100-continue");
+  }
+  asio::awaitable<error_code> send_continue() override;
+  asio::awaitable<error_code> send_interim(const response_head&) override {
+    co_return error_code{};  // (interim responses other than 100 are not relayed over h2)
+  }
+  bool begin_response(const response_head& res, const response_shape& shape,
+                      const forward_plan& plan) override;
+  asio::awaitable<send_result> write(const char* data, std::size_t n, bool last) override;
+  bool head_sent() const override { return head_sent_; }
+  std::string& head_buffer() override { return heads_; }
+
+  /// Whether the response was sent to its end (else, once a head went out, the stream is
+  /// reset: the client must not take a cut body for a whole one).
+  bool finished() const { return finished_; }
+
+ private:
+  h2_connection& c_;
+  std::shared_ptr<h2_stream> s_;
+  std::chrono::milliseconds read_wait_;
+  std::chrono::milliseconds write_wait_;
+  std::uint64_t min_rate_;
+  std::optional<std::uint64_t> length_;  ///< the request's Content-Length
+  std::uint64_t max_ = 0;
+  std::uint64_t received_ = 0;
+  bool over_ = false;
+  std::string heads_;
+  unsigned status_ = 0;
+  bool no_body_ = false;
+  bhttp::fields fields_;
+  bool head_sent_ = false;
+  bool finished_ = false;
+};
+
 struct h2_connection : std::enable_shared_from_this<h2_connection> {
   h2_connection(h2_peer& p)
       : peer(p),
@@ -113,6 +196,8 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
         pool(p.pool),
         stats(p.stats),
         keep(p.keep),
+        peer_buffers(p.buffers),
+        peer_relays(p.relays),
         ex(p.stream.get_executor()),
         wake(ex),
         idle(ex),
@@ -128,6 +213,8 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
   upstream_pool& pool;
   h2_stats& stats;
   std::shared_ptr<void> keep;
+  buffer_pool& peer_buffers;  ///< the worker's (kept alive by `keep`)
+  relay_stats& peer_relays;
   asio::any_io_executor ex;
   nghttp2_session* ng = nullptr;
   asio::steady_timer wake;  ///< the writer waits on it
@@ -234,6 +321,11 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     auto s = self->find(id);
     if (!s) return 0;
     s->unconsumed += len;
+    if (s->relaying) {
+      s->body.append(reinterpret_cast<const char*>(data), len);  // bounded by the window
+      s->body_wait.cancel();
+      return 0;
+    }
     if (!s->too_large && s->keep_body) {
       if (s->body.size() + len > s->body_cap) {
         s->too_large = true;
@@ -255,18 +347,27 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     if (it == self->streams.end()) return 0;
     it->second->closed = true;
     it->second->body_wait.cancel();
+    it->second->send_wait.cancel();
     self->streams.erase(it);
     if (self->streams.empty()) self->last_activity = steady::now();
     return 0;
   }
 
+  /// The data provider: the stream's queued response bytes; deferred while the queue is
+  /// empty and the body not ended (a write resumes it).
   static ssize_t read_body(nghttp2_session*, std::int32_t, std::uint8_t* buf, std::size_t length,
                            std::uint32_t* flags, nghttp2_data_source* source, void*) {
     auto* s = static_cast<h2_stream*>(source->ptr);
-    const std::size_t n = std::min(length, s->out.size() - s->out_pos);
+    if (s->pending() == 0 && !s->out_eof) return NGHTTP2_ERR_DEFERRED;
+    const std::size_t n = std::min(length, s->pending());
     std::memcpy(buf, s->out.data() + s->out_pos, n);
     s->out_pos += n;
-    if (s->out_pos == s->out.size()) *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (s->pending() == 0) {
+      if (s->out_eof) *flags |= NGHTTP2_DATA_FLAG_EOF;
+      s->out.clear();
+      s->out_pos = 0;
+    }
+    if (s->pending() <= h2_send_queue_bound) s->send_wait.cancel();
     return static_cast<ssize_t>(n);
   }
 
@@ -288,10 +389,22 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     const unsigned code = res.result_int();
     const bool no_body = head_request || code == 204 || code == 304 || code / 100 == 1;
     if (!no_body && !res.body().empty()) res.content_length(res.body().size());
+    const bool with_body = !no_body && !res.body().empty();
+    if (with_body) {
+      s.out = std::move(res.body());
+      s.out_pos = 0;
+      s.out_eof = true;
+    }
+    submit_head(s, code, res.base(), with_body);
+  }
+
+  /// Submits a response head on the stream: `:status` and `fields` (connection-specific ones
+  /// dropped, names lowercased); with the data provider when a body follows (s.out).
+  void submit_head(h2_stream& s, unsigned code, const bhttp::fields& fields, bool with_body) {
     std::vector<std::string> names;
     names.reserve(16);
     std::vector<std::pair<std::size_t, std::string_view>> values;
-    for (const auto& f : res.base()) {
+    for (const auto& f : fields) {
       if (connection_specific(f.name_string())) continue;
       names.push_back(lower(f.name_string()));
       values.emplace_back(names.size() - 1, f.value());
@@ -307,10 +420,7 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     nva.push_back(nv(":status", status));
     for (const auto& [i, v] : values) nva.push_back(nv(names[i], v));
     nghttp2_data_provider provider{};
-    const bool with_body = !no_body && !res.body().empty();
     if (with_body) {
-      s.out = std::move(res.body());
-      s.out_pos = 0;
       provider.source.ptr = &s;
       provider.read_callback = &h2_connection::read_body;
     }
@@ -379,10 +489,11 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
         s->body.clear();
         consume(*s);
         break;
-      case verdict::kind::buffer:
-      case verdict::kind::forward: {
-        const bool fwd = v.what == verdict::kind::forward;
-        s->body_cap = fwd ? v.forward.max_request_body : limits.body_limit;
+      case verdict::kind::forward:
+        co_await relay_stream(s, v.forward, ex_result, answer);
+        break;
+      case verdict::kind::buffer: {
+        s->body_cap = limits.body_limit;
         s->keep_body = true;
         s->decided = true;
         if (s->body.size() > s->body_cap) {
@@ -395,12 +506,10 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
         if (s->too_large) {
           answer = problem(11, bhttp::status::payload_too_large, "Payload Too Large",
                            "the request body is over the route's limit");
-          if (fwd) v.forward.watch.end(exchange_end::not_forwarded);
           break;
         }
         if (!s->end_stream) {
           answer = problem(11, bhttp::status::request_timeout, "Request Timeout", {});
-          if (fwd) v.forward.watch.end(exchange_end::not_forwarded);
           break;
         }
         ex_result.bytes_in = s->body.size();
@@ -410,16 +519,12 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
         if (!whole.body().empty() || whole.method() == bhttp::verb::post ||
             whole.method() == bhttp::verb::put || whole.method() == bhttp::verb::patch)
           whole.content_length(whole.body().size());
-        if (!fwd) {
-          try {
-            answer = co_await handler->respond(std::move(whole), ctx);
-          } catch (const std::exception& e) {
-            spdlog::error("request handler threw: {}", e.what());
-            answer = problem(11, bhttp::status::internal_server_error, "Internal Server Error", {});
-          }
-          break;
+        try {
+          answer = co_await handler->respond(std::move(whole), ctx);
+        } catch (const std::exception& e) {
+          spdlog::error("request handler threw: {}", e.what());
+          answer = problem(11, bhttp::status::internal_server_error, "Internal Server Error", {});
         }
-        answer = co_await forward(v.forward, std::move(whole), ex_result);
         break;
       }
     }
@@ -435,57 +540,31 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     }
   }
 
-  /// Sends a decided request to its upstream over HTTP/1.1 and makes the client's answer.
-  asio::awaitable<response> forward(forward_plan& plan, request whole, exchange_result& r) {
-    if (plan.upstream_tls) {
-      plan.watch.end(exchange_end::not_forwarded);
-      co_return problem(11, bhttp::status::bad_gateway, "Bad Gateway",
-                        "https upstreams are not relayed for HTTP/2 clients yet");
+  /// Relays a forwarded stream to its upstream (relay(), the stream as its client side);
+  /// `answer` is the session's own response when relay made one before any response byte.
+  asio::awaitable<void> relay_stream(std::shared_ptr<h2_stream> s, forward_plan& plan,
+                                     exchange_result& r, std::optional<response>& answer) {
+    s->decided = true;
+    s->relaying = true;
+    plan.upgrade = false;  // (an upgrade is HTTP/1.1's; HTTP/2 has no 101)
+    h2_client client(*this, s, limits.body_timeout, limits.send_timeout, limits.body_min_rate);
+    auto out = co_await relay(client, plan, pool, peer_buffers, peer_relays);
+    plan.watch.end(out.end);
+    r.status = out.status;
+    r.upstream_status = out.upstream_status;
+    r.upstream_ms = out.upstream_ms;
+    r.bytes_in = out.bytes_in;
+    r.bytes_out = out.bytes_out;
+    // What the relay did not read of the body is dropped, its window reopened.
+    s->relaying = false;
+    s->body.clear();
+    consume(*s);
+    if (out.answer) {
+      answer = std::move(out.answer);
+    } else if (!client.finished() && !s->closed && alive && ng) {
+      nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+      kick();
     }
-    whole.target(plan.target);
-    plan.watch.relaying();
-    const auto sent = steady::now();
-    auto got = co_await pool.send(*plan.upstream, std::move(whole), plan.client_address);
-    if (!got) {
-      const bool timeout = got.error() == sluice::errc::upstream_timeout;
-      if (plan.on_failure)
-        plan.on_failure(timeout ? upstream_failure::timeout : upstream_failure::unreachable,
-                        got.error().message());
-      plan.watch.end(exchange_end::upstream_failed);
-      const auto status = timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway;
-      response res = problem(11, status, bhttp::obsolete_reason(status), got.error().message());
-      set_lines(res.base(), plan.added_lines);
-      co_return res;
-    }
-    r.upstream_ms = std::chrono::duration<double, std::milli>(steady::now() - sent).count();
-    if (plan.on_response_head) plan.on_response_head(steady::now() - sent);
-    response& up = *got;
-    r.upstream_status = up.result_int();
-    // The client hop's header rules are HTTP/1.1's, rendered once, then read back as fields.
-    client_hop hop;
-    hop.limited = plan.limited;
-    hop.added_lines = plan.added_lines;
-    hop.fields = plan.response_fields;
-    hop.framing = response_framing::content_length;
-    hop.length = up.body().size();
-    std::string rendered;
-    render_client_response(rendered, up.base(), hop);
-    response res{up.result(), 11};
-    std::string_view rest(rendered);
-    rest.remove_prefix(std::min(rest.size(), rest.find("\r\n") + 2));  // the status line
-    while (!rest.empty()) {
-      const auto eol = rest.find("\r\n");
-      const auto line = rest.substr(0, eol);
-      rest.remove_prefix(eol == std::string_view::npos ? rest.size() : eol + 2);
-      const auto colon = line.find(':');
-      if (line.empty() || colon == std::string_view::npos) continue;
-      auto value = line.substr(colon + 1);
-      while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
-      res.insert(line.substr(0, colon), value);
-    }
-    res.body() = std::move(up.body());
-    plan.watch.end(exchange_end::complete);
-    co_return res;
   }
 
   // --- the connection's loops --------------------------------------------------------------
@@ -601,6 +680,119 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     return nghttp2_submit_settings(ng, NGHTTP2_FLAG_NONE, settings, std::size(settings)) == 0;
   }
 };
+
+asio::awaitable<error_code> h2_client::read_body(char* data, std::size_t size,
+                                                 std::chrono::milliseconds wait, std::size_t& got) {
+  got = 0;
+  if (over_) co_return bhttp::error::body_limit;
+  auto& s = *s_;
+  for (;;) {
+    if (!s.body.empty()) {
+      const std::size_t n = std::min(size, s.body.size());
+      received_ += n;
+      if (max_ != config::unlimited_size && received_ > max_) {
+        over_ = true;
+        co_return bhttp::error::body_limit;
+      }
+      std::memcpy(data, s.body.data(), n);
+      s.body.erase(0, n);
+      got = n;
+      // The window reopens by what went on: the client sends as fast as the upstream takes.
+      if (!s.closed && c_.ng) {
+        nghttp2_session_consume(c_.ng, s.id, n);
+        s.unconsumed -= std::min<std::uint64_t>(s.unconsumed, n);
+        c_.kick();
+      }
+      co_return error_code{};
+    }
+    if (s.end_stream) co_return error_code{};                            // body_done()
+    if (s.closed || !c_.alive) co_return bhttp::error::partial_message;  // reset, or gone
+    if (wait.count() <= 0) co_return beast::error::timeout;
+    s.body_wait.expires_after(wait);
+    auto [ec] = co_await s.body_wait.async_wait(use_tuple);
+    if (!ec && s.body.empty() && !s.end_stream && !s.closed) co_return beast::error::timeout;
+  }
+}
+
+asio::awaitable<error_code> h2_client::send_continue() {
+  if (s_->closed || !c_.alive || !c_.ng) co_return asio::error::connection_reset;
+  static constexpr std::string_view status = "100";
+  static constexpr std::string_view name = ":status";
+  nghttp2_nv nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
+                reinterpret_cast<std::uint8_t*>(const_cast<char*>(status.data())), name.size(),
+                status.size(), NGHTTP2_NV_FLAG_NONE};
+  nghttp2_submit_headers(c_.ng, NGHTTP2_FLAG_NONE, s_->id, nullptr, &nv, 1, nullptr);
+  c_.kick();
+  co_return error_code{};
+}
+
+bool h2_client::begin_response(const response_head& res, const response_shape& shape,
+                               const forward_plan& plan) {
+  // The client hop's header rules are HTTP/1.1's (client_hop), rendered once, then read back
+  // as fields; submit_head drops the connection-specific ones.
+  client_hop hop;
+  hop.limited = plan.limited;
+  hop.added_lines = plan.added_lines;
+  hop.fields = plan.response_fields;
+  if (shape.length && shape.status != 204 && shape.status / 100 != 1) {
+    hop.framing = response_framing::content_length;
+    hop.length = *shape.length;
+  }
+  render_client_response(heads_, res, hop);
+  fields_.clear();
+  std::string_view rest(heads_);
+  rest.remove_prefix(std::min(rest.size(), rest.find("\r\n") + 2));  // the status line
+  while (!rest.empty()) {
+    const auto eol = rest.find("\r\n");
+    const auto line = rest.substr(0, eol);
+    rest.remove_prefix(eol == std::string_view::npos ? rest.size() : eol + 2);
+    const auto colon = line.find(':');
+    if (line.empty() || colon == std::string_view::npos) continue;
+    auto value = line.substr(colon + 1);
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    fields_.insert(line.substr(0, colon), value);
+  }
+  status_ = shape.status;
+  no_body_ = shape.no_body;
+  head_sent_ = false;
+  return true;
+}
+
+asio::awaitable<send_result> h2_client::write(const char* data, std::size_t n, bool last) {
+  auto& s = *s_;
+  send_result out;
+  if (s.closed || !c_.alive || !c_.ng) {
+    out.ec = asio::error::connection_reset;
+    co_return out;
+  }
+  s.out.append(data, n);
+  if (last) s.out_eof = true;
+  if (!head_sent_) {
+    head_sent_ = true;
+    // A response that ends with its head goes without a provider (END_STREAM on HEADERS).
+    c_.submit_head(s, status_, fields_, !(last && s.pending() == 0) && !no_body_);
+  } else {
+    nghttp2_session_resume_data(c_.ng, s.id);
+  }
+  c_.kick();
+  out.bytes = n;
+  if (last) finished_ = true;
+  // Back-pressure: the next piece waits until the client took most of this one.
+  while (s.pending() > h2_send_queue_bound && !s.closed && c_.alive) {
+    s.send_wait.expires_after(write_wait_);
+    auto [ec] = co_await s.send_wait.async_wait(use_tuple);
+    if (!ec && s.pending() > h2_send_queue_bound && !s.closed) {
+      out.ec = beast::error::timeout;
+      finished_ = false;
+      co_return out;
+    }
+  }
+  if (s.closed && s.pending() > 0) {
+    out.ec = asio::error::connection_reset;
+    finished_ = false;
+  }
+  co_return out;
+}
 
 }  // namespace
 

@@ -183,59 +183,48 @@ asio::awaitable<void> tunnel(timed_socket& client, beast::flat_buffer& client_bu
             idle_watch(last, idle, client, upstream));
 }
 
-/// Writes a `1xx` interim response (not 100 or 101) to the client as received, less its
-/// hop-by-hop fields (RFC 9110 §15.2: a proxy forwards 1xx responses).
-asio::awaitable<error_code> relay_interim(client_side& c, const response_head& head) {
-  bhttp::response<bhttp::empty_body> interim;
-  interim.version(11);
-  interim.result(head.result_int());  // (103 has no enum value in Beast 1.81)
-  interim.reason(head.reason());
-  for (const auto& f : head) interim.insert(f.name_string(), f.value());
-  strip_hop_by_hop(interim.base());
-  c.stream.expires_after(c.write_timeout);
-  auto [ec, n] = co_await bhttp::async_write(c.stream, interim, use_tuple);
-  (void)n;
-  co_return ec;
+using piece_buffers = std::array<asio::const_buffer, 5>;
+
+/// The buffers of one piece of a message on one hop: `head` first when not null, then `n`
+/// bytes at `data` framed for the hop (chunked: its size line, written into `size_line`, and
+/// CRLF, and the last chunk after the final piece; RFC 9112 §7.1); `last` ends the body.
+/// Unused entries are empty.
+piece_buffers frame_piece(const std::string* head, bool chunked, char (&size_line)[20],
+                          const char* data, std::size_t n, bool last) {
+  piece_buffers b{};
+  std::size_t k = 0;
+  if (head) b[k++] = asio::buffer(*head);
+  if (!chunked) {
+    if (n > 0) b[k++] = asio::buffer(data, n);
+    return b;
+  }
+  static constexpr std::string_view crlf = "\r\n";
+  static constexpr std::string_view last_chunk = "0\r\n\r\n";
+  if (n > 0) {
+    const auto r = std::to_chars(size_line, size_line + sizeof size_line - 2, n, 16);
+    r.ptr[0] = '\r';
+    r.ptr[1] = '\n';
+    b[k++] = asio::buffer(size_line, static_cast<std::size_t>(r.ptr + 2 - size_line));
+    b[k++] = asio::buffer(data, n);
+    b[k++] = asio::buffer(crlf.data(), crlf.size());
+  }
+  if (last) b[k++] = asio::buffer(last_chunk.data(), last_chunk.size());
+  return b;
 }
 
 /// One message on one hop, written piece by piece: the rendered head goes with the first
-/// write, each body piece is framed for the hop (chunked: its size line and CRLF, and the
-/// last chunk after the final piece; RFC 9112 §7.1), one gathered write per piece.
+/// write, each body piece is framed for the hop, one gathered write per piece.
 class hop_writer {
  public:
-  using buffers = std::array<asio::const_buffer, 5>;
-
   hop_writer(const std::string& head, bool chunked) : head_(head), chunked_(chunked) {}
 
   /// The buffers to write next: the head if not sent yet, then `n` bytes at `data`; `last`
-  /// ends the body. Unused entries are empty.
-  buffers next(const char* data, std::size_t n, bool last) {
-    buffers b{};
-    std::size_t k = 0;
-    if (!head_sent_) {
-      b[k++] = asio::buffer(head_);
-      head_sent_ = true;
-    }
-    if (!chunked_) {
-      if (n > 0) b[k++] = asio::buffer(data, n);
-      return b;
-    }
-    static constexpr std::string_view crlf = "\r\n";
-    static constexpr std::string_view last_chunk = "0\r\n\r\n";
-    if (n > 0) {
-      const auto r = std::to_chars(size_line_, size_line_ + sizeof size_line_ - 2, n, 16);
-      r.ptr[0] = '\r';
-      r.ptr[1] = '\n';
-      b[k++] = asio::buffer(size_line_, static_cast<std::size_t>(r.ptr + 2 - size_line_));
-      b[k++] = asio::buffer(data, n);
-      b[k++] = asio::buffer(crlf.data(), crlf.size());
-    }
-    if (last) b[k++] = asio::buffer(last_chunk.data(), last_chunk.size());
-    return b;
+  /// ends the body.
+  piece_buffers next(const char* data, std::size_t n, bool last) {
+    const std::string* head = head_sent_ ? nullptr : &head_;
+    head_sent_ = true;
+    return frame_piece(head, chunked_, size_line_, data, n, last);
   }
-
-  /// Whether the head was handed out (a response byte may have reached the peer).
-  bool head_sent() const { return head_sent_; }
 
  private:
   const std::string& head_;
@@ -266,16 +255,106 @@ void buffer_pool::give(std::unique_ptr<char[]> block) {
   if (block && free_.size() < 64) free_.push_back(std::move(block));
 }
 
-asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_pool& pool,
+// --- the HTTP/1.1 client side --------------------------------------------------------------
+
+body_framing http1_client::framing() const {
+  if (parser.is_done()) return body_framing::none;
+  return parser.chunked() ? body_framing::chunked : body_framing::content_length;
+}
+
+void http1_client::limit_body(std::uint64_t max) {
+  parser.body_limit(limit_of(max));
+}
+
+asio::awaitable<error_code> http1_client::read_body(char* data, std::size_t size,
+                                                    std::chrono::milliseconds wait,
+                                                    std::size_t& got) {
+  buffer.reserve(read_reserve);  // else Beast reads 512 bytes at a time
+  auto& body = parser.get().body();
+  body.data = data;
+  body.size = size;
+  error_code ec;
+  if (parse_buffered(buffer, parser, ec)) {
+    // the body's next piece was already in the buffer
+  } else if (wait.count() > 0) {
+    stream.expires_after(wait);
+    ec = co_await read_more(stream, buffer, parser);
+  } else {
+    ec = beast::error::timeout;
+  }
+  if (ec == bhttp::error::need_buffer) ec = {};
+  got = size - body.size;
+  co_return ec;
+}
+
+asio::awaitable<error_code> http1_client::send_continue() {
+  co_return co_await http::send_continue(stream, write_timeout);
+}
+
+// A `1xx` interim response (not 100 or 101) goes to the client as received, less its
+// hop-by-hop fields (RFC 9110 §15.2: a proxy forwards 1xx responses); not to HTTP/1.0.
+asio::awaitable<error_code> http1_client::send_interim(const response_head& head) {
+  if (version() < 11) co_return error_code{};
+  bhttp::response<bhttp::empty_body> interim;
+  interim.version(11);
+  interim.result(head.result_int());  // (103 has no enum value in Beast 1.81)
+  interim.reason(head.reason());
+  for (const auto& f : head) interim.insert(f.name_string(), f.value());
+  strip_hop_by_hop(interim.base());
+  stream.expires_after(write_timeout);
+  auto [ec, n] = co_await bhttp::async_write(stream, interim, use_tuple);
+  (void)n;
+  co_return ec;
+}
+
+bool http1_client::begin_response(const response_head& res, const response_shape& shape,
+                                  const forward_plan& plan) {
+  const unsigned v = version();
+  bool keep = keep_alive && !closing && shape.may_keep;
+  client_hop hop;
+  hop.version = v;
+  hop.limited = plan.limited;
+  hop.added_lines = plan.added_lines;
+  hop.fields = plan.response_fields;
+  if (shape.status == 204 || shape.status / 100 == 1) {
+    hop.framing = response_framing::none;
+  } else if (shape.length) {
+    hop.framing = response_framing::content_length;  // one line, whatever repeats it had
+    hop.length = *shape.length;
+  }
+  if (!shape.no_body && shape.streamed) {
+    if (v >= 11) {
+      hop.framing = response_framing::chunked;  // re-framed for this hop
+    } else {
+      keep = false;  // an HTTP/1.0 client reads to EOF
+    }
+  }
+  hop.keep_alive = keep;
+  render_client_response(heads, res, hop);
+  chunked_ = hop.framing == response_framing::chunked;
+  head_sent_ = false;
+  return keep;
+}
+
+asio::awaitable<send_result> http1_client::write(const char* data, std::size_t n, bool last) {
+  const std::string* head = head_sent_ ? nullptr : &heads;
+  head_sent_ = true;
+  const auto piece = frame_piece(head, chunked_, size_line_, data, n, last);
+  auto w = send_now(stream, piece);
+  if (w.pending) w = co_await send_rest(stream, piece, w, write_timeout);
+  co_return w;
+}
+
+asio::awaitable<relay_result> relay(client_port& c, forward_plan& plan, upstream_pool& pool,
                                     buffer_pool& buffers, relay_stats& stats) {
   relay_result out;
   const config::upstream& up = *plan.upstream;
-  auto& req = c.parser.get();
-  const unsigned version = req.version() == 10 ? 10 : 11;
+  const auto& req = c.head();
+  const unsigned version = c.version();
   const bool head_request = req.method() == bhttp::verb::head;
-  const bool has_body = !c.parser.is_done();
+  const bool has_body = !c.body_done();
   const bool replayable = !has_body && is_idempotent(req.method());
-  c.parser.body_limit(limit_of(plan.max_request_body));
+  c.limit_body(plan.max_request_body);
 
   plan.watch.relaying();
   // `detail` goes into the 502's body; `cause` (the system's words) only to the log and the
@@ -295,15 +374,13 @@ asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_
     for (const auto& [name, value] : plan.response_fields) out.answer->set(name, value);
   };
 
-  const body_framing framing = !has_body            ? body_framing::none
-                               : c.parser.chunked() ? body_framing::chunked
-                                                    : body_framing::content_length;
+  const body_framing framing = has_body ? c.framing() : body_framing::none;
   // The upstream head, rendered once (a retry on a fresh connection sends it again); the
   // response head is rendered into the same buffer once the request is done with.
-  std::string& head_text = c.head_buffer;
-  render_upstream_request(head_text, req,
-                          upstream_hop{plan.target, plan.client_address, framing,
-                                       c.parser.content_length().value_or(0), plan.upgrade, &up});
+  std::string& head_text = c.head_buffer();
+  render_upstream_request(
+      head_text, req,
+      upstream_hop{plan.target, plan.client_address, framing, c.length(), plan.upgrade, &up});
 
   std::unique_ptr<char[]> block;
   struct give_back {
@@ -340,44 +417,35 @@ asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_
         if (w.pending) w = co_await send_rest(ups, head, w, up.timeout);
         upload_error = w.ec;
       } else {
-        if (c.expect_continue && !continued) {
+        if (c.expects_continue() && !continued) {
           // Admitted, and the upstream is there: now the client may send the body.
           continued = true;
-          if (co_await send_continue(c.stream, c.write_timeout)) {
+          if (co_await c.send_continue()) {
             out.end = exchange_end::client_gone;
             co_return out;
           }
         }
         if (!block) block = buffers.take();
-        c.buffer.reserve(read_reserve);  // else Beast reads 512 bytes at a time
         // With a minimum rate, the time spent waiting for body bytes (not writing them
         // upstream) may reach read_timeout + received / rate, as Apache's mod_reqtimeout
         // does: a client trickling a byte just inside each read_timeout is cut all the same.
         steady::duration waited{};
         std::uint64_t received = 0;
+        const auto min_rate = c.body_min_rate();
         for (;;) {
-          req.body().data = block.get();
-          req.body().size = buffer_pool::block_size;
-          std::chrono::milliseconds wait = c.read_timeout;
+          std::chrono::milliseconds wait = c.read_timeout();
           steady::time_point began{};
-          if (c.body_min_rate > 0) {
+          if (min_rate > 0) {
             const auto allowed =
-                c.read_timeout + std::chrono::milliseconds(received * 1000 / c.body_min_rate);
+                c.read_timeout() + std::chrono::milliseconds(received * 1000 / min_rate);
             wait = std::min(
                 wait, std::chrono::duration_cast<std::chrono::milliseconds>(allowed - waited));
             began = steady::now();
           }
-          error_code rec;
-          if (parse_buffered(c.buffer, c.parser, rec)) {
-            // the body's next piece was already in the buffer
-          } else if (wait.count() > 0) {
-            c.stream.expires_after(wait);
-            rec = co_await read_more(c.stream, c.buffer, c.parser);
-            if (c.body_min_rate > 0) waited += steady::now() - began;
-          } else {
-            rec = beast::error::timeout;
-          }
-          if (rec == bhttp::error::need_buffer) rec = {};
+          std::size_t got = 0;
+          const error_code rec =
+              co_await c.read_body(block.get(), buffer_pool::block_size, wait, got);
+          if (min_rate > 0) waited += steady::now() - began;
           if (rec) {
             // The upstream got part of a request: that connection is done for.
             ups.close();
@@ -387,10 +455,9 @@ asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_
             out.end = exchange_end::not_forwarded;
             co_return out;
           }
-          const std::size_t got = buffer_pool::block_size - req.body().size;
           received += got;
           out.bytes_in += got;
-          const bool done = c.parser.is_done();
+          const bool done = c.body_done();
           if (got == 0 && !done) continue;  // chunk framing only
           const auto piece = to_upstream.next(block.get(), got, done);
           auto w = send_now(ups, piece);
@@ -401,7 +468,7 @@ asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_
           }
           if (done) break;
         }
-        out.body_read = c.parser.is_done();
+        out.body_read = c.body_done();
       }
     }
     if (!has_body) out.body_read = true;
@@ -428,8 +495,8 @@ asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_
       }
       const unsigned status = rp->get().result_int();
       if (status / 100 != 1 || status == 101) break;
-      if (status != 100 && version >= 11) {
-        if (auto wec = co_await relay_interim(c, rp->get())) {
+      if (status != 100) {
+        if (auto wec = co_await c.send_interim(rp->get())) {
           ups.close();
           out.end = exchange_end::client_gone;
           co_return out;
@@ -459,7 +526,8 @@ asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_
 
     // --- an upgrade: relay the 101, then tunnel ----------------------------------------------
     if (status == 101) {
-      if (!plan.upgrade) {
+      http1_client* h1 = c.http1();
+      if (!plan.upgrade || !h1) {
         ups.close();
         fail(upstream_failure::malformed, bhttp::error::bad_status);
         co_return out;
@@ -472,14 +540,14 @@ asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_
       hop.fields = plan.response_fields;
       render_client_response(head_text, res, hop);
       const auto head = asio::buffer(head_text);
-      auto w = send_now(c.stream, head);
-      if (w.pending) w = co_await send_rest(c.stream, head, w, c.write_timeout);
+      auto w = send_now(h1->stream, head);
+      if (w.pending) w = co_await send_rest(h1->stream, head, w, h1->write_timeout);
       out.bytes_out += w.bytes;
       if (!w.ec) {
         out.status = status;
         stats.tunnels_open.fetch_add(1, std::memory_order_relaxed);
         stats.tunnels_total.fetch_add(1, std::memory_order_relaxed);
-        co_await tunnel(c.stream, c.buffer, ups, lease.buffer, plan.tunnel_idle_timeout);
+        co_await tunnel(h1->stream, h1->buffer, ups, lease.buffer, plan.tunnel_idle_timeout);
         stats.tunnels_open.fetch_sub(1, std::memory_order_relaxed);
       }
       out.end = exchange_end::tunnel_closed;
@@ -493,33 +561,16 @@ asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_
     const auto idle_for = upstream_pool::idle_lifetime(res[bhttp::field::keep_alive]);
     const bool no_body = head_request || status == 204 || status == 304 || status / 100 == 1;
     const bool close_delimited = !no_body && !rp->chunked() && !rp->content_length();
-    bool keep = c.keep_alive && !c.closing && out.body_read && !upload_error;
-    client_hop hop;
-    hop.version = version;
-    hop.limited = plan.limited;
-    hop.added_lines = plan.added_lines;
-    hop.fields = plan.response_fields;
-    if (status == 204 || status / 100 == 1) {
-      hop.framing = response_framing::none;
-    } else if (const auto length = rp->content_length(); length && !rp->chunked()) {
-      hop.framing = response_framing::content_length;  // one line, whatever repeats it had
-      hop.length = *length;
-    }
-    if (!no_body && (rp->chunked() || close_delimited)) {
-      if (version >= 11) {
-        hop.framing = response_framing::chunked;  // re-framed for this hop
-      } else {
-        keep = false;  // an HTTP/1.0 client reads to EOF
-      }
-    }
-    hop.keep_alive = keep;
-    render_client_response(head_text, res, hop);
+    response_shape shape;
+    shape.status = status;
+    shape.no_body = no_body;
+    if (const auto length = rp->content_length(); length && !rp->chunked()) shape.length = *length;
+    shape.streamed = rp->chunked() || close_delimited;
+    shape.may_keep = out.body_read && !upload_error;
+    const bool keep = c.begin_response(res, shape, plan);
 
-    hop_writer to_client(head_text, hop.framing == response_framing::chunked);
     if (no_body || rp->is_done()) {
-      const auto whole = to_client.next(nullptr, 0, true);
-      auto w = send_now(c.stream, whole);
-      if (w.pending) w = co_await send_rest(c.stream, whole, w, c.write_timeout);
+      const auto w = co_await c.write(nullptr, 0, true);
       out.bytes_out += w.bytes;
       if (!w.ec) out.status = status;
       if (w.ec) out.end = exchange_end::client_gone;
@@ -535,9 +586,7 @@ asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_
     if (lease.buffer.size() == 0) {
       // Nothing of the body has arrived yet (an event stream, a long poll): the head goes
       // first, so the client sees the response start now.
-      const auto head = to_client.next(nullptr, 0, false);
-      auto w = send_now(c.stream, head);
-      if (w.pending) w = co_await send_rest(c.stream, head, w, c.write_timeout);
+      const auto w = co_await c.write(nullptr, 0, false);
       out.bytes_out += w.bytes;
       if (w.ec) {
         ups.close();
@@ -565,7 +614,7 @@ asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_
         pool.count_failure();
         if (plan.on_failure) plan.on_failure(f, rec.message());
         out.end = exchange_end::upstream_failed;
-        if (!to_client.head_sent()) {
+        if (!c.head_sent()) {
           const auto text = describe(f);
           out.answer = problem(version, text.status, text.title, text.detail);
         }
@@ -576,9 +625,7 @@ asio::awaitable<relay_result> relay(client_side c, forward_plan& plan, upstream_
       const bool done = rp->is_done();
       if (got == 0 && !done) continue;                   // chunk framing only
       if (got > 0) plan.watch.body({block.get(), got});  // observed, never held
-      const auto piece = to_client.next(block.get(), got, done);
-      auto w = send_now(c.stream, piece);
-      if (w.pending) w = co_await send_rest(c.stream, piece, w, c.write_timeout);
+      const auto w = co_await c.write(block.get(), got, done);
       out.bytes_out += w.bytes;
       if (w.bytes > 0) out.status = status;
       if (w.ec) {

@@ -434,8 +434,8 @@ asio::awaitable<bool> write_answer(timed_socket& stream, response& res, unsigned
 asio::awaitable<void> serve_h2_session(impl_ptr self, std::shared_ptr<session> s,
                                        const request_context& ctx, beast::flat_buffer& buffer) {
   s->idle = false;
-  h2_peer peer{s->stream,  buffer,   self->handler, ctx,        self->limits,
-               self->pool, self->h2, self,          s->on_drain};
+  h2_peer peer{s->stream, buffer, self->handler, ctx,          self->limits, self->pool,
+               self->h2,  self,   self->buffers, self->relays, s->on_drain};
   co_await serve_h2(peer);
 }
 
@@ -583,11 +583,10 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
     bool body_settled = false;
     switch (v.what) {
       case verdict::kind::forward: {
-        auto r =
-            co_await relay(client_side{stream, buffer, *parser, limits.body_timeout,
-                                       limits.send_timeout, limits.body_min_rate, client_keep_alive,
-                                       self->stopping, expect_continue, head_buffer},
-                           v.forward, self->pool, self->buffers, self->relays);
+        http1_client client(stream, buffer, *parser, limits.body_timeout, limits.send_timeout,
+                            limits.body_min_rate, client_keep_alive, self->stopping,
+                            expect_continue, head_buffer);
+        auto r = co_await relay(client, v.forward, self->pool, self->buffers, self->relays);
         v.forward.watch.end(r.end);  // (a session destroyed before this: the watch's own end)
         ex.status = r.status;
         ex.upstream_status = r.upstream_status;

@@ -151,6 +151,10 @@ std::string format_access_line(const access_record& r, access_format f) {
     append_token(out, r.method);
     out += ' ';
     append_token(out, r.target);
+    if (!r.protocol.empty()) {
+      out += ' ';
+      append_token(out, r.protocol);
+    }
     out += "\" ";
     out += r.status ? std::to_string(r.status) : "-";
     out += " route=";
@@ -186,6 +190,10 @@ std::string format_access_line(const access_record& r, access_format f) {
   append_json_string(out, r.method);
   out += ",\"target\":";
   append_json_string(out, r.target, utf8::repair::percent_encode);
+  if (!r.protocol.empty()) {
+    out += ",\"protocol\":";
+    append_json_string(out, r.protocol);
+  }
   out += ",\"status\":";
   out += r.status ? std::to_string(r.status) : "null";
   auto opt = [&out](const char* name, std::string_view v) {

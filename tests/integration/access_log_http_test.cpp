@@ -265,8 +265,9 @@ TEST(access_log_http, plain_lines_and_reopen_after_a_move) {
       rules_yaml, {{"LOG", log.string()}, {"FORMAT", "plain"}, {"UPSTREAM_URL", upstream.url()}}));
   get(rt.port(), "/open/1");
   ASSERT_EQ(wait_lines(log, 1).size(), 1u);
-  EXPECT_NE(wait_lines(log, 1)[0].find("\"GET /open/1\" 200 route=open decision=unlimited"),
-            std::string::npos)
+  EXPECT_NE(
+      wait_lines(log, 1)[0].find("\"GET /open/1 HTTP/1.1\" 200 route=open decision=unlimited"),
+      std::string::npos)
       << wait_lines(log, 1)[0];
   fs::rename(log, dir.path / "access.log.1");  // logrotate's move
   get(rt.port(), "/open/2");                   // still into the moved file

@@ -4,8 +4,9 @@
 /// HTTP/2 from clients (RFC 9113): one connection served with nghttp2's server session on the
 /// worker's io_context. Each stream is decided by the same request_handler calls as an
 /// HTTP/1.1 request (decide_now / decide / respond / record); a forwarded stream goes to its
-/// upstream over HTTP/1.1 through the worker's upstream_pool.
+/// upstream through relay(), as an HTTP/1.1 request does, with the stream as its client side.
 
+#include "sluice/http/relay.hpp"
 #include "sluice/http/timed_socket.hpp"
 #include "sluice/http/types.hpp"
 #include "sluice/http/upstream_pool.hpp"
@@ -49,7 +50,9 @@ struct h2_peer {
   const session_limits& limits;
   upstream_pool& pool;
   h2_stats& stats;
-  std::shared_ptr<void> keep;  ///< the listener's state
+  std::shared_ptr<void> keep;  ///< the listener's state (holds `buffers` and `relays` too)
+  buffer_pool& buffers;        ///< the worker's body blocks, for relay()
+  relay_stats& relays;         ///< the worker's relay counters
   /// Set by serve_h2 while it runs: starts a graceful close (GOAWAY with the last stream
   /// taken, in-flight streams finish). The listener calls it from drain().
   std::function<void()>& on_drain;

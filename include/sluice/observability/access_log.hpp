@@ -23,10 +23,12 @@ namespace sluice::observability {
 
 /// One request as the access log records it. Views are read during write() only.
 struct access_record {
-  std::int64_t unix_ms = 0;      ///< when the request head was read, ms since the Unix epoch
-  std::string_view client;       ///< the client address the gateway keyed on (or the peer)
-  std::string_view method;       ///< request method
-  std::string_view target;       ///< request target as received
+  std::int64_t unix_ms = 0;  ///< when the request head was read, ms since the Unix epoch
+  std::string_view client;   ///< the client address the gateway keyed on (or the peer)
+  std::string_view method;   ///< request method
+  std::string_view target;   ///< request target as received
+  /// The client's protocol: `HTTP/1.0`, `HTTP/1.1` or `HTTP/2.0` ("" when unknown: left out).
+  std::string_view protocol;
   unsigned status = 0;           ///< status sent to the client (0: none, the connection ended)
   std::string_view route;        ///< "" when no route matched
   std::string_view decision;     ///< allowed, limited, shadow-limited, fail_open, fail_closed,
@@ -51,7 +53,7 @@ enum class access_format { plain, json };
 std::string key_hash(std::string_view key, std::string_view secret);
 
 /// Formats `r` as one line without its newline: `plain` is
-/// `TIME CLIENT "METHOD TARGET" STATUS route=R decision=D limit=L remaining=N upstream=U
+/// `TIME CLIENT "METHOD TARGET PROTOCOL" STATUS route=R decision=D limit=L remaining=N upstream=U
 /// upstream_status=S upstream_ms=X total_ms=Y in=B out=B key=H` (absent values as `-`), TIME
 /// in UTC RFC 3339 with milliseconds; `json` is one object with the same names, always valid
 /// JSON (RFC 8259): a byte of the target that is not well-formed UTF-8 is written `%XX` (as a

@@ -60,8 +60,9 @@ TEST(access_log, plain_line) {
   forwarded.bytes_in = 10;
   forwarded.bytes_out = 120;
   forwarded.key_hash = {};
+  forwarded.protocol = "HTTP/2.0";
   EXPECT_EQ(format_access_line(forwarded, access_format::plain),
-            "2026-12-01T13:28:38.816Z 192.0.2.7 \"GET /v1/items?q=a_b\" 200 route=items "
+            "2026-12-01T13:28:38.816Z 192.0.2.7 \"GET /v1/items?q=a_b HTTP/2.0\" 200 route=items "
             "decision=allowed limit=- remaining=4 upstream=api upstream_status=200 "
             "upstream_ms=1.500 total_ms=0.250 in=10 out=120 key=-");
 }
@@ -73,6 +74,10 @@ TEST(access_log, json_line) {
   EXPECT_EQ(std::string(v.at("time").as_string()), "2026-12-01T13:28:38.816Z");
   EXPECT_EQ(std::string(v.at("target").as_string()), "/v1/\"x\"\n");  // escaped, read back as sent
   EXPECT_EQ(v.at("status").as_int64(), 429);
+  EXPECT_FALSE(v.contains("protocol"));  // none known: left out
+  r.protocol = "HTTP/1.1";
+  const auto w = boost::json::parse(format_access_line(r, access_format::json)).as_object();
+  EXPECT_EQ(std::string(w.at("protocol").as_string()), "HTTP/1.1");
   EXPECT_EQ(std::string(v.at("decision").as_string()), "limited");
   EXPECT_EQ(std::string(v.at("limit").as_string()), "items_key");
   EXPECT_EQ(v.at("remaining").as_int64(), 0);
