@@ -397,7 +397,8 @@ void rls_table(std::string& out, const rls_counts& r) {
     const bool bad = what[0] == 'U' || what[0] == 'I';
     out += "<tr>" + td(what, bad ? "bad" : "") + num(n) + "</tr>\n";
   }
-  if (!any) out += "<tr><td class=\"muted\" colspan=\"2\">no calls yet</td></tr>";
+  if (!any)
+    out += "<tr><td class=\"muted\" colspan=\"2\">no calls yet</td></tr>";
   else
     out += "<tr><td>latency p50 / p99</td>" +
            td(ms_text(quantile_bound(r.duration, 0.5)) + " / " +

@@ -129,9 +129,10 @@ class service final : public pb::RateLimitService::CallbackService {
     auto call = std::make_shared<pending_call>(reactor, resp, count_, std::move(rules),
                                                std::move(p), began);
     auto check = call->check();
-    decide_(std::move(check), [call = std::move(call)](boost::system::result<limiter::check_outcome> r) {
-      call->decided(r);
-    });
+    decide_(std::move(check),
+            [call = std::move(call)](boost::system::result<limiter::check_outcome> r) {
+              call->decided(r);
+            });
     return reactor;
   }
 
