@@ -23,6 +23,8 @@
 #include "sluice/http/h2_session.hpp"
 
 #include "sluice/errc.hpp"
+#include "sluice/http/grpc.hpp"
+#include "sluice/http/h2_upstream.hpp"
 #include "sluice/http/headers.hpp"
 #include "sluice/http/problem.hpp"
 #include "sluice/http/router.hpp"
@@ -89,6 +91,7 @@ struct h2_stream {
   // The response body, given to nghttp2 by the data provider.
   std::string out;
   std::size_t out_pos = 0;
+  h2_fields trailers;  ///< sent after the body (an HTTP/2 upstream's, e.g. grpc-status)
 };
 
 /// Response fields HTTP/2 forbids (RFC 9113 §8.2.2): connection-specific ones.
@@ -260,14 +263,31 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     return 0;
   }
 
-  static ssize_t read_body(nghttp2_session*, std::int32_t, std::uint8_t* buf, std::size_t length,
-                           std::uint32_t* flags, nghttp2_data_source* source, void*) {
+  static ssize_t read_body(nghttp2_session* ng, std::int32_t id, std::uint8_t* buf,
+                           std::size_t length, std::uint32_t* flags, nghttp2_data_source* source,
+                           void*) {
     auto* s = static_cast<h2_stream*>(source->ptr);
     const std::size_t n = std::min(length, s->out.size() - s->out_pos);
     std::memcpy(buf, s->out.data() + s->out_pos, n);
     s->out_pos += n;
-    if (s->out_pos == s->out.size()) *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (s->out_pos == s->out.size()) {
+      *flags |= NGHTTP2_DATA_FLAG_EOF;
+      if (!s->trailers.empty()) {
+        *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        submit_trailers(ng, id, s->trailers);
+      }
+    }
     return static_cast<ssize_t>(n);
+  }
+
+  /// Ends stream `id` with a HEADERS frame of `trailers` (after its last DATA frame).
+  static void submit_trailers(nghttp2_session* ng, std::int32_t id, const h2_fields& trailers) {
+    std::vector<nghttp2_nv> nva;
+    for (const auto& [n, v] : trailers)
+      nva.push_back({reinterpret_cast<std::uint8_t*>(const_cast<char*>(n.data())),
+                     reinterpret_cast<std::uint8_t*>(const_cast<char*>(v.data())), n.size(),
+                     v.size(), NGHTTP2_NV_FLAG_NONE});
+    nghttp2_submit_trailer(ng, id, nva.data(), nva.size());
   }
 
   // --- streams -----------------------------------------------------------------------------
@@ -285,6 +305,8 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
   /// Submits `res` on the stream (connection-specific fields dropped, names lowercased).
   void submit(h2_stream& s, response& res, bool head_request) {
     if (!alive || s.closed || !ng) return;
+    // A gRPC client is answered a gateway refusal as gRPC: trailers-only, grpc-status.
+    if (is_grpc_request(s.head)) to_grpc_answer(res);
     const unsigned code = res.result_int();
     const bool no_body = head_request || code == 204 || code == 304 || code / 100 == 1;
     if (!no_body && !res.body().empty()) res.content_length(res.body().size());
@@ -307,7 +329,7 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     nva.push_back(nv(":status", status));
     for (const auto& [i, v] : values) nva.push_back(nv(names[i], v));
     nghttp2_data_provider provider{};
-    const bool with_body = !no_body && !res.body().empty();
+    const bool with_body = !no_body && (!res.body().empty() || !s.trailers.empty());
     if (with_body) {
       s.out = std::move(res.body());
       s.out_pos = 0;
@@ -417,6 +439,12 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
             spdlog::error("request handler threw: {}", e.what());
             answer = problem(11, bhttp::status::internal_server_error, "Internal Server Error", {});
           }
+          break;
+        }
+        if (v.forward.upstream->http2) {
+          auto got = co_await h2_forward(pool, v.forward, std::move(whole), ex_result);
+          answer = std::move(got.res);
+          s->trailers = std::move(got.trailers);
           break;
         }
         answer = co_await forward(v.forward, std::move(whole), ex_result);
