@@ -27,6 +27,8 @@
 #include "sluice/http/h2_session.hpp"
 
 #include "sluice/errc.hpp"
+#include "sluice/http/grpc.hpp"
+#include "sluice/http/h2_upstream.hpp"
 #include "sluice/http/headers.hpp"
 #include "sluice/http/problem.hpp"
 #include "sluice/http/router.hpp"
@@ -99,6 +101,7 @@ struct h2_stream {
   bool out_eof = false;          ///< the body's last byte is in `out`
   asio::steady_timer send_wait;  ///< cancelled when the provider took bytes, or a close
   std::size_t pending() const { return out.size() - out_pos; }
+  h2_fields trailers;  ///< sent after the body (an HTTP/2 upstream's, e.g. grpc-status)
 };
 
 /// Response bytes a relayed stream may have queued for nghttp2 before relay's next write waits.
@@ -354,21 +357,39 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
   }
 
   /// The data provider: the stream's queued response bytes; deferred while the queue is
-  /// empty and the body not ended (a write resumes it).
-  static ssize_t read_body(nghttp2_session*, std::int32_t, std::uint8_t* buf, std::size_t length,
-                           std::uint32_t* flags, nghttp2_data_source* source, void*) {
+  /// empty and the body not ended (a write resumes it). The body's end sends the stream's
+  /// trailers when it has any.
+  static ssize_t read_body(nghttp2_session* ng, std::int32_t id, std::uint8_t* buf,
+                           std::size_t length, std::uint32_t* flags, nghttp2_data_source* source,
+                           void*) {
     auto* s = static_cast<h2_stream*>(source->ptr);
     if (s->pending() == 0 && !s->out_eof) return NGHTTP2_ERR_DEFERRED;
     const std::size_t n = std::min(length, s->pending());
     std::memcpy(buf, s->out.data() + s->out_pos, n);
     s->out_pos += n;
     if (s->pending() == 0) {
-      if (s->out_eof) *flags |= NGHTTP2_DATA_FLAG_EOF;
+      if (s->out_eof) {
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+        if (!s->trailers.empty()) {
+          *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+          submit_trailers(ng, id, s->trailers);
+        }
+      }
       s->out.clear();
       s->out_pos = 0;
     }
     if (s->pending() <= h2_send_queue_bound) s->send_wait.cancel();
     return static_cast<ssize_t>(n);
+  }
+
+  /// Ends stream `id` with a HEADERS frame of `trailers` (after its last DATA frame).
+  static void submit_trailers(nghttp2_session* ng, std::int32_t id, const h2_fields& trailers) {
+    std::vector<nghttp2_nv> nva;
+    for (const auto& [n, v] : trailers)
+      nva.push_back({reinterpret_cast<std::uint8_t*>(const_cast<char*>(n.data())),
+                     reinterpret_cast<std::uint8_t*>(const_cast<char*>(v.data())), n.size(),
+                     v.size(), NGHTTP2_NV_FLAG_NONE});
+    nghttp2_submit_trailer(ng, id, nva.data(), nva.size());
   }
 
   // --- streams -----------------------------------------------------------------------------
@@ -386,10 +407,13 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
   /// Submits `res` on the stream (connection-specific fields dropped, names lowercased).
   void submit(h2_stream& s, response& res, bool head_request) {
     if (!alive || s.closed || !ng) return;
+    // A gRPC client is answered a gateway refusal as gRPC: trailers-only, grpc-status.
+    if (is_grpc_request(s.head)) to_grpc_answer(res);
     const unsigned code = res.result_int();
     const bool no_body = head_request || code == 204 || code == 304 || code / 100 == 1;
     if (!no_body && !res.body().empty()) res.content_length(res.body().size());
-    const bool with_body = !no_body && !res.body().empty();
+    // (a body-less answer with trailers still needs the provider: its end sends them)
+    const bool with_body = !no_body && (!res.body().empty() || !s.trailers.empty());
     if (with_body) {
       s.out = std::move(res.body());
       s.out_pos = 0;
@@ -490,6 +514,10 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
         consume(*s);
         break;
       case verdict::kind::forward:
+        if (v.forward.upstream->http2) {
+          co_await forward_h2(s, v.forward, ex_result, answer);
+          break;
+        }
         co_await relay_stream(s, v.forward, ex_result, answer);
         break;
       case verdict::kind::buffer: {
@@ -538,6 +566,39 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
       s->head.version(20);  // the access log's protocol
       handler->record(s->head, ctx, v, ex_result);
     }
+  }
+
+  /// Forwards a stream to an upstream that speaks HTTP/2 (h2_forward(): its body read whole
+  /// first, up to the route's max_request_body; the upstream's trailers kept for the answer).
+  asio::awaitable<void> forward_h2(std::shared_ptr<h2_stream> s, forward_plan& plan,
+                                   exchange_result& r, std::optional<response>& answer) {
+    s->body_cap = plan.max_request_body;
+    s->keep_body = true;
+    s->decided = true;
+    if (s->body.size() > s->body_cap) {
+      s->too_large = true;
+      s->body.clear();
+    }
+    consume(*s);
+    co_await await_body(s);
+    if (s->closed) co_return;
+    if (s->too_large || !s->end_stream) {
+      answer = s->too_large ? problem(11, bhttp::status::payload_too_large, "Payload Too Large",
+                                      "the request body is over the route's limit")
+                            : problem(11, bhttp::status::request_timeout, "Request Timeout", {});
+      plan.watch.end(exchange_end::not_forwarded);
+      co_return;
+    }
+    r.bytes_in = s->body.size();
+    request whole{s->head.method(), s->head.target(), 11};
+    whole.base() = s->head;
+    whole.body() = std::move(s->body);
+    if (!whole.body().empty() || whole.method() == bhttp::verb::post ||
+        whole.method() == bhttp::verb::put || whole.method() == bhttp::verb::patch)
+      whole.content_length(whole.body().size());
+    auto got = co_await h2_forward(pool, plan, std::move(whole), r);
+    answer = std::move(got.res);
+    s->trailers = std::move(got.trailers);
   }
 
   /// Relays a forwarded stream to its upstream (relay(), the stream as its client side);

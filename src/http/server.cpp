@@ -62,6 +62,7 @@
 #include "sluice/http/server.hpp"
 
 #include "sluice/http/h2_session.hpp"
+#include "sluice/http/headers.hpp"
 #include "sluice/http/hop_io.hpp"
 #include "sluice/http/problem.hpp"
 #include "sluice/http/router.hpp"
@@ -583,6 +584,15 @@ asio::awaitable<void> serve(impl_ptr self, std::shared_ptr<session> s, request_c
     bool body_settled = false;
     switch (v.what) {
       case verdict::kind::forward: {
+        if (v.forward.upstream->http2) {
+          // An HTTP/2 upstream (a gRPC service) is reached from HTTP/2 clients only.
+          v.forward.watch.end(exchange_end::not_forwarded);
+          answer = problem(head.version(), bhttp::status::http_version_not_supported,
+                           "HTTP Version Not Supported",
+                           "this route's upstream speaks HTTP/2; send the request over HTTP/2");
+          set_lines(answer->base(), v.forward.added_lines);
+          break;
+        }
         http1_client client(stream, buffer, *parser, limits.body_timeout, limits.send_timeout,
                             limits.body_min_rate, client_keep_alive, self->stopping,
                             expect_continue, head_buffer);

@@ -268,6 +268,7 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
     json::object ups;
     for (const auto& [name, u] : rules.upstreams) {
       json::object up{{"url", u.url}};
+      if (u.http2) up["http2"] = true;
       if (u.tls) {
         up["verify"] = u.verify;
         up["ca_file"] =

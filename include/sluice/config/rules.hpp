@@ -330,6 +330,10 @@ struct upstream {
   /// `verify:` false accepts any certificate and name from an https upstream (a warning is
   /// logged when the rules are loaded). Default true.
   bool verify = true;
+  /// `http2:` true forwards to this upstream over HTTP/2 (an http:// url: h2c with prior
+  /// knowledge, RFC 9113 §3.3), e.g. a gRPC service; only HTTP/2 clients reach it. Default
+  /// false (HTTP/1.1).
+  bool http2 = false;
 };
 
 /// `tls.verify_client:` whether the listener asks clients for a certificate.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `upstreams:` section: each upstream's URL and its settings (for an https:// one, how its
-// certificate is verified: `ca_file`, `verify`).
+// certificate is verified: `ca_file`, `verify`; `http2` for an upstream spoken to over HTTP/2).
 
 #include "config/loader_internal.hpp"
 
@@ -9,8 +9,8 @@ namespace sluice::config::detail {
 void loader::parse_upstreams(const entry& e, rules& r) {
   auto m = mapping(e.value, "upstreams", e.line, nullptr, true);
   if (!m) return;
-  static const std::vector<std::string> keys{"url", "connect_timeout", "timeout", "ca_file",
-                                             "verify"};
+  static const std::vector<std::string> keys{"url",     "connect_timeout", "timeout",
+                                             "ca_file", "verify",          "http2"};
   for (const entry& ue : m->entries) {
     const std::string path = join("upstreams", ue.key);
     upstream u;
@@ -57,6 +57,14 @@ void loader::parse_upstreams(const entry& e, rules& r) {
         } else if (!u.verify) {
           error(c->line, p, "ca_file is not used with verify: false");
         }
+      }
+    }
+    if (const entry* h = um->find("http2")) {
+      const std::string p = join(path, "http2");
+      if (auto b = boolean(*h, p)) {
+        u.http2 = *b;
+        // h2 over TLS needs ALPN towards the upstream, not offered yet.
+        if (u.http2 && u.tls) error(h->line, p, "http2 is for http:// upstreams (h2c) for now");
       }
     }
     r.upstreams[u.name] = u;
