@@ -521,34 +521,10 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
         co_await relay_stream(s, v.forward, ex_result, answer);
         break;
       case verdict::kind::buffer: {
-        s->body_cap = limits.body_limit;
-        s->keep_body = true;
-        s->decided = true;
-        if (s->body.size() > s->body_cap) {
-          s->too_large = true;
-          s->body.clear();
-        }
-        consume(*s);
-        co_await await_body(s);
-        if (s->closed) break;
-        if (s->too_large) {
-          answer = problem(11, bhttp::status::payload_too_large, "Payload Too Large",
-                           "the request body is over the route's limit");
-          break;
-        }
-        if (!s->end_stream) {
-          answer = problem(11, bhttp::status::request_timeout, "Request Timeout", {});
-          break;
-        }
-        ex_result.bytes_in = s->body.size();
-        request whole{s->head.method(), s->head.target(), 11};
-        whole.base() = s->head;
-        whole.body() = std::move(s->body);
-        if (!whole.body().empty() || whole.method() == bhttp::verb::post ||
-            whole.method() == bhttp::verb::put || whole.method() == bhttp::verb::patch)
-          whole.content_length(whole.body().size());
+        auto whole = co_await read_whole(s, limits.body_limit, ex_result, answer);
+        if (!whole) break;
         try {
-          answer = co_await handler->respond(std::move(whole), ctx);
+          answer = co_await handler->respond(std::move(*whole), ctx);
         } catch (const std::exception& e) {
           spdlog::error("request handler threw: {}", e.what());
           answer = problem(11, bhttp::status::internal_server_error, "Internal Server Error", {});
@@ -568,11 +544,14 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     }
   }
 
-  /// Forwards a stream to an upstream that speaks HTTP/2 (h2_forward(): its body read whole
-  /// first, up to the route's max_request_body; the upstream's trailers kept for the answer).
-  asio::awaitable<void> forward_h2(std::shared_ptr<h2_stream> s, forward_plan& plan,
-                                   exchange_result& r, std::optional<response>& answer) {
-    s->body_cap = plan.max_request_body;
+  /// Reads the stream's whole request body, up to `cap` bytes, as a request with the stream's
+  /// head (Content-Length set for a body or a method that carries one). Nullopt when there is
+  /// none to hand on: the stream closed, or `answer` is set (413 over `cap`, 408 when the body
+  /// stalled past body_timeout).
+  asio::awaitable<std::optional<request>> read_whole(std::shared_ptr<h2_stream> s,
+                                                     std::uint64_t cap, exchange_result& r,
+                                                     std::optional<response>& answer) {
+    s->body_cap = cap;
     s->keep_body = true;
     s->decided = true;
     if (s->body.size() > s->body_cap) {
@@ -581,13 +560,15 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     }
     consume(*s);
     co_await await_body(s);
-    if (s->closed) co_return;
-    if (s->too_large || !s->end_stream) {
-      answer = s->too_large ? problem(11, bhttp::status::payload_too_large, "Payload Too Large",
-                                      "the request body is over the route's limit")
-                            : problem(11, bhttp::status::request_timeout, "Request Timeout", {});
-      plan.watch.end(exchange_end::not_forwarded);
-      co_return;
+    if (s->closed) co_return std::nullopt;
+    if (s->too_large) {
+      answer = problem(11, bhttp::status::payload_too_large, "Payload Too Large",
+                       "the request body is over the route's limit");
+      co_return std::nullopt;
+    }
+    if (!s->end_stream) {
+      answer = problem(11, bhttp::status::request_timeout, "Request Timeout", {});
+      co_return std::nullopt;
     }
     r.bytes_in = s->body.size();
     request whole{s->head.method(), s->head.target(), 11};
@@ -596,7 +577,19 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     if (!whole.body().empty() || whole.method() == bhttp::verb::post ||
         whole.method() == bhttp::verb::put || whole.method() == bhttp::verb::patch)
       whole.content_length(whole.body().size());
-    auto got = co_await h2_forward(pool, plan, std::move(whole), r);
+    co_return whole;
+  }
+
+  /// Forwards a stream to an upstream that speaks HTTP/2 (h2_forward(): its body read whole
+  /// first, up to the route's max_request_body; the upstream's trailers kept for the answer).
+  asio::awaitable<void> forward_h2(std::shared_ptr<h2_stream> s, forward_plan& plan,
+                                   exchange_result& r, std::optional<response>& answer) {
+    auto whole = co_await read_whole(s, plan.max_request_body, r, answer);
+    if (!whole) {
+      if (!s->closed) plan.watch.end(exchange_end::not_forwarded);
+      co_return;
+    }
+    auto got = co_await h2_forward(pool, plan, std::move(*whole), r);
     answer = std::move(got.res);
     s->trailers = std::move(got.trailers);
   }
