@@ -66,23 +66,21 @@ BENCH_PIDS=()
 trap 'bench_stop_all; rm -rf "$BENCH_WORK"' EXIT
 OUT=$BENCH_WORK
 
-read -r -a CPUS <<<"$(taskset -c -p $$ | awk -F': ' '{ print $2 }' | tr ',' '\n' |
-  awk -F- '{ b = $1; e = (NF > 1 ? $2 : $1); for (i = b; i <= e; i++) printf "%d ", i }')"
+read -r -a CPUS <<<"$(bench_cpus)"
 ((${#CPUS[@]} >= 2)) || die "pinned runs need 2 CPUs"
 LOAD=(taskset -c "${CPUS[0]}")
 
 # The upstream (Debian's nginx answering 200, compare.sh's template), Redis, sluice.
 UP_PORT=$(bench_free_port)
 mkdir -p "$OUT/upstream-tmp"
-sed -e "s|@DIR@|$OUT|g" -e "s|@PORT@|$UP_PORT|g" bench/compare/upstream-nginx.conf >"$OUT/upstream.conf"
+bench_fill bench/compare/upstream-nginx.conf "$OUT/upstream.conf" DIR="$OUT" PORT="$UP_PORT"
 "${LOAD[@]}" nginx -e "$OUT/upstream-error.log" -c "$OUT/upstream.conf" -p "$OUT" >"$OUT/upstream.log" 2>&1 &
 UP_PID=$!
 BENCH_PIDS+=("$UP_PID")
 bench_redis redis
 PORT=$(bench_free_port) ADMIN=$(bench_free_port) RLS=$(bench_free_port)
-sed -e "s|@PORT@|$PORT|g" -e "s|@ADMIN_PORT@|$ADMIN|g" -e "s|@RLS_PORT@|$RLS|g" \
-  -e "s|@REDIS_PORT@|$REDIS_PORT|g" -e "s|@UPSTREAM_PORT@|$UP_PORT|g" \
-  bench/compare/sluice-rls.yaml >"$OUT/sluice.yaml"
+bench_fill bench/compare/sluice-rls.yaml "$OUT/sluice.yaml" PORT="$PORT" ADMIN_PORT="$ADMIN" RLS_PORT="$RLS" \
+  REDIS_PORT="$REDIS_PORT" UPSTREAM_PORT="$UP_PORT"
 "$BINARY" --check-config "$OUT/sluice.yaml" >/dev/null || die "sluice refuses $OUT/sluice.yaml"
 "$BINARY" --config "$OUT/sluice.yaml" --no-watch --log-level warn >"$OUT/sluice.log" 2>&1 &
 SLUICE_PID=$!
@@ -152,7 +150,7 @@ run_one() { # system round: one line of RESULTS (system round calls/s calls p99-
     # count of gRPC OK answers must have grown by as many (a 200 may carry a gRPC error).
     calls=$(awk '/^requests:/ { for (i = 1; i <= NF; i++) if ($(i + 1) ~ /^succeeded/) print $i }' "$f")
     rate=$(awk '/^finished in/ { print $4 }' "$f")
-    p99=$(awk '{ print $3 }' "$f.log" | sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int(NR * 0.99 + 0.5) < 1 ? 1 : int(NR * 0.99 + 0.5)] }')
+    p99=$(bench_h2load_percentiles "$f.log" 99)
     [[ ${calls:-0} -gt 0 ]] || { cat "$f" >&2; die "$s: no call succeeded"; }
     ((m1 - m0 >= calls)) || die "$s: h2load counted $calls successes, sluice $((m1 - m0)) gRPC OK answers"
   else

@@ -11,6 +11,8 @@
 #                  the default set; name it in --systems
 # and, as a mode of its own (--modes rls, bench/compare-rls.sh), sluice as Envoy's rate limit
 # service (h2load -> ShouldRateLimit) against sluice's proxy path for the same limits.
+# --modes h2 (bench/compare-h2.sh) is h2load against nginx (http2, limit_req) and sluice
+# (http2: true, memory and Redis stores) over TLS and h2c.
 # Every limiter keys on the X-API-Key header; wrk sends 10,000 distinct keys (key-0 ..
 # key-9999) and every limit is far above what a key is offered, so each request is checked
 # and admitted. All proxies keep their upstream connections alive. Config templates, the wrk
@@ -22,6 +24,8 @@ ORIG_ARGS=("$@")
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
 TPL="$ROOT/bench/compare"
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 
 ALL_SYSTEMS="direct,nginx,haproxy,sluice-memory,sluice-redis,sluice-settled"
 ROUNDS=3
@@ -63,6 +67,10 @@ Modes:
   unpinned   no pinning
   fixed      no pinning, a fixed offered load (--rate, default 9500 req/s) paced by the wrk
              script's delay(); the achieved rate is printed and checked
+  h2         alone, opt-in: HTTP/2 from clients, h2load against nginx (http2, limit_req) and
+             sluice (http2: true) on the memory store and on Redis, TLS (ALPN h2) and h2c, 1 and
+             10 streams per connection, pinned; run by bench/compare-h2.sh with options of its
+             own (see bench/compare-h2.sh --help)
   rls        alone, opt-in: sluice's rate limit service (h2load calling ShouldRateLimit with 1
              and 3 descriptors) against its proxy path (wrk) for the same limits on Redis,
              pinned; run by bench/compare-rls.sh (--rounds, --seconds, --connections,
@@ -103,7 +111,14 @@ die() { echo "compare: $*" >&2; exit 1; }
 is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
 
 need_val() { (($# >= 2)) || die "$1 needs a value"; }
-while (($#)); do
+# --modes h2 takes bench/compare-h2.sh's options: they are handed over unread.
+H2_MODE=0
+prev=""
+for a in "$@"; do
+  [[ $a == --modes=h2 || ($prev == --modes && $a == h2) ]] && H2_MODE=1
+  prev=$a
+done
+while ((!H2_MODE && $#)); do
   opt=$1
   if [[ $opt == --*=* ]]; then set -- "${opt%%=*}" "${opt#*=}" "${@:2}"; opt=$1; fi
   case $opt in
@@ -141,7 +156,10 @@ done
 ((KEYS >= 1 && FIXED_RATE >= 1)) || die "--keys and --rate must be positive"
 IFS=, read -r -a MODE_LIST <<<"$MODES"
 IFS=, read -r -a SYSTEM_LIST <<<"$SYSTEMS"
-for m in "${MODE_LIST[@]}"; do [[ $m =~ ^(pinned|unpinned|fixed|rls)$ ]] || die "unknown mode: $m"; done
+for m in "${MODE_LIST[@]}"; do
+  [[ $m != h2 ]] || die "--modes h2 runs alone"
+  [[ $m =~ ^(pinned|unpinned|fixed|rls)$ ]] || die "unknown mode: $m"
+done
 [[ ,$MODES, != *,rls,* || $MODES == rls ]] || die "--modes rls runs alone"
 
 for s in "${SYSTEM_LIST[@]}"; do [[ ,$ALL_SYSTEMS, == *,$s,* ]] || die "unknown system: $s"; done
@@ -156,7 +174,7 @@ export PATH="$PATH:/usr/sbin:/sbin"
 if [[ -z ${COMPARE_GUARDED:-} ]]; then
   declare -A PKG=([wrk]=wrk [nginx]=nginx-light [haproxy]=haproxy [redis-server]=redis-server
     [redis-cli]=redis-tools [gnuplot]=gnuplot-nox [taskset]=util-linux [curl]=curl
-    [timeout]=coreutils [h2load]=nghttp2-client [protoc]=protobuf-compiler)
+    [timeout]=coreutils [h2load]=nghttp2-client [protoc]=protobuf-compiler [openssl]=openssl)
   missing=()
   for tool in "${!PKG[@]}"; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("${PKG[$tool]}")
@@ -171,6 +189,8 @@ if [[ -z ${COMPARE_GUARDED:-} ]]; then
   fi
 fi
 
+# bench/compare-h2.sh bounds itself (its budget follows its own options).
+if ((H2_MODE)); then exec "$ROOT/bench/compare-h2.sh" "${ORIG_ARGS[@]}"; fi
 # Bounded like the other modes: 4 systems x rounds x (seconds + warm-up + 4 s) and set-up.
 if [[ $MODES == rls ]]; then
   exec timeout -k 15 $((120 + 4 * ROUNDS * (DURATION + WARMUP + 4))) "$ROOT/bench/compare-rls.sh" "${ORIG_ARGS[@]}"
@@ -257,12 +277,6 @@ start() { # name command...: runs it in the background, output to $OUT/<name>.lo
   pids+=("$!")
 }
 
-fill() { # template output key=value...: replaces @KEY@ with value
-  local tpl=$1 out=$2 expr=() kv
-  shift 2
-  for kv in "$@"; do expr+=(-e "s|@${kv%%=*}@|${kv#*=}|g"); done
-  sed "${expr[@]}" "$tpl" >"$out"
-}
 
 # Limits: never reached in a benchmark; in --self-check each key gets 2 requests, then refusals.
 if ((SELF_CHECK)); then
@@ -276,7 +290,7 @@ HEADERS_YAML="[x-ratelimit, ietf]"
 
 PORT[upstream]=$(free_port)
 mkdir -p "$OUT/upstream-tmp"
-fill "$TPL/upstream-nginx.conf" "$OUT/upstream.conf" DIR="$OUT" PORT="${PORT[upstream]}"
+bench_fill "$TPL/upstream-nginx.conf" "$OUT/upstream.conf" DIR="$OUT" PORT="${PORT[upstream]}"
 start upstream nginx -e "$OUT/upstream-error.log" -c "$OUT/upstream.conf" -p "$OUT"
 PORT[direct]=${PORT[upstream]}
 
@@ -288,13 +302,13 @@ fi
 if has_system nginx; then
   PORT[nginx]=$(free_port)
   mkdir -p "$OUT/nginx-limit-tmp"
-  fill "$TPL/nginx-limit.conf" "$OUT/nginx-limit.conf" DIR="$OUT" PORT="${PORT[nginx]}" \
+  bench_fill "$TPL/nginx-limit.conf" "$OUT/nginx-limit.conf" DIR="$OUT" PORT="${PORT[nginx]}" \
     UPSTREAM_PORT="${PORT[upstream]}" NGINX_RATE="$NGINX_RATE" NGINX_BURST="$NGINX_BURST"
   start nginx nginx -e "$OUT/nginx-limit-error.log" -c "$OUT/nginx-limit.conf" -p "$OUT"
 fi
 if has_system haproxy; then
   PORT[haproxy]=$(free_port)
-  fill "$TPL/haproxy.cfg" "$OUT/haproxy.cfg" PORT="${PORT[haproxy]}" \
+  bench_fill "$TPL/haproxy.cfg" "$OUT/haproxy.cfg" PORT="${PORT[haproxy]}" \
     UPSTREAM_PORT="${PORT[upstream]}" HAPROXY_RATE="$HAPROXY_RATE"
   haproxy -c -q -f "$OUT/haproxy.cfg" || die "haproxy refuses its config"
   start haproxy haproxy -db -f "$OUT/haproxy.cfg"
@@ -303,7 +317,7 @@ wait_port "${PORT[upstream]}" "${PID[upstream]}" upstream
 if uses_redis; then wait_port "${PORT[redis]}" "${PID[redis]}" redis; fi
 
 sluice_rules() { # name store-yaml [limit fields]
-  fill "$TPL/sluice.yaml" "$OUT/$1.yaml" PORT="${PORT[$1]}" ADMIN_PORT="${ADMIN[$1]}" \
+  bench_fill "$TPL/sluice.yaml" "$OUT/$1.yaml" PORT="${PORT[$1]}" ADMIN_PORT="${ADMIN[$1]}" \
     STORE="$2" HEADERS="$HEADERS_YAML" UPSTREAM_PORT="${PORT[upstream]}" \
     SLUICE_RATE="$SLUICE_RATE" SLUICE_BURST="$SLUICE_BURST" LIMIT_NAME="${1//-/_}" EXTRA="${3:-}"
   awk -v n="$KEYS" 'BEGIN { print "api_keys:"; for (i = 0; i < n; i++) printf "  key-%d: bench\n", i }' \
@@ -379,8 +393,7 @@ done
 
 # --- measurement ------------------------------------------------------------------------------
 CLK_TCK=$(getconf CLK_TCK)
-read -r -a CPUS <<<"$(taskset -c -p $$ | awk -F': ' '{ print $2 }' | tr ',' '\n' |
-  awk -F- '{ b = $1; e = (NF > 1 ? $2 : $1); for (i = b; i <= e; i++) printf "%d ", i }')"
+read -r -a CPUS <<<"$(bench_cpus)"
 ALL_CPUS=$(IFS=,; echo "${CPUS[*]}")
 if [[ ,$MODES, == *,pinned,* ]] && ((${#CPUS[@]} < 2)); then die "pinned mode needs 2 CPUs (have $ALL_CPUS)"; fi
 

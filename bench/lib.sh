@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
-# Helpers shared by bench/accuracy.sh and bench/cluster.sh (sourced, not run): free loopback
-# ports, waiting for a port, CPU ticks of a process tree, and a real Redis Cluster started and
-# stopped by pid. Every wait has a bound. The caller sets BENCH_PIDS=() and stops them on exit
+# Helpers shared by the bench scripts (sourced, not run): free loopback ports, waiting for a
+# port, CPU ticks of a process tree, the CPUs a script may use, config templates, h2load's
+# figures, and a real Redis Cluster started and stopped by pid. Every wait has a bound. The caller sets BENCH_PIDS=() and stops them on exit
 # (bench_stop_all); BENCH_WORK is its temporary directory.
 
 # A free 127.0.0.1 port: the kernel's pick for port 0, on which nothing listens now.
@@ -40,6 +40,50 @@ bench_tree_ticks() {
     for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do queue+=("$c"); done
   done
   echo "$t"
+}
+
+# bench_cpus: the CPUs this shell may run on (its affinity list expanded), space-separated.
+bench_cpus() {
+  taskset -c -p $$ | awk -F': ' '{ print $2 }' | tr ',' '\n' |
+    awk -F- '{ b = $1; e = (NF > 1 ? $2 : $1); for (i = b; i <= e; i++) printf "%d ", i }'
+}
+
+# bench_fill TEMPLATE OUTPUT KEY=value...: OUTPUT is TEMPLATE with every @KEY@ replaced by value
+# (values must not hold `|`).
+bench_fill() {
+  local tpl=$1 out=$2 expr=() kv
+  shift 2
+  for kv in "$@"; do expr+=(-e "s|@${kv%%=*}@|${kv#*=}|g"); done
+  sed "${expr[@]}" "$tpl" >"$out"
+}
+
+# bench_h2load_counts OUTPUT: "<succeeded> <2xx> <non-2xx> <failed+errored+timeout> <seconds>"
+# from h2load's summary (`finished in 3.00s, ...`, `requests: ...`, `status codes: ...`);
+# nothing when there is no summary.
+bench_h2load_counts() {
+  awk '
+    /^finished in/ { t = $3; sub(/,$/, "", t); u = 1
+      if (t ~ /ms$/) { u = 0.001; sub(/ms$/, "", t) } else if (t ~ /us$/) { u = 1e-6; sub(/us$/, "", t) } else sub(/s$/, "", t)
+      secs = t * u }
+    /^requests:/ { for (i = 2; i < NF; i++) { w = $(i + 1); sub(/,$/, "", w)
+        if (w == "succeeded") ok = $i; if (w == "failed" || w == "errored" || w == "timeout") bad += $i } }
+    /^status codes:/ { for (i = 3; i < NF; i++) { w = $(i + 1); sub(/,$/, "", w)
+        if (w == "2xx") s2 = $i; else if (w ~ /^[345]xx$/) other += $i } }
+    END { if (secs != "" && ok != "") printf "%d %d %d %d %.3f\n", ok, s2, other, bad, secs }' "$1"
+}
+
+# bench_h2load_percentiles LOG P...: the P-th percentiles (nearest rank) of the request
+# durations in h2load's --log-file (third column, µs), one line, space-separated; nothing for
+# an empty log.
+bench_h2load_percentiles() {
+  local log=$1
+  shift
+  awk '{ print $3 }' "$log" | sort -n | awk -v ps="$*" '
+    { v[NR] = $1 }
+    END { if (!NR) exit; n = split(ps, p, " ")
+      for (i = 1; i <= n; i++) { r = int(NR * p[i] / 100 + 0.5); if (r < 1) r = 1; if (r > NR) r = NR
+        printf "%s%s", (i > 1 ? " " : ""), v[r] }
+      print "" }'
 }
 
 # Stops every pid in BENCH_PIDS (last started first), SIGKILL after 5 s.
