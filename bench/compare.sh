@@ -573,7 +573,7 @@ REPORT="$OUT/report.md"
   echo "Every limiter keys on X-API-Key with a limit no key reaches, and keeps upstream connections alive:" \
     "nginx + limit_req (1 worker, \`limit_req_zone \$http_x_api_key\`, upstream \`keepalive\`);" \
     "HAProxy $(haproxy -v | awk 'NR == 1 { print $3 }') (\`nbthread 1\`, stick-table on \`req.hdr(X-API-Key)\`" \
-    "storing \`http_req_rate(1s)\`, \`http-reuse always\`); sluice $("$BINARY" --version | awk '{ print $2 }')" \
+    "storing \`http_req_rate(1s)\`, \`http-reuse always\`); sluice $("$BINARY" --version | awk 'NR == 1 { print $2 }')" \
     "(build $git_rev, \`workers: 1\`, one token bucket per API key, \`by: api_key\`, headers \`$HEADERS_YAML\`)" \
     "on the memory store and on redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')" \
     "(\`--save \"\" --appendonly no\`)."
