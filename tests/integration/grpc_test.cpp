@@ -9,6 +9,7 @@
 // route is 505. Skipped when python3 or python3-grpcio is missing (scripts/setup installs them).
 
 #include "support/child_process.hpp"
+#include "support/grpc_echo.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
 #include "support/runtime_fixture.hpp"
@@ -30,39 +31,8 @@ namespace fs = std::filesystem;
 namespace json = boost::json;
 using namespace std::chrono_literals;
 
-const std::string python = "/usr/bin/python3";
-const std::string script = std::string(SLUICE_SOURCE_DIR) + "/tests/support/grpc_echo.py";
-
-bool have_grpcio() {
-  if (!fs::exists(python)) return false;
-  temp_dir dir{"grpcio-check"};
-  child_process p({python, "-c", "import grpc"}, dir.path / "o", dir.path / "e");
-  return p.wait_exit(30s) == 0;
-}
-
-/// The echo service on a free loopback port; its output lists the calls it saw.
-struct echo_service {
-  echo_service() : port(free_loopback_port()) {
-    proc = std::make_unique<child_process>(
-        std::vector<std::string>{python, script, "server", std::to_string(port)},
-        dir.path / "server.out", dir.path / "server.err");
-    for (int i = 0; i < 600 && proc->out().find("ready") == std::string::npos; ++i)
-      std::this_thread::sleep_for(50ms);  // polls for the state (ready), no budget asserted
-    if (proc->out().find("ready") == std::string::npos)
-      throw std::runtime_error("the echo service did not start: " + proc->err());
-  }
-  /// Calls the service has seen.
-  std::size_t calls() const {
-    const auto out = proc->out();
-    std::size_t n = 0;
-    for (auto at = out.find("call "); at != std::string::npos; at = out.find("call ", at + 1)) ++n;
-    return n;
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
-  temp_dir dir{"grpc-echo"};
-  std::uint16_t port;
-  std::unique_ptr<child_process> proc;
-};
+const std::string& python = grpc_python;
+const std::string& script = grpc_echo_script;
 
 /// Runs the python client through the gateway on `port` with `steps`: its answers.
 json::array call(std::uint16_t port, const json::array& steps) {
