@@ -17,6 +17,12 @@
 // route's max_request_body when forwarded, client body_limit when buffered): over it, 413 and
 // the stream is reset. Bodies of answered requests are consumed and dropped.
 //
+// Defences (bounds in h2_session.hpp): the counts of streams ended at once, CONTINUATION
+// frames and PING/SETTINGS frames, and a header list's decoded size, are kept by the callbacks;
+// past a bound, calm() queues GOAWAY ENHANCE_YOUR_CALM and the callback fails, so nghttp2
+// reads no further while the writer sends the GOAWAY. A fatal error of nghttp2's own (its
+// flood and CONTINUATION checks) gets its GOAWAY from received_error().
+//
 // Forwarded: the stream is the client side (h2_client) of relay(), the one relay an HTTP/1.1
 // request goes through. Its body is taken from the stream's received DATA as relay reads it,
 // and only then consumed (the window reopens as the upstream takes the bytes); the response
@@ -228,6 +234,11 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
   std::map<std::int32_t, std::shared_ptr<h2_stream>> streams;
   std::deque<steady::time_point> resets;
   steady::time_point last_activity = steady::now();
+  // The defences' counts (see h2_session.hpp's h2_max_* bounds).
+  std::uint32_t continuations = 0;  ///< CONTINUATION frames of the header block being read
+  steady::time_point control_window{};
+  std::uint32_t control_frames = 0;  ///< PING and SETTINGS in the window from control_window
+  bool calmed = false;
 
   void kick() { wake.cancel(); }
 
@@ -244,7 +255,69 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     kick();
   }
 
+  // --- the defences ------------------------------------------------------------------------
+
+  /// Ends the connection for an attack: GOAWAY ENHANCE_YOUR_CALM (RFC 9113 §7), counted once.
+  /// The caller returns NGHTTP2_ERR_CALLBACK_FAILURE from its callback, so nghttp2 reads no
+  /// further; the writer still sends the GOAWAY.
+  int calm() {
+    if (!calmed) {
+      calmed = true;
+      ++stats.calm_goaways;
+      nghttp2_session_terminate_session(ng, NGHTTP2_ENHANCE_YOUR_CALM);
+    }
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
+
+  /// Counts a stream ended at once (reset by the client, or by the gateway for the client's
+  /// fault); true when it is one more than h2_max_resets_per_second within the last second.
+  bool reset_flood() {
+    const auto now = steady::now();
+    resets.push_back(now);
+    while (!resets.empty() && now - resets.front() > std::chrono::seconds(1)) resets.pop_front();
+    return resets.size() > h2_max_resets_per_second;
+  }
+
+  /// Counts a PING or SETTINGS frame; true when it is one more than
+  /// h2_max_control_frames_per_second in the current one-second window.
+  bool control_flood() {
+    const auto now = steady::now();
+    if (now - control_window >= std::chrono::seconds(1)) {
+      control_window = now;
+      control_frames = 0;
+    }
+    return ++control_frames > h2_max_control_frames_per_second;
+  }
+
+  /// After nghttp2_session_mem_recv failed with `rv` (a fatal error: nghttp2 queued no GOAWAY),
+  /// queues the GOAWAY its cause calls for; the writer sends it before the connection closes.
+  void received_error(std::int64_t rv) {
+    if (rv == NGHTTP2_ERR_FLOODED || rv == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS) {
+      calm();  // (nghttp2's own bounds: its outbound queue, its CONTINUATION count)
+    } else if (rv == NGHTTP2_ERR_BAD_CLIENT_MAGIC) {
+      nghttp2_session_terminate_session(ng, NGHTTP2_PROTOCOL_ERROR);
+    } else {
+      nghttp2_session_terminate_session(ng, NGHTTP2_INTERNAL_ERROR);  // (a no-op after calm())
+    }
+    kick();
+  }
+
   // --- nghttp2 callbacks -------------------------------------------------------------------
+
+  static int on_begin_frame(nghttp2_session*, const nghttp2_frame_hd* hd, void* user) {
+    auto* self = static_cast<h2_connection*>(user);
+    if (hd->type == NGHTTP2_HEADERS) self->continuations = 0;
+    if (hd->type == NGHTTP2_CONTINUATION && ++self->continuations > h2_max_continuations)
+      return self->calm();
+    return 0;
+  }
+
+  /// A frame nghttp2 refused with a stream error (a malformed request: RST_STREAM
+  /// PROTOCOL_ERROR; a stream past the cap: REFUSED_STREAM) counts as a reset.
+  static int on_invalid_frame(nghttp2_session*, const nghttp2_frame*, int, void* user) {
+    auto* self = static_cast<h2_connection*>(user);
+    return self->reset_flood() ? self->calm() : 0;
+  }
 
   static int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user) {
     auto* self = static_cast<h2_connection*>(user);
@@ -263,10 +336,17 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     if (!s) return 0;
     const std::string_view n(reinterpret_cast<const char*>(name), namelen);
     const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
-    // The HPACK bomb: the decoded list is bounded as an HTTP/1.1 head is (RFC 9113 §6.5.2:
-    // the field's size counts 32 bytes of overhead); over it the stream is reset.
+    // The decoded list is bounded as an HTTP/1.1 head is (RFC 9113 §6.5.2: the field's size
+    // counts 32 bytes of overhead): over it 431 and the rest dropped (RFC 9113 §10.5.1: the
+    // block is still decoded, the connection's state kept); an HPACK bomb, far over it, ends
+    // the connection.
     s->header_bytes += namelen + valuelen + 32;
-    if (s->header_bytes > self->limits.header_limit) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    const std::uint64_t limit = self->limits.header_limit;
+    if (s->header_bytes > limit * h2_header_list_calm_factor) return self->calm();
+    if (s->header_bytes > limit) {
+      s->bad = bhttp::status::request_header_fields_too_large;
+      return 0;
+    }
     if (!n.empty() && n.front() == ':') {
       if (n == ":method") s->method = v;
       if (n == ":path") s->path = v;
@@ -285,17 +365,13 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
   static int on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
     auto* self = static_cast<h2_connection*>(user);
     switch (frame->hd.type) {
-      case NGHTTP2_RST_STREAM: {
-        const auto now = steady::now();
-        self->resets.push_back(now);
-        while (!self->resets.empty() && now - self->resets.front() > std::chrono::seconds(1))
-          self->resets.pop_front();
-        if (self->resets.size() > h2_max_resets_per_second) {
-          ++self->stats.calm_goaways;
-          nghttp2_session_terminate_session(self->ng, NGHTTP2_ENHANCE_YOUR_CALM);
-        }
+      case NGHTTP2_RST_STREAM:
+        if (self->reset_flood()) return self->calm();
         break;
-      }
+      case NGHTTP2_PING:
+      case NGHTTP2_SETTINGS:
+        if (!(frame->hd.flags & NGHTTP2_FLAG_ACK) && self->control_flood()) return self->calm();
+        break;
       case NGHTTP2_HEADERS:
       case NGHTTP2_DATA: {
         auto s = self->find(frame->hd.stream_id);
@@ -632,6 +708,7 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
       const auto rv =
           nghttp2_session_mem_recv(ng, static_cast<const std::uint8_t*>(d.data()), d.size());
       buf.consume(buf.size());
+      if (rv < 0) received_error(rv);
       kick();
       if (rv < 0) {
         alive = false;
@@ -647,7 +724,10 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
       last_activity = steady::now();
       const auto rv = nghttp2_session_mem_recv(ng, scratch.data(), n);
       kick();
-      if (rv < 0) break;
+      if (rv < 0) {
+        received_error(rv);  // (the writer sends the GOAWAY, then ends)
+        break;
+      }
       if (!nghttp2_session_want_read(ng) && !nghttp2_session_want_write(ng)) break;
     }
     alive = false;
@@ -713,6 +793,8 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
   bool start() {
     nghttp2_session_callbacks* cbs = nullptr;
     if (nghttp2_session_callbacks_new(&cbs) != 0) return false;
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cbs, &on_begin_frame);
+    nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cbs, &on_invalid_frame);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, &on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cbs, &on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, &on_frame_recv);
@@ -723,6 +805,8 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     nghttp2_option_set_no_auto_window_update(opt, 1);
     nghttp2_option_set_max_settings(opt, 32);  // a SETTINGS frame with more entries: GOAWAY
     nghttp2_option_set_max_deflate_dynamic_table_size(opt, 4096);
+    // (a backstop: on_begin_frame ends the flood at h2_max_continuations, with its GOAWAY)
+    nghttp2_option_set_max_continuations(opt, 2 * h2_max_continuations);
     const int rv = nghttp2_session_server_new2(&ng, cbs, this, opt);
     nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cbs);

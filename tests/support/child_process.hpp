@@ -149,6 +149,8 @@ class sluice_process {
 
   void signal(int sig) const { child_.signal(sig); }
   bool running() { return child_.running(); }
+  /// Its process id (-1 once reaped).
+  pid_t pid() const { return child_.pid(); }
   /// Its exit status once it ended within `limit` (128 + N when killed by signal N).
   std::optional<int> wait_exit(std::chrono::milliseconds limit) { return child_.wait_exit(limit); }
 
