@@ -45,11 +45,20 @@ void request_counters::add_to(std::map<std::string, observability::route_counts>
   for (const auto& [name, c] : by_name_) {
     auto& r = out[name];
     r.route = name;
-    r.allowed += c->allowed.value();
-    r.limited += c->limited.value();
-    r.unlimited += c->unlimited.value();
-    r.fail_open += c->fail_open.value();
-    r.fail_closed += c->fail_closed.value();
+    for (std::size_t p = 0; p < c->decisions.size(); ++p) {
+      const decision_counters& from = c->decisions[p];
+      observability::decision_counts& to = r.by_protocol[p];
+      to.allowed += from.allowed.value();
+      to.limited += from.limited.value();
+      to.unlimited += from.unlimited.value();
+      to.fail_open += from.fail_open.value();
+      to.fail_closed += from.fail_closed.value();
+      r.allowed += from.allowed.value();
+      r.limited += from.limited.value();
+      r.unlimited += from.unlimited.value();
+      r.fail_open += from.fail_open.value();
+      r.fail_closed += from.fail_closed.value();
+    }
     r.local += c->local.value();
     r.shadow_limited += c->shadow_limited.value();
     r.bad_gateway += c->bad_gateway.value();
@@ -89,15 +98,17 @@ void upstream_counters::add_last_error_to(observability::upstream_counts& out) c
   }
 }
 
-void exchange_counters::record(const http::exchange_result& ex) noexcept {
-  duration[observability::code_class_of(ex.status)].observe(
+void exchange_counters::record(const http::exchange_result& ex, http::protocol proto) noexcept {
+  duration[static_cast<std::size_t>(proto)][observability::code_class_of(ex.status)].observe(
       std::chrono::nanoseconds(static_cast<std::int64_t>(ex.total_ms * 1e6)));
   bytes_in.add(ex.bytes_in);
   bytes_out.add(ex.bytes_out);
 }
 
 void exchange_counters::add_to(observability::exchange_counts& out) const noexcept {
-  for (std::size_t k = 0; k < duration.size(); ++k) out.duration[k].add(duration[k].read());
+  for (std::size_t p = 0; p < duration.size(); ++p)
+    for (std::size_t k = 0; k < duration[p].size(); ++k)
+      out.duration[p][k].add(duration[p][k].read());
   out.bytes_in += bytes_in.value();
   out.bytes_out += bytes_out.value();
 }

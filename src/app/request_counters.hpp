@@ -40,19 +40,34 @@ struct upstream_counters {
 
 /// One route's client-facing exchanges in one worker (meanings: observability::exchange_counts).
 struct exchange_counters {
-  std::array<observability::duration_histogram, observability::code_classes.size()> duration;
+  /// Durations by http::protocol, then by status class (indexed as code_classes).
+  std::array<std::array<observability::duration_histogram, observability::code_classes.size()>,
+             http::protocol_count>
+      duration;
   observability::owned_counter bytes_in, bytes_out;
-  /// Records one ended exchange: its duration under its status class, its bytes. Worker
-  /// thread only.
-  void record(const http::exchange_result& ex) noexcept;
+  /// Records one ended exchange of a client speaking `proto`: its duration under its protocol
+  /// and status class, its bytes. Worker thread only.
+  void record(const http::exchange_result& ex, http::protocol proto) noexcept;
   /// Adds these counts into `out`. Any thread.
   void add_to(observability::exchange_counts& out) const noexcept;
 };
 
+/// What one protocol's requests on a route came to in one worker (meanings:
+/// observability::decision_counts).
+struct decision_counters {
+  observability::owned_counter allowed, limited, unlimited, fail_open, fail_closed;
+};
+
 /// One route's counters in one worker (meanings: observability::route_counts).
 struct route_counters {
-  observability::owned_counter allowed, limited, unlimited, fail_open, fail_closed, local,
-      shadow_limited, bad_gateway, gateway_timeout;
+  /// The decisions by http::protocol (the `protocol` label of sluice_requests_total).
+  std::array<decision_counters, http::protocol_count> decisions;
+  observability::owned_counter local, shadow_limited, bad_gateway, gateway_timeout;
+  /// The decision counters of requests whose client speaks `proto`: an array index, no
+  /// allocation.
+  decision_counters& of(http::protocol proto) noexcept {
+    return decisions[static_cast<std::size_t>(proto)];
+  }
   exchange_counters exchanges;  ///< what the route's clients saw: durations, bytes
   /// The counters of the route's upstream in the snapshot the route was last indexed in
   /// (request_counters::of() sets it; null for a route of no snapshot in force).

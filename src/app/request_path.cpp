@@ -445,7 +445,7 @@ bool gateway_handler::records() const {
 void gateway_handler::record(const http::request_head& head, const http::request_context& ctx,
                              const http::verdict& v, const http::exchange_result& ex) noexcept {
   auto* counted = static_cast<route_counters*>(v.access.handler_tag);
-  (counted != nullptr ? counted->exchanges : counters_.unrouted).record(ex);
+  (counted != nullptr ? counted->exchanges : counters_.unrouted).record(ex, ctx.proto);
   if (!shared_.access) return;
   observability::access_record a;
   a.unix_ms = ex.unix_ms;
@@ -597,7 +597,7 @@ std::optional<http::verdict> gateway_handler::prepare_check(const snapshot& snap
       id.directory_down && rt.on_store_failure != config::failure_policy::local;
   if (prepared.limits.empty() && !policy_decides) {
     route_counters& counted = counters_.of(rules, snap.generation, rt);
-    counted.unlimited.add();
+    counted.of(ctx.proto).unlimited.add();
     http::verdict v;
     forward(r, head, ctx, false, {}, counted, v);
     return v;
@@ -680,7 +680,7 @@ void gateway_handler::respond(const snapshot& snap, http::request_head& head,
   limiter::append_quota_lines(lines, *applied, outcome, rules.headers);
   if (prepared.warns) count_warnings(prepared, *applied, rt.cost, head, outcome);
   if (!outcome.allowed) {
-    counted.limited.add();
+    counted.of(ctx.proto).limited.add();
     for (std::size_t i = 0; i < outcome.limits.size() && i < prepared.limits.size(); ++i) {
       if (outcome.limits[i].block == limiter::limit_outcome::block_event::started)
         counters_.blocks_started.of(prepared.limits[i]->name).add();
@@ -698,7 +698,7 @@ void gateway_handler::respond(const snapshot& snap, http::request_head& head,
     out = answer(std::move(res));
     return;
   }
-  counted.allowed.add();
+  counted.of(ctx.proto).allowed.add();
   forward(r, head, ctx, true, std::move(lines), counted, out);
 }
 
@@ -729,7 +729,7 @@ std::optional<http::verdict> gateway_handler::apply_failure_policy(
   const config::route& rt = *r.route->route;
   switch (rt.on_store_failure) {
     case config::failure_policy::fail_open: {
-      counted.fail_open.add();
+      counted.of(ctx.proto).fail_open.add();
       log_store_failure(ec, rt.name, "fail_open");
       // Nothing true can be said about the quota: no quota fields.
       http::verdict v;
@@ -737,7 +737,7 @@ std::optional<http::verdict> gateway_handler::apply_failure_policy(
       return v;
     }
     case config::failure_policy::fail_closed: {
-      counted.fail_closed.add();
+      counted.of(ctx.proto).fail_closed.add();
       log_store_failure(ec, rt.name, "fail_closed");
       auto res = http::problem(
           head.version(), bhttp::status::service_unavailable, "Rate Limiter Unavailable",

@@ -435,7 +435,9 @@ asio::awaitable<bool> write_answer(timed_socket& stream, response& res, unsigned
 asio::awaitable<void> serve_h2_session(impl_ptr self, std::shared_ptr<session> s,
                                        const request_context& ctx, beast::flat_buffer& buffer) {
   s->idle = false;
-  h2_peer peer{s->stream, buffer, self->handler, ctx,          self->limits, self->pool,
+  request_context h2_ctx = ctx;
+  h2_ctx.proto = protocol::h2;
+  h2_peer peer{s->stream, buffer, self->handler, h2_ctx,       self->limits, self->pool,
                self->h2,  self,   self->buffers, self->relays, s->on_drain};
   co_await serve_h2(peer);
 }

@@ -173,8 +173,9 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
   {
     auto duration = family("sluice_http_request_duration_seconds",
                            "Client-facing exchanges from the request head read to the last "
-                           "response byte written, by route (\"\": no route matched) and status "
-                           "class (none: the connection ended before a status was written).",
+                           "response byte written, by route (\"\": no route matched), status "
+                           "class (none: the connection ended before a status was written) and "
+                           "client protocol (http/1.1, h2).",
                            MetricType::Histogram);
     auto received = family("sluice_http_received_bytes_total",
                            "Request body bytes read from clients, by route.", MetricType::Counter);
@@ -182,9 +183,12 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
         family("sluice_http_sent_bytes_total",
                "Bytes written to clients (heads and bodies), by route.", MetricType::Counter);
     for (const auto& e : s.exchanges) {
-      for (std::size_t k = 0; k < e.duration.size(); ++k)
-        add_histogram(duration, e.duration[k],
-                      {{"route", e.route}, {"code_class", code_classes[k]}});
+      for (std::size_t p = 0; p < e.duration.size(); ++p)
+        for (std::size_t k = 0; k < e.duration[p].size(); ++k)
+          add_histogram(duration, e.duration[p][k],
+                        {{"route", e.route},
+                         {"code_class", code_classes[k]},
+                         {"protocol", http::protocol_label(static_cast<http::protocol>(p))}});
       add_counter(received, d(e.bytes_in), {{"route", e.route}});
       add_counter(sent, d(e.bytes_out), {{"route", e.route}});
     }
@@ -211,8 +215,9 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
   // is told apart from a quota 429).
   {
     auto requests = family("sluice_requests_total",
-                           "Requests that matched a route, by route and by what they came to "
-                           "(a decision of the local limiter counts as allowed or limited).",
+                           "Requests that matched a route, by route, by what they came to "
+                           "(a decision of the local limiter counts as allowed or limited) and "
+                           "by client protocol (http/1.1, h2).",
                            MetricType::Counter);
     auto policy = family("sluice_failure_policy_applied_total",
                          "Store checks that failed and were answered by the route's failure "
@@ -230,11 +235,19 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
       auto by = [&](const char* label, const char* value) {
         return std::vector<ClientMetric::Label>{{"route", r.route}, {label, value}};
       };
-      add_counter(requests, d(r.allowed), by("decision", "allowed"));
-      add_counter(requests, d(r.limited), by("decision", "limited"));
-      add_counter(requests, d(r.unlimited), by("decision", "unlimited"));
-      add_counter(requests, d(r.fail_open), by("decision", "fail_open"));
-      add_counter(requests, d(r.fail_closed), by("decision", "fail_closed"));
+      for (std::size_t p = 0; p < r.by_protocol.size(); ++p) {
+        const char* proto = http::protocol_label(static_cast<http::protocol>(p));
+        const auto& c = r.by_protocol[p];
+        auto of = [&](const char* decision) {
+          return std::vector<ClientMetric::Label>{
+              {"route", r.route}, {"decision", decision}, {"protocol", proto}};
+        };
+        add_counter(requests, d(c.allowed), of("allowed"));
+        add_counter(requests, d(c.limited), of("limited"));
+        add_counter(requests, d(c.unlimited), of("unlimited"));
+        add_counter(requests, d(c.fail_open), of("fail_open"));
+        add_counter(requests, d(c.fail_closed), of("fail_closed"));
+      }
       add_counter(policy, d(r.fail_open), by("policy", "fail_open"));
       add_counter(policy, d(r.fail_closed), by("policy", "fail_closed"));
       add_counter(policy, d(r.local), by("policy", "local"));

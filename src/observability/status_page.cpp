@@ -269,7 +269,8 @@ void upstream_table(std::string& out, const metrics_sample& s) {
 void status_classes(std::string& out, const metrics_sample& s) {
   std::array<std::uint64_t, code_classes.size()> seen{};
   for (const auto& e : s.exchanges)
-    for (std::size_t i = 0; i < seen.size(); ++i) seen[i] += e.duration[i].count();
+    for (const auto& by_class : e.duration)  // every protocol
+      for (std::size_t i = 0; i < seen.size(); ++i) seen[i] += by_class[i].count();
   std::uint64_t limited = 0, fail_closed = 0, bad_gateway = 0, timeout = 0;
   for (const auto& r : s.routes) {
     limited += r.limited;

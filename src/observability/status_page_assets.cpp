@@ -78,8 +78,11 @@ async function poll() {
     line(store, [[n.replace("sluice_store_", "").replace("_total", "")], [v, "num"]]);
   }
   const counts = new Map();
-  for (const s of get("sluice_requests_total"))
-    counts.set(s.labels.route + "\u0000" + s.labels.decision, s);
+  for (const s of get("sluice_requests_total")) {  // summed over the protocol label
+    const k = s.labels.route + "\u0000" + s.labels.decision;
+    const had = counts.get(k);
+    counts.set(k, had ? {labels: s.labels, value: had.value + s.value} : s);
+  }
   if (previous) {
     const body = $("rates"); body.textContent = "";
     const secs = (now - previous.at) / 1000;

@@ -7,6 +7,7 @@
 // traffic moved.
 
 #include "harness.hpp"
+#include "support/child_process.hpp"
 #include "support/temp_dir.hpp"
 
 #include "sluice/app/runtime.hpp"
@@ -171,8 +172,17 @@ struct metrics_world {
   std::unique_ptr<app::runtime> rt;
 };
 
-std::string req(const std::string& route, const std::string& decision) {
-  return "sluice_requests_total{route=\"" + route + "\",decision=\"" + decision + "\"}";
+/// The `sluice_requests_total` series of `route`, `decision` and client `protocol`.
+std::string req(const std::string& route, const std::string& decision,
+                const std::string& protocol = "http/1.1") {
+  return "sluice_requests_total{route=\"" + route + "\",decision=\"" + decision + "\",protocol=\"" +
+         protocol + "\"}";
+}
+/// `sluice_http_request_duration_seconds_count` of `route`, `code_class` and client `protocol`.
+std::string exchanges(const std::string& route, const std::string& code_class,
+                      const std::string& protocol = "http/1.1") {
+  return "sluice_http_request_duration_seconds_count{route=\"" + route + "\",code_class=\"" +
+         code_class + "\",protocol=\"" + protocol + "\"}";
 }
 std::string policy(const std::string& route, const std::string& p) {
   return "sluice_failure_policy_applied_total{route=\"" + route + "\",policy=\"" + p + "\"}";
@@ -384,6 +394,56 @@ TEST_P(metrics_cases, counts_every_decision_exactly) {
   w.expect_promtool_clean();
 }
 
+// HTTP/1.1 and HTTP/2 requests on one route, each counted under its own `protocol` label:
+// sluice_requests_total by decision and sluice_http_request_duration_seconds by status class.
+TEST_P(metrics_cases, each_request_is_counted_under_its_client_protocol) {
+  const std::string curl = "/usr/bin/curl";
+  if (!std::filesystem::exists(curl)) GTEST_SKIP() << "curl is missing (scripts/setup installs it)";
+  metrics_world w(GetParam(), "http2: true\n" + std::string(traffic_rules), 2);
+  int n = 0;
+  auto over_h2 = [&](const std::string& target) {
+    const auto out = w.dir.path / ("h2-" + std::to_string(n) + ".out");
+    child_process c({curl, "-sS", "-o", "/dev/null", "-w", "%{http_code} %{http_version}",
+                     "--max-time", "10", "--http2-prior-knowledge", "-H", "X-API-Key: key-a",
+                     "http://127.0.0.1:" + std::to_string(w.port()) + target},
+                    out, w.dir.path / ("h2-" + std::to_string(n++) + ".err"));
+    EXPECT_EQ(c.wait_exit(20s).value_or(-1), 0) << c.err();
+    return c.out();
+  };
+  // search (burst 3, one key): 2 allowed over HTTP/1.1, then 1 allowed and 2 limited over h2.
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(w.get("/v1/search", key_a).status, 200u);
+  EXPECT_EQ(over_h2("/v1/search"), "200 2");
+  EXPECT_EQ(over_h2("/v1/search"), "429 2");
+  EXPECT_EQ(over_h2("/v1/search"), "429 2");
+  // open (no limit): 1 over h2, 3 over HTTP/1.1.
+  EXPECT_EQ(over_h2("/v1/open"), "200 2");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(w.get("/v1/open").status, 200u);
+
+  scrape m;
+  for (const auto deadline = steady::now() + 5s; steady::now() < deadline;) {
+    m = w.metrics();
+    if (m.at(exchanges("open", "2xx", "http/1.1")) == 3 &&
+        m.at(exchanges("open", "2xx", "h2")) == 1)
+      break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(m.at(req("search", "allowed", "http/1.1")), 2);
+  EXPECT_EQ(m.at(req("search", "limited", "http/1.1")), 0);
+  EXPECT_EQ(m.at(req("search", "allowed", "h2")), 1);
+  EXPECT_EQ(m.at(req("search", "limited", "h2")), 2);
+  EXPECT_EQ(m.at(req("open", "unlimited", "http/1.1")), 3);
+  EXPECT_EQ(m.at(req("open", "unlimited", "h2")), 1);
+  for (const char* decision : {"unlimited", "fail_open", "fail_closed"})
+    EXPECT_EQ(m.at(req("search", decision, "h2")), 0) << decision;
+  EXPECT_EQ(m.at(exchanges("search", "2xx", "http/1.1")), 2);
+  EXPECT_EQ(m.at(exchanges("search", "4xx", "http/1.1")), 0);
+  EXPECT_EQ(m.at(exchanges("search", "2xx", "h2")), 1);
+  EXPECT_EQ(m.at(exchanges("search", "4xx", "h2")), 2);
+  EXPECT_EQ(m.at(exchanges("open", "2xx", "http/1.1")), 3);
+  EXPECT_EQ(m.at(exchanges("open", "2xx", "h2")), 1);
+  w.expect_promtool_clean();
+}
+
 INSTANTIATE_TEST_SUITE_P(stores, metrics_cases,
                          testing::Values(store_kind::memory, store_kind::redis), store_name);
 
@@ -574,12 +634,6 @@ TEST(metrics_store_failure, frozen_then_killed_redis) {
 // ---------------------------------------------------------------------------------------------
 // What clients see (durations by route and status class, bytes), and the process.
 
-/// `sluice_http_request_duration_seconds_count` of `route` and `code_class`.
-std::string exchanges(const std::string& route, const std::string& code_class) {
-  return "sluice_http_request_duration_seconds_count{route=\"" + route + "\",code_class=\"" +
-         code_class + "\"}";
-}
-
 TEST(metrics_clients, durations_by_route_and_status_class_bytes_and_the_process) {
   metrics_world w(store_kind::memory, traffic_rules, 2);
   {
@@ -624,9 +678,10 @@ TEST(metrics_clients, durations_by_route_and_status_class_bytes_and_the_process)
   EXPECT_EQ(m.at(exchanges("shadowed", "2xx")), 0);
   // The 504 waited out the slow upstream's 100 ms timeout: it is in no bucket below 0.1 s.
   EXPECT_EQ(m.at("sluice_http_request_duration_seconds_bucket{route=\"slow\",code_class=\"5xx\","
-                 "le=\"0.05\"}"),
+                 "protocol=\"http/1.1\",le=\"0.05\"}"),
             0);
-  EXPECT_GE(m.at("sluice_http_request_duration_seconds_sum{route=\"slow\",code_class=\"5xx\"}"),
+  EXPECT_GE(m.at("sluice_http_request_duration_seconds_sum{route=\"slow\",code_class=\"5xx\","
+                 "protocol=\"http/1.1\"}"),
             0.1);
   // Bytes: the POST's 12-byte body in; every answer's head (and body) out.
   EXPECT_EQ(m.at("sluice_http_received_bytes_total{route=\"open\"}"), 12);

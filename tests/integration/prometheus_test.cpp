@@ -137,7 +137,7 @@ TEST(prometheus, scrapes_the_admin_listener_and_evaluates_the_dashboard) {
   std::optional<double> allowed;
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (std::chrono::steady_clock::now() < deadline && server.running()) {
-    allowed = value_of(R"(sluice_requests_total{route="items",decision="allowed"})");
+    allowed = value_of(R"(sum(sluice_requests_total{route="items",decision="allowed"}))");
     if (allowed && value_of("up{job=\"sluice\"}") && value_of("count(sluice_config_generation)"))
       break;
     std::this_thread::sleep_for(200ms);
@@ -145,7 +145,7 @@ TEST(prometheus, scrapes_the_admin_listener_and_evaluates_the_dashboard) {
   ASSERT_TRUE(allowed) << "nothing scraped; prometheus stderr:\n"
                        << read_file(dir.path / "err.txt");
   EXPECT_EQ(*allowed, 5);
-  EXPECT_EQ(value_of(R"(sluice_requests_total{route="items",decision="limited"})"), 2);
+  EXPECT_EQ(value_of(R"(sum(sluice_requests_total{route="items",decision="limited"}))"), 2);
   EXPECT_EQ(value_of(R"(up{job="sluice"})"), 1);
   // The alerting rules are loaded (and none fires: the store is connected, nothing refused).
   auto rules = api(port, "/api/v1/rules");

@@ -36,13 +36,27 @@ using request = beast_http::request<beast_http::string_body>;
 /// A response made by sluice (or read whole from an upstream by upstream_pool::send).
 using response = beast_http::response<beast_http::string_body>;
 
+/// The protocol a client spoke to the gateway (a metrics label, an array index).
+enum class protocol : std::uint8_t {
+  http1,  ///< HTTP/1.0 or HTTP/1.1 over a connection of its own
+  h2,     ///< HTTP/2, by ALPN `h2` over TLS or prior-knowledge `h2c`, one stream of many
+};
+/// How many protocol values there are (an array index bound).
+inline constexpr std::size_t protocol_count = 2;
+/// `protocol` as a metrics label value: its ALPN protocol ID (RFC 7301's IANA registry, the
+/// names Envoy's `alpn_protocols` and nginx's `$ssl_alpn_protocol` use), "http/1.1" or "h2".
+constexpr const char* protocol_label(protocol p) noexcept {
+  return p == protocol::h2 ? "h2" : "http/1.1";
+}
+
 /// What a handler knows about the connection a request came on.
 struct request_context {
   boost::asio::ip::tcp::endpoint peer;   ///< the TCP peer (before any X-Forwarded-For)
   boost::asio::ip::tcp::endpoint local;  ///< the local address the client connected to
   /// The peer's address as text (IPv4-mapped IPv6 as IPv4), made once per connection.
   std::string peer_text;
-  unsigned worker = 0;  ///< index of the worker serving the connection
+  unsigned worker = 0;               ///< index of the worker serving the connection
+  protocol proto = protocol::http1;  ///< what the client speaks on the connection
 };
 
 /// Why a relayed exchange failed (for the 502/504 problem body, the log and the metrics).

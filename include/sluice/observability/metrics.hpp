@@ -111,10 +111,18 @@ struct rls_counts {
   histogram_counts duration;              ///< ShouldRateLimit, request read to answer ready
 };
 
+/// What one protocol's requests on one route came to (the `decision` label of
+/// sluice_requests_total; meanings as route_counts' fields of the same names).
+struct decision_counts {
+  std::uint64_t allowed = 0, limited = 0, unlimited = 0, fail_open = 0, fail_closed = 0;
+};
+
 /// What one route's requests came to, summed over workers. Route names come from the rules
 /// file, so the label set is bounded by the operator, never by callers.
 struct route_counts {
-  std::string route;              ///< the route's `name:`
+  std::string route;  ///< the route's `name:`
+  /// allowed .. fail_closed by http::protocol (the fields below are their sums).
+  std::array<decision_counts, http::protocol_count> by_protocol{};
   std::uint64_t allowed = 0;      ///< admitted by a decision (the store's, or the local limiter's)
   std::uint64_t limited = 0;      ///< refused with 429 (store or local limiter)
   std::uint64_t unlimited = 0;    ///< forwarded with no limit applying
@@ -141,8 +149,8 @@ constexpr std::size_t code_class_of(unsigned status) noexcept {
 /// or refused before routing (a bounded label set: the rules file's route names and "").
 struct exchange_counts {
   std::string route;
-  /// Exchange durations by status class (indexed as code_classes).
-  std::array<histogram_counts, code_classes.size()> duration{};
+  /// Exchange durations by http::protocol, then by status class (indexed as code_classes).
+  std::array<std::array<histogram_counts, code_classes.size()>, http::protocol_count> duration{};
   std::uint64_t bytes_in = 0;   ///< request body bytes read from clients
   std::uint64_t bytes_out = 0;  ///< bytes written to clients (heads and bodies)
 };
@@ -269,14 +277,16 @@ struct metrics_sample {
 
 /// The Prometheus text exposition (format 0.0.4, exposition_content_type) of `sample`:
 ///
-/// - `sluice_http_request_duration_seconds{route,code_class}` (histogram: head read to the last
-///   response byte written, by status class none, 1xx..5xx), `sluice_http_received_bytes_total
+/// - `sluice_http_request_duration_seconds{route,code_class,protocol}` (histogram: head read to
+///   the last response byte written, by status class none, 1xx..5xx, and client protocol
+///   `http/1.1` or `h2`: http::protocol_label), `sluice_http_received_bytes_total
 ///   {route}` and `sluice_http_sent_bytes_total{route}` (route "": no route matched);
 /// - `process_cpu_seconds_total`, `process_resident_memory_bytes`,
 ///   `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`,
 ///   `process_start_time_seconds` (the standard names of Prometheus client libraries);
-/// - `sluice_requests_total{route,decision}` — decision: allowed, limited, unlimited,
-///   fail_open, fail_closed (a `local` decision counts as allowed or limited);
+/// - `sluice_requests_total{route,decision,protocol}` — decision: allowed, limited, unlimited,
+///   fail_open, fail_closed (a `local` decision counts as allowed or limited); protocol:
+///   `http/1.1`, `h2`;
 /// - `sluice_failure_policy_applied_total{route,policy}` — policy: fail_open, fail_closed,
 ///   local (store checks that failed and the route's policy answered);
 /// - `sluice_blocks_started_total{limit}` (penalty boxes started by a refusal);

@@ -74,9 +74,11 @@ metrics_sample example() {
   metrics_sample s;
   route_counts search;
   search.route = "search";
-  search.allowed = 3;
+  search.allowed = 3;  // the totals; sluice_requests_total is written from by_protocol
   search.limited = 2;
   search.fail_open = 4;
+  search.by_protocol[0] = {.allowed = 1, .limited = 2, .fail_open = 4};  // http/1.1
+  search.by_protocol[1] = {.allowed = 2};                                // h2
   search.local = 1;
   search.shadow_limited = 6;
   search.bad_gateway = 7;
@@ -172,11 +174,16 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   const std::string text = exposition(example());
   for (const char* line : {
            "# TYPE sluice_requests_total counter\n",
-           "sluice_requests_total{route=\"search\",decision=\"allowed\"} 3\n",
-           "sluice_requests_total{route=\"search\",decision=\"limited\"} 2\n",
-           "sluice_requests_total{route=\"search\",decision=\"unlimited\"} 0\n",
-           "sluice_requests_total{route=\"search\",decision=\"fail_open\"} 4\n",
-           "sluice_requests_total{route=\"search\",decision=\"fail_closed\"} 0\n",
+           "sluice_requests_total{route=\"search\",decision=\"allowed\",protocol=\"http/1.1\"} 1\n",
+           "sluice_requests_total{route=\"search\",decision=\"limited\",protocol=\"http/1.1\"} 2\n",
+           "sluice_requests_total{route=\"search\",decision=\"unlimited\",protocol=\"http/1.1\"} "
+           "0\n",
+           "sluice_requests_total{route=\"search\",decision=\"fail_open\",protocol=\"http/1.1\"} "
+           "4\n",
+           "sluice_requests_total{route=\"search\",decision=\"fail_closed\",protocol=\"http/1.1\"} "
+           "0\n",
+           "sluice_requests_total{route=\"search\",decision=\"allowed\",protocol=\"h2\"} 2\n",
+           "sluice_requests_total{route=\"search\",decision=\"limited\",protocol=\"h2\"} 0\n",
            "sluice_failure_policy_applied_total{route=\"search\",policy=\"fail_open\"} 4\n",
            "sluice_failure_policy_applied_total{route=\"search\",policy=\"fail_closed\"} 0\n",
            "sluice_failure_policy_applied_total{route=\"search\",policy=\"local\"} 1\n",
@@ -327,10 +334,14 @@ TEST(exposition, client_exchanges_by_route_and_status_class_and_the_process) {
   metrics_sample s;
   exchange_counts e;
   e.route = "api";
-  e.duration[code_class_of(200)].buckets[3] = 2;  // two of (0.5 ms, 1 ms]
-  e.duration[code_class_of(200)].sum_seconds = 0.5;
-  e.duration[code_class_of(503)].buckets.back() = 1;  // above 10 s
-  e.duration[code_class_of(503)].sum_seconds = 12;
+  auto& h1 = e.duration[static_cast<std::size_t>(http::protocol::http1)];
+  h1[code_class_of(200)].buckets[3] = 2;  // two of (0.5 ms, 1 ms]
+  h1[code_class_of(200)].sum_seconds = 0.5;
+  h1[code_class_of(503)].buckets.back() = 1;  // above 10 s
+  h1[code_class_of(503)].sum_seconds = 12;
+  auto& h2 = e.duration[static_cast<std::size_t>(http::protocol::h2)];
+  h2[code_class_of(429)].buckets[0] = 1;
+  h2[code_class_of(429)].sum_seconds = 0.0001;
   e.bytes_in = 12;
   e.bytes_out = 3456;
   s.exchanges.push_back(exchange_counts{});  // "": the unrouted
@@ -339,17 +350,29 @@ TEST(exposition, client_exchanges_by_route_and_status_class_and_the_process) {
   const std::string text = exposition(s);
   for (const char* line : {
            "# TYPE sluice_http_request_duration_seconds histogram\n",
-           "sluice_http_request_duration_seconds_bucket{route=\"api\",code_class=\"2xx\",le="
+           "sluice_http_request_duration_seconds_bucket{route=\"api\",code_class=\"2xx\",protocol="
+           "\"http/1.1\",le="
            "\"0.0005\"} 0\n",
-           "sluice_http_request_duration_seconds_bucket{route=\"api\",code_class=\"2xx\",le="
+           "sluice_http_request_duration_seconds_bucket{route=\"api\",code_class=\"2xx\",protocol="
+           "\"http/1.1\",le="
            "\"0.001\"} 2\n",
-           "sluice_http_request_duration_seconds_count{route=\"api\",code_class=\"2xx\"} 2\n",
-           "sluice_http_request_duration_seconds_sum{route=\"api\",code_class=\"2xx\"} 0.5\n",
-           "sluice_http_request_duration_seconds_bucket{route=\"api\",code_class=\"5xx\",le="
+           "sluice_http_request_duration_seconds_count{route=\"api\",code_class=\"2xx\",protocol="
+           "\"http/1.1\"} 2\n",
+           "sluice_http_request_duration_seconds_sum{route=\"api\",code_class=\"2xx\",protocol="
+           "\"http/1.1\"} 0.5\n",
+           "sluice_http_request_duration_seconds_bucket{route=\"api\",code_class=\"5xx\",protocol="
+           "\"http/1.1\",le="
            "\"10\"} 0\n",
-           "sluice_http_request_duration_seconds_count{route=\"api\",code_class=\"5xx\"} 1\n",
-           "sluice_http_request_duration_seconds_count{route=\"api\",code_class=\"none\"} 0\n",
-           "sluice_http_request_duration_seconds_count{route=\"\",code_class=\"4xx\"} 0\n",
+           "sluice_http_request_duration_seconds_count{route=\"api\",code_class=\"5xx\",protocol="
+           "\"http/1.1\"} 1\n",
+           "sluice_http_request_duration_seconds_count{route=\"api\",code_class=\"none\",protocol="
+           "\"http/1.1\"} 0\n",
+           "sluice_http_request_duration_seconds_count{route=\"\",code_class=\"4xx\",protocol="
+           "\"http/1.1\"} 0\n",
+           "sluice_http_request_duration_seconds_count{route=\"api\",code_class=\"4xx\",protocol="
+           "\"h2\"} 1\n",
+           "sluice_http_request_duration_seconds_count{route=\"api\",code_class=\"2xx\",protocol="
+           "\"h2\"} 0\n",
            "sluice_http_received_bytes_total{route=\"api\"} 12\n",
            "sluice_http_sent_bytes_total{route=\"api\"} 3456\n",
            "sluice_http_sent_bytes_total{route=\"\"} 0\n",
