@@ -7,9 +7,13 @@
 // exposed. Requests are raw bytes; the store is the memory store and a real redis-server.
 
 #include "harness.hpp"
+#include "support/child_process.hpp"
+#include "support/temp_dir.hpp"
 
 #include "sluice/http/cors.hpp"
 
+#include <chrono>
+#include <filesystem>
 #include <set>
 
 namespace sluice::test {
@@ -261,6 +265,57 @@ TEST_P(cors_http, without_a_policy_a_preflight_is_forwarded_unauthenticated) {
   EXPECT_EQ(w.upstream.request_count(), 2u);
   // Never to the per-key limit; a keyless actual request is still a 401.
   EXPECT_EQ(raw(w, "127.33.0.2", "PUT", "/v1/own/x", {"Origin: http://app.test"}).status, 401u);
+  if (GetParam() == store_kind::redis)
+    EXPECT_TRUE(w.buckets().buckets("sl:{own_key|*").empty())
+        << "no preflight reached the per-key limit";
+}
+
+// The same over HTTP/2 (curl, h2c with prior knowledge): the preflight reaches the upstream
+// once with its Origin and Access-Control-Request-* fields, its answer is relayed, and only
+// the by-ip limit is charged.
+TEST_P(cors_http, without_a_policy_an_http2_preflight_is_forwarded_unauthenticated) {
+  const std::string curl = "/usr/bin/curl";
+  if (!std::filesystem::exists(curl)) GTEST_SKIP() << "curl is missing (scripts/setup installs it)";
+  world w(GetParam(), "http2: true\n" + std::string(no_policy_rules));
+  canned_response answer;
+  answer.status = 204;
+  answer.body = "";
+  answer.headers = {{"Access-Control-Allow-Origin", "http://app.test"},
+                    {"Access-Control-Allow-Methods", "PUT"}};
+  w.upstream.set_response(answer);
+  temp_dir dir{"cors-h2"};
+  int n = 0;
+  auto h2_preflight = [&] {
+    const auto name = "pf-" + std::to_string(n++);
+    child_process c(
+        {curl, "-sS", "-i", "--max-time", "10", "--http2-prior-knowledge", "--interface",
+         "127.34.0.1", "-X", "OPTIONS", "-H", "Origin: http://app.test", "-H",
+         "Access-Control-Request-Method: PUT", "-H", "Access-Control-Request-Headers: x-api-key",
+         "http://127.0.0.1:" + std::to_string(w.port()) + "/v1/own/x"},
+        dir.path / (name + ".out"), dir.path / (name + ".err"));
+    EXPECT_EQ(c.wait_exit(std::chrono::seconds(20)).value_or(-1), 0) << c.err();
+    return c.out();
+  };
+  const auto first = h2_preflight();
+  EXPECT_EQ(first.rfind("HTTP/2 204", 0), 0u) << first;
+  EXPECT_NE(first.find("access-control-allow-origin: http://app.test\r\n"), std::string::npos)
+      << first;
+  EXPECT_NE(first.find("access-control-allow-methods: PUT\r\n"), std::string::npos) << first;
+  EXPECT_EQ(first.find("access-control-expose-headers"), std::string::npos)
+      << "the upstream's answer, unchanged";
+  ASSERT_EQ(w.upstream.request_count(), 1u);
+  const auto seen = w.upstream.requests().front();
+  EXPECT_EQ(seen.method, "OPTIONS");
+  EXPECT_EQ(seen.header("Origin"), "http://app.test");
+  EXPECT_EQ(seen.header("Access-Control-Request-Method"), "PUT");
+  EXPECT_EQ(seen.header("Access-Control-Request-Headers"), "x-api-key");
+
+  // Charged to the by-ip limit (2/1h) only: the second passes, the third is refused there.
+  EXPECT_EQ(h2_preflight().rfind("HTTP/2 204", 0), 0u);
+  EXPECT_EQ(w.upstream.request_count(), 2u);
+  const auto third = h2_preflight();
+  EXPECT_EQ(third.rfind("HTTP/2 429", 0), 0u) << third;
+  EXPECT_EQ(w.upstream.request_count(), 2u);
   if (GetParam() == store_kind::redis)
     EXPECT_TRUE(w.buckets().buckets("sl:{own_key|*").empty())
         << "no preflight reached the per-key limit";
