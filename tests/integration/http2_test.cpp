@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // sluice-test-support: runtime_fixture upstream_server http_client test_ca scripted_upstream
+// sluice-test-support: redis_server
 // HTTP/2 from clients (issue 26, item 1) with curl: h2c with prior knowledge on a plain
 // listener and h2 by ALPN over TLS get the same statuses and rate-limit fields as HTTP/1.1 for
-// a table of requests (allowed, 429, 404, 413, 400), each protocol with its own API key so the
-// three run the same sequence of counts; many requests over one HTTP/2 connection are all
-// answered (h2load). Forwarded streams go through the HTTP/1.1 relay: a response streamed in
-// pieces reaches the client before the upstream ends it, a body of several MB reaches the
-// upstream byte for byte, an https upstream is reached, a `charge:` limit is settled from the
-// response, two requests share one connection, and the access log says HTTP/2.0. Skipped when
-// curl, h2load or openssl is missing (scripts/setup installs them).
+// a table of requests (allowed, 429, 404, 413, 400, and 503 fail_closed with the Redis store
+// killed), each protocol with its own API key so the three run the same sequence of counts; many
+// requests over one HTTP/2 connection are all answered (h2load). Forwarded streams go through the
+// HTTP/1.1 relay: a response streamed in pieces reaches the client before the upstream ends it, a
+// body of several MB reaches the upstream byte for byte, an https upstream is reached, a `charge:`
+// limit is settled from the response, two requests share one connection, and the access log says
+// HTTP/2.0. Skipped when curl, h2load or openssl is missing (scripts/setup installs them).
 
 #include "support/child_process.hpp"
+#include "support/redis_server.hpp"
 #include "support/runtime_fixture.hpp"
 #include "support/scripted_upstream.hpp"
 #include "support/temp_dir.hpp"
@@ -90,11 +92,13 @@ answer parse(const std::string& out) {
   return a;
 }
 
-/// The rate-limit fields of an answer (the ones that must match across protocols).
+/// The rate-limit and problem fields of an answer (the ones that must match across
+/// protocols).
 std::map<std::string, std::string> quota_fields(const answer& a) {
   std::map<std::string, std::string> out;
   for (const auto& [k, v] : a.fields) {
-    if (k.rfind("ratelimit", 0) == 0 || k.rfind("x-ratelimit", 0) == 0 || k == "retry-after")
+    if (k.rfind("ratelimit", 0) == 0 || k.rfind("x-ratelimit", 0) == 0 || k == "retry-after" ||
+        k == "content-type")
       out[k] = v;
   }
   return out;
@@ -103,9 +107,12 @@ std::map<std::string, std::string> quota_fields(const answer& a) {
 /// A CA and a certificate for a.test, an upstream, and the gateway's rules.
 struct world {
   world() : ca(dir.path), a(ca.issue(cert_request("a.test").names({"DNS:a.test"}))) {}
-  std::string rules(bool tls) const {
+  /// The rules: the memory store, or `store` (a YAML flow mapping); TLS on the listener or
+  /// not.
+  std::string rules(bool tls, const std::string& store = "{type: memory}") const {
     std::string r =
-        "store: {type: memory}\n"
+        "store: " + store +
+        "\n"
         "http2: true\n"
         "identity: {api_key: {header: X-API-Key}}\n"
         "plans: {free: {limits: []}}\n"
@@ -117,6 +124,7 @@ struct world {
         "  - name: api\n"
         "    match: {path_prefix: /api}\n"
         "    upstream: api\n"
+        "    on_store_failure: fail_closed\n"
         "    limits: [{name: per_key, by: api_key, rate: 2/1m, burst: 2}]\n"
         "  - {name: upload, match: {path_prefix: /upload}, upstream: api, max_request_body: 1KiB}\n"
         "  - {name: open, match: {path_prefix: /open}, upstream: api}\n";
@@ -167,8 +175,16 @@ const std::vector<row> table = {
     {"a body within the limit", {"--data-binary", "hello"}, "/open", 200},
 };
 
+/// With the Redis store killed: the limited route's fail_closed 503 (Retry-After: 1, a
+/// problem body), and a route with no limit still forwarded.
+const std::vector<row> store_down_table = {
+    {"the store down, fail_closed", {}, "/api/a", 503},
+    {"the store down, no limit applies", {}, "/open", 200},
+    {"the store down, no route", {}, "/nowhere", 404},
+};
+
 void expect_same(const std::vector<answer>& h1, const std::vector<answer>& h2,
-                 const std::string& label) {
+                 const std::string& label, const std::vector<row>& table) {
   ASSERT_EQ(h1.size(), table.size());
   ASSERT_EQ(h2.size(), table.size());
   for (std::size_t i = 0; i < table.size(); ++i) {
@@ -178,9 +194,63 @@ void expect_same(const std::vector<answer>& h1, const std::vector<answer>& h2,
     EXPECT_EQ(h2[i].version, "2") << table[i].what;
     EXPECT_EQ(quota_fields(h1[i]), quota_fields(h2[i])) << label << ": " << table[i].what;
   }
-  // The 429 carries the fields at all (so the comparison above compares something).
+}
+
+/// expect_same() for `table`, and the 429 carries the fields at all (so the comparison
+/// compares something).
+void expect_same(const std::vector<answer>& h1, const std::vector<answer>& h2,
+                 const std::string& label) {
+  expect_same(h1, h2, label, table);
+  ASSERT_EQ(h2.size(), table.size());
   EXPECT_EQ(h2[2].fields.count("retry-after"), 1u);
   EXPECT_EQ(h2[2].fields.count("ratelimit-policy"), 1u);
+  EXPECT_EQ(quota_fields(h2[3])["content-type"], "application/problem+json");
+}
+
+/// expect_same() for store_down_table: the 503 says Retry-After: 1 as a problem.
+void expect_same_store_down(const std::vector<answer>& h1, const std::vector<answer>& h2,
+                            const std::string& label) {
+  expect_same(h1, h2, label, store_down_table);
+  ASSERT_EQ(h2.size(), store_down_table.size());
+  EXPECT_EQ(quota_fields(h2[0])["retry-after"], "1");
+  EXPECT_EQ(quota_fields(h2[0])["content-type"], "application/problem+json");
+}
+
+/// The `store:` mapping of `redis`.
+std::string redis_store(const redis_server& redis) {
+  return "{type: redis, address: \"127.0.0.1:" + std::to_string(redis.port()) +
+         "\", timeout: 250ms}";
+}
+
+TEST(http2, h2c_and_h2_over_tls_answer_a_store_failure_as_http11_does) {
+  if (!fs::exists(curl_path)) GTEST_SKIP() << "curl is missing (scripts/setup installs it)";
+  if (!have_openssl()) GTEST_SKIP() << "openssl is missing (scripts/setup installs it)";
+  world w;
+  redis_server redis;
+  runtime_fixture plain(w.rules(false, redis_store(redis)));
+  runtime_fixture tls_gw(w.rules(true, redis_store(redis)));
+  // With the store up, the table is the same on Redis as on the memory store.
+  const std::string base = "http://127.0.0.1:" + std::to_string(plain.port());
+  expect_same(run_table(w, table, {"--http1.1"}, "k-h1", base),
+              run_table(w, table, {"--http2-prior-knowledge"}, "k-h2", base), "h2c on Redis");
+  redis.kill();
+  // Keys this gateway has not refused yet (a refused key is answered 429 from memory until
+  // its Retry-After, store or no store).
+  expect_same_store_down(
+      run_table(w, store_down_table, {"--http1.1"}, "k-h1-tls", base),
+      run_table(w, store_down_table, {"--http2-prior-knowledge"}, "k-h2-tls", base), "h2c");
+  const std::string port = std::to_string(tls_gw.port());
+  const std::vector<std::string> tls = {"--cacert", w.ca.cert().string(), "--resolve",
+                                        "a.test:" + port + ":127.0.0.1"};
+  auto with = [&](const char* proto) {
+    auto v = tls;
+    v.push_back(proto);
+    return v;
+  };
+  const std::string tls_base = "https://a.test:" + port;
+  expect_same_store_down(run_table(w, store_down_table, with("--http1.1"), "k-h1", tls_base),
+                         run_table(w, store_down_table, with("--http2"), "k-h2", tls_base),
+                         "h2 over TLS");
 }
 
 TEST(http2, h2c_with_prior_knowledge_answers_as_http11_does) {
