@@ -226,6 +226,15 @@ std::optional<http::verdict> gateway_handler::start(const snapshot& snap, http::
 std::optional<http::verdict> gateway_handler::front(const snapshot& snap, http::request_head& head,
                                                     const http::request_context& ctx, pending& q) {
   if (auto early = start(snap, head, q.at, q.r)) return early;
+  // An HTTP/2 upstream (a gRPC service) is reached from HTTP/2 clients only: an HTTP/1.1
+  // request to it is refused before any limit, so it is never charged.
+  if (const auto& up = q.r->route->upstream; up && up->http2 && ctx.proto != http::protocol::h2) {
+    counters_.bad_requests.add();
+    return answer(http::problem(head.version(), bhttp::status::http_version_not_supported,
+                                "HTTP Version Not Supported",
+                                "this route's upstream speaks HTTP/2; send the request over "
+                                "HTTP/2"));
+  }
   q.at.p = &q.p;
   q.at.id = &q.id;
   return present(snap, head, ctx, *q.r, q.p);

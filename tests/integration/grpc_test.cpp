@@ -6,7 +6,8 @@
 // 2/1m limit is RESOURCE_EXHAUSTED with the rate-limit fields as metadata and never reaches the
 // service (its own log of calls says so); a body over the route's limit is RESOURCE_EXHAUSTED
 // too; a fail_closed route with its Redis killed is UNAVAILABLE; an HTTP/1.1 request to the
-// route is 505. Skipped when python3 or python3-grpcio is missing (scripts/setup installs them).
+// route is 505 before any limit (never charged). Skipped when python3 or python3-grpcio is missing
+// (scripts/setup installs them).
 
 #include "support/child_process.hpp"
 #include "support/grpc_echo.hpp"
@@ -127,16 +128,39 @@ TEST(grpc, a_fail_closed_route_with_its_store_down_is_unavailable) {
   EXPECT_EQ(echo.calls(), 1u) << echo.proc->out();
 }
 
-TEST(grpc, an_http11_request_to_an_http2_upstream_is_505) {
+TEST(grpc, an_http11_request_to_an_http2_upstream_is_505_before_any_limit) {
   if (!have_grpcio()) GTEST_SKIP() << "python3-grpcio is missing (scripts/setup installs it)";
   echo_service echo;
   runtime_fixture gw(rules(echo.url(), "store: {type: memory}\n"));
-  http_connection c(gw.port());
-  const auto r = c.request("POST", "/echo.Echo/Unary",
-                           {{"X-API-Key", "k1"}, {"Content-Type", "application/grpc"}}, "x");
-  EXPECT_EQ(r.status, 505u);
-  EXPECT_NE(r.body.find("HTTP/2"), std::string::npos) << r.body;
+  // Three over HTTP/1.1 with k1 (its limit is 2/1m): each refused 505, none charged.
+  for (int i = 0; i < 3; ++i) {
+    http_connection c(gw.port());
+    const auto r = c.request("POST", "/echo.Echo/Unary",
+                             {{"X-API-Key", "k1"}, {"Content-Type", "application/grpc"}}, "x");
+    EXPECT_EQ(r.status, 505u);
+    EXPECT_NE(r.body.find("HTTP/2"), std::string::npos) << r.body;
+    EXPECT_FALSE(r.has("RateLimit-Policy")) << "refused before any limit";
+    EXPECT_FALSE(r.has("Retry-After"));
+  }
   EXPECT_EQ(echo.calls(), 0u);
+  // k1 still has both of its calls over HTTP/2.
+  const auto got = call(gw.port(), {step("unary", "k1", "one"), step("unary", "k1", "two")});
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(text(got[0].at("code")), "OK");
+  EXPECT_EQ(text(got[1].at("code")), "OK");
+  EXPECT_EQ(echo.calls(), 2u) << echo.proc->out();
+  // Counted as refused before a decision, not as a decision.
+  const std::string metrics = gw.admin("/metrics").body;
+  EXPECT_NE(metrics.find("\nsluice_bad_requests_total 3\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\nsluice_requests_total{route=\"echo\",decision=\"allowed\","
+                         "protocol=\"h2\"} 2\n"),
+            std::string::npos);
+  for (const char* d : {"allowed", "limited"}) {
+    EXPECT_NE(metrics.find("\nsluice_requests_total{route=\"echo\",decision=\"" + std::string(d) +
+                           "\",protocol=\"http/1.1\"} 0\n"),
+              std::string::npos)
+        << d;
+  }
 }
 
 }  // namespace
