@@ -247,6 +247,20 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     return it == streams.end() ? nullptr : it->second;
   }
 
+  /// Sends the interim `100 (Continue)` on the stream (RFC 9110 §10.1.1: the client that
+  /// sent `expect: 100-continue` may now send its body); false when the stream is gone.
+  bool send_100(h2_stream& s) {
+    if (s.closed || !alive || !ng) return false;
+    static constexpr std::string_view status = "100";
+    static constexpr std::string_view name = ":status";
+    nghttp2_nv nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
+                  reinterpret_cast<std::uint8_t*>(const_cast<char*>(status.data())), name.size(),
+                  status.size(), NGHTTP2_NV_FLAG_NONE};
+    nghttp2_submit_headers(ng, NGHTTP2_FLAG_NONE, s.id, nullptr, &nv, 1, nullptr);
+    kick();
+    return true;
+  }
+
   /// Reopens the window of body bytes taken by a decided stream.
   void consume(h2_stream& s) {
     if (s.unconsumed == 0 || s.closed || !ng) return;
@@ -417,6 +431,20 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     }
     if (s->decided) self->consume(*s);
     s->body_wait.cancel();
+    return 0;
+  }
+
+  /// A whole answer sent before the request's end (a refusal, or an upstream's early
+  /// answer): RST_STREAM NO_ERROR asks the client to stop sending its body (RFC 9113 §8.1), so
+  /// a refused upload costs the bytes in flight, not the whole body.
+  static int on_frame_send(nghttp2_session* ng, const nghttp2_frame* frame, void* user) {
+    auto* self = static_cast<h2_connection*>(user);
+    if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
+        !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+      return 0;
+    auto s = self->find(frame->hd.stream_id);
+    if (s && !s->end_stream && !s->closed)
+      nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
     return 0;
   }
 
@@ -630,9 +658,16 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     s->body_cap = cap;
     s->keep_body = true;
     s->decided = true;
-    if (s->body.size() > s->body_cap) {
+    const auto cl = s->head[bhttp::field::content_length];
+    std::uint64_t declared = 0;
+    const bool has_length =
+        !cl.empty() &&
+        std::from_chars(cl.data(), cl.data() + cl.size(), declared).ec == std::errc{};
+    if (s->body.size() > s->body_cap || (has_length && declared > s->body_cap)) {
       s->too_large = true;
       s->body.clear();
+    } else if (!s->end_stream && beast::iequals(s->head[bhttp::field::expect], "100-continue")) {
+      send_100(*s);  // admitted: the client waiting for it may send the body now
     }
     consume(*s);
     co_await await_body(s);
@@ -800,6 +835,7 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, &on_frame_recv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, &on_data_chunk);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, &on_frame_send);
     nghttp2_option* opt = nullptr;
     nghttp2_option_new(&opt);
     nghttp2_option_set_no_auto_window_update(opt, 1);
@@ -853,15 +889,7 @@ asio::awaitable<error_code> h2_client::read_body(char* data, std::size_t size,
 }
 
 asio::awaitable<error_code> h2_client::send_continue() {
-  if (s_->closed || !c_.alive || !c_.ng) co_return asio::error::connection_reset;
-  static constexpr std::string_view status = "100";
-  static constexpr std::string_view name = ":status";
-  nghttp2_nv nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
-                reinterpret_cast<std::uint8_t*>(const_cast<char*>(status.data())), name.size(),
-                status.size(), NGHTTP2_NV_FLAG_NONE};
-  nghttp2_submit_headers(c_.ng, NGHTTP2_FLAG_NONE, s_->id, nullptr, &nv, 1, nullptr);
-  c_.kick();
-  co_return error_code{};
+  co_return c_.send_100(*s_) ? error_code{} : error_code(asio::error::connection_reset);
 }
 
 bool h2_client::begin_response(const response_head& res, const response_shape& shape,
@@ -903,6 +931,10 @@ asio::awaitable<send_result> h2_client::write(const char* data, std::size_t n, b
     out.ec = asio::error::connection_reset;
     co_return out;
   }
+  // What nghttp2 already took goes first: a slow reader keeps some bytes pending at every
+  // write, so the queue would otherwise only grow (to the whole body).
+  s.out.erase(0, s.out_pos);
+  s.out_pos = 0;
   s.out.append(data, n);
   if (last) s.out_eof = true;
   if (!head_sent_) {
