@@ -107,7 +107,8 @@ struct h2_stream {
   bool out_eof = false;          ///< the body's last byte is in `out`
   asio::steady_timer send_wait;  ///< cancelled when the provider took bytes, or a close
   std::size_t pending() const { return out.size() - out_pos; }
-  h2_fields trailers;  ///< sent after the body (an HTTP/2 upstream's, e.g. grpc-status)
+  h2_fields trailers;          ///< sent after the body (an HTTP/2 upstream's, e.g. grpc-status)
+  h2_fields request_trailers;  ///< the client's, after its body (to an HTTP/2 upstream)
 };
 
 /// Response bytes a relayed stream may have queued for nghttp2 before relay's next write waits.
@@ -345,7 +346,9 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
                        std::size_t namelen, const std::uint8_t* value, std::size_t valuelen,
                        std::uint8_t, void* user) {
     auto* self = static_cast<h2_connection*>(user);
-    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    if (frame->hd.type != NGHTTP2_HEADERS) return 0;
+    const bool trailer = frame->headers.cat == NGHTTP2_HCAT_HEADERS;
+    if (frame->headers.cat != NGHTTP2_HCAT_REQUEST && !trailer) return 0;
     auto s = self->find(frame->hd.stream_id);
     if (!s) return 0;
     const std::string_view n(reinterpret_cast<const char*>(name), namelen);
@@ -357,6 +360,13 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     s->header_bytes += namelen + valuelen + 32;
     const std::uint64_t limit = self->limits.header_limit;
     if (s->header_bytes > limit * h2_header_list_calm_factor) return self->calm();
+    if (trailer) {
+      // Request trailers (nghttp2 refuses pseudo-header fields in them, RFC 9113 §8.1) count
+      // with the head; that is decided already, so over the bound the stream is reset.
+      if (s->header_bytes > limit) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+      s->request_trailers.emplace_back(n, v);
+      return 0;
+    }
     if (s->header_bytes > limit) {
       s->bad = bhttp::status::request_header_fields_too_large;
       return 0;
@@ -692,7 +702,8 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
   }
 
   /// Forwards a stream to an upstream that speaks HTTP/2 (h2_forward(): its body read whole
-  /// first, up to the route's max_request_body; the upstream's trailers kept for the answer).
+  /// first, up to the route's max_request_body, then sent with the client's trailers; the
+  /// upstream's trailers kept for the answer).
   asio::awaitable<void> forward_h2(std::shared_ptr<h2_stream> s, forward_plan& plan,
                                    exchange_result& r, std::optional<response>& answer) {
     auto whole = co_await read_whole(s, plan.max_request_body, r, answer);
@@ -700,7 +711,7 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
       if (!s->closed) plan.watch.end(exchange_end::not_forwarded);
       co_return;
     }
-    auto got = co_await h2_forward(pool, plan, std::move(*whole), r);
+    auto got = co_await h2_forward(pool, plan, std::move(*whole), r, s->request_trailers);
     answer = std::move(got.res);
     s->trailers = std::move(got.trailers);
   }

@@ -11,6 +11,7 @@
 #include "sluice/http/problem.hpp"
 
 #include <nghttp2/nghttp2.h>
+#include <openssl/ssl.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -22,6 +23,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace sluice::http {
 
@@ -61,6 +63,7 @@ void each_line(std::string_view rendered, F&& each) {
 struct exchange {
   std::string body;  ///< the request body
   std::size_t body_pos = 0;
+  h2_fields request_trailers;  ///< sent after the body
   std::int32_t stream_id = -1;
   response res;
   bool head_seen = false;
@@ -124,13 +127,25 @@ struct exchange {
     return 0;
   }
 
-  static ssize_t read_body(nghttp2_session*, std::int32_t, std::uint8_t* buf, std::size_t length,
-                           std::uint32_t* flags, nghttp2_data_source* source, void*) {
+  static ssize_t read_body(nghttp2_session* ng, std::int32_t id, std::uint8_t* buf,
+                           std::size_t length, std::uint32_t* flags, nghttp2_data_source* source,
+                           void*) {
     auto* x = static_cast<exchange*>(source->ptr);
     const std::size_t n = std::min(length, x->body.size() - x->body_pos);
     std::memcpy(buf, x->body.data() + x->body_pos, n);
     x->body_pos += n;
-    if (x->body_pos == x->body.size()) *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (x->body_pos == x->body.size()) {
+      *flags |= NGHTTP2_DATA_FLAG_EOF;
+      if (!x->request_trailers.empty()) {  // the stream ends with the trailers' HEADERS
+        *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        std::vector<nghttp2_nv> nva;
+        for (const auto& [tn, tv] : x->request_trailers)
+          nva.push_back({reinterpret_cast<std::uint8_t*>(const_cast<char*>(tn.data())),
+                         reinterpret_cast<std::uint8_t*>(const_cast<char*>(tv.data())), tn.size(),
+                         tv.size(), NGHTTP2_NV_FLAG_NONE});
+        nghttp2_submit_trailer(ng, id, nva.data(), nva.size());
+      }
+    }
     return static_cast<ssize_t>(n);
   }
 };
@@ -162,7 +177,7 @@ asio::awaitable<std::optional<upstream_failure>> run(timed_socket& stream,
   nghttp2_data_provider provider{};
   provider.source.ptr = &x;
   provider.read_callback = &exchange::read_body;
-  const bool has_body = !x.body.empty();
+  const bool has_body = !x.body.empty() || !x.request_trailers.empty();
   x.stream_id = nghttp2_submit_request(s.ng, nullptr, nva.data(), nva.size(),
                                        has_body ? &provider : nullptr, nullptr);
   if (x.stream_id < 0) {
@@ -220,7 +235,8 @@ asio::awaitable<std::optional<upstream_failure>> run(timed_socket& stream,
 }  // namespace
 
 asio::awaitable<h2_upstream_answer> h2_forward(upstream_pool& pool, forward_plan& plan,
-                                               request whole, exchange_result& r) {
+                                               request whole, exchange_result& r,
+                                               h2_fields trailers) {
   const config::upstream& up = *plan.upstream;
   auto fail = [&](upstream_failure f, std::string_view why) {
     if (plan.on_failure) plan.on_failure(f, why);
@@ -266,7 +282,7 @@ asio::awaitable<h2_upstream_answer> h2_forward(upstream_pool& pool, forward_plan
   std::vector<nghttp2_nv> nva;
   nva.reserve(names.size() + 5);
   nva.push_back(nv(":method", method));
-  nva.push_back(nv(":scheme", "http"));
+  nva.push_back(nv(":scheme", up.tls ? "https" : "http"));
   nva.push_back(nv(":authority", authority));
   nva.push_back(nv(":path", plan.target));
   for (std::size_t i = 0; i < names.size(); ++i) nva.push_back(nv(names[i], values[i]));
@@ -274,14 +290,30 @@ asio::awaitable<h2_upstream_answer> h2_forward(upstream_pool& pool, forward_plan
 
   plan.watch.relaying();
   const auto sent = steady::now();
-  auto lease = co_await pool.acquire(up, sent + up.connect_timeout, true, nullptr);
+  auto lease = co_await pool.acquire(up, sent + up.connect_timeout, true, plan.upstream_tls);
   if (!lease) {
-    const bool late = lease.ec == sluice::errc::upstream_timeout;
-    co_return fail(late ? upstream_failure::timeout : upstream_failure::unreachable,
-                   lease.cause.empty() ? lease.ec.message() : lease.cause);
+    const auto f = lease.ec == sluice::errc::upstream_timeout ? upstream_failure::timeout
+                   : lease.ec == sluice::errc::upstream_tls   ? upstream_failure::tls
+                                                              : upstream_failure::unreachable;
+    co_return fail(f, !lease.detail.empty() ? lease.detail
+                      : lease.cause.empty() ? lease.ec.message()
+                                            : lease.cause);
+  }
+  if (lease.stream->tls()) {
+    // RFC 9113 §3.2: over TLS, HTTP/2 only when ALPN chose `h2` (else the upstream would
+    // read our preface as a bad HTTP/1.1 request).
+    const unsigned char* alpn = nullptr;
+    unsigned alpn_size = 0;
+    SSL_get0_alpn_selected(lease.stream->native_tls(), &alpn, &alpn_size);
+    if (alpn_size != 2 || std::memcmp(alpn, "h2", 2) != 0) {
+      boost::system::error_code ignored;
+      lease.stream->socket().close(ignored);
+      co_return fail(upstream_failure::tls, "the upstream did not agree to HTTP/2 (ALPN h2)");
+    }
   }
   exchange x;
   x.body = std::move(whole.body());
+  x.request_trailers = std::move(trailers);
   x.body_cap = plan.max_response_body == config::unlimited_size
                    ? upstream_pool::default_response_body_limit
                    : plan.max_response_body;

@@ -454,7 +454,13 @@ std::shared_ptr<const client_tls> client_tls::build(const config::upstream& up,
   im.ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
   SSL_CTX* h = im.ctx->native_handle();
   common_settings(h);
-  SSL_CTX_set_alpn_protos(h, alpn_http11, sizeof alpn_http11);  // (0 is success here)
+  // An HTTP/2 upstream is offered `h2` alone: HTTP/1.1 cannot carry its exchange (trailers).
+  static constexpr unsigned char alpn_h2[] = {2, 'h', '2'};
+  if (up.http2) {
+    SSL_CTX_set_alpn_protos(h, alpn_h2, sizeof alpn_h2);  // (0 is success here)
+  } else {
+    SSL_CTX_set_alpn_protos(h, alpn_http11, sizeof alpn_http11);
+  }
   im.host = up.host;
   boost::system::error_code ec;
   (void)boost::asio::ip::make_address(up.host, ec);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // sluice-test-serial
-// sluice-test-support: runtime_fixture http_client
+// sluice-test-support: runtime_fixture http_client redis_server test_ca
 // HTTP/2 bodies, 100-continue, drain and reload (issue 26, item 1), through real sockets: the
 // real `sluice` binary (or the runtime in-process), a python HTTP/1.1 upstream and python3-h2
 // clients (tests/support/h2_flow.py).
@@ -17,13 +17,19 @@
 //   still comes, a stream opened after it is not processed (never reaches the upstream), the
 //   connection closes and the process exits 0.
 // - A reload while an HTTP/2 connection is open applies to the next stream on it.
+// - An HTTP/2 upstream over TLS (ALPN h2, the upstream's ca_file): a python3-grpcio service
+//   with a certificate from a test CA gets unary and client-streaming calls through the
+//   gateway, their trailing metadata back; request trailers reach an HTTP/2 upstream (nghttpd's
+//   log of the frames it received).
 // Memory figures are peaks, not timings; runs alone (it measures the process).
 // Skipped when python3-h2 is missing (scripts/setup installs it).
 
 #include "support/child_process.hpp"
 #include "support/http_client.hpp"
+#include "support/redis_server.hpp"
 #include "support/runtime_fixture.hpp"
 #include "support/temp_dir.hpp"
+#include "support/test_ca.hpp"
 
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
@@ -269,6 +275,93 @@ TEST(h2_flow, a_reload_applies_to_the_next_stream_on_an_open_connection) {
   EXPECT_EQ(twice.out(), "200 404\n");
   EXPECT_TRUE(up.saw("GET /gone/a"));
   EXPECT_FALSE(up.saw("GET /gone/b"));
+}
+
+std::string h2_upstream_rules(const std::string& url, const std::string& extra) {
+  return "store: {type: memory}\n"
+         "http2: true\n"
+         "upstreams: {echo: {url: \"" +
+         url + "\", http2: true" + extra +
+         "}}\n"
+         "routes:\n"
+         "  - {name: echo, match: {path_prefix: /}, upstream: echo}\n";
+}
+
+TEST(h2_flow, grpc_calls_reach_an_http2_upstream_over_tls_with_alpn_h2) {
+  if (!have_h2()) GTEST_SKIP() << "python3-h2 is missing (scripts/setup installs it)";
+  temp_dir dir{"h2-tls-up"};
+  test_ca ca(dir.path);
+  const auto cert = ca.issue(cert_request("127.0.0.1").names({"IP:127.0.0.1"}));
+  const auto echo = std::string(SLUICE_SOURCE_DIR) + "/tests/support/grpc_echo.py";
+  const auto port = free_loopback_port();
+  child_process service(
+      {python, echo, "server", std::to_string(port), cert.cert.string(), cert.key.string()},
+      dir.path / "svc.out", dir.path / "svc.err");
+  ASSERT_TRUE(wait_until([&] { return service.out().find("ready") != std::string::npos; }, 30s))
+      << service.err();
+  runtime_fixture gw(h2_upstream_rules("https://127.0.0.1:" + std::to_string(port),
+                                       ", ca_file: " + ca.cert().string()));
+  const json::array steps{json::object{{"method", "unary"}, {"key", ""}, {"payload", "hello"}},
+                          json::object{{"method", "collect"}, {"key", ""}, {"payload", "a,b,c"}}};
+  child_process py(
+      {python, echo, "client", "127.0.0.1:" + std::to_string(gw.port()), json::serialize(steps)},
+      dir.path / "py.out", dir.path / "py.err");
+  ASSERT_EQ(py.wait_exit(60s), 0) << py.err();
+  const auto got = json::parse(py.out()).as_array();
+  ASSERT_EQ(got.size(), 2u) << py.out();
+  EXPECT_EQ(got[0].at("code"), "OK") << py.out();
+  EXPECT_EQ(got[0].at("messages"), (json::array{"hello"}));
+  EXPECT_EQ(got[0].at("trailing").at("x-echo-trailer"), "yes");
+  EXPECT_EQ(got[1].at("code"), "OK") << py.out();
+  EXPECT_EQ(got[1].at("messages"), (json::array{"a+b+c"}));  // three messages, one stream
+  EXPECT_EQ(got[1].at("trailing").at("x-echo-trailer"), "collect");
+  EXPECT_NE(service.out().find("call Collect"), std::string::npos);
+}
+
+TEST(h2_flow, an_https_upstream_that_does_not_select_h2_is_a_502) {
+  if (!have_h2()) GTEST_SKIP() << "python3-h2 is missing (scripts/setup installs it)";
+  temp_dir dir{"h2-tls-h1"};
+  test_ca ca(dir.path);
+  const auto cert = ca.issue(cert_request("127.0.0.1").names({"IP:127.0.0.1"}));
+  const auto port = free_loopback_port();
+  // An HTTP/1.1-only TLS server (no ALPN h2).
+  child_process h1(
+      {"/usr/bin/openssl", "s_server", "-accept", "127.0.0.1:" + std::to_string(port), "-cert",
+       cert.cert.string(), "-key", cert.key.string(), "-www", "-alpn", "http/1.1"},
+      dir.path / "s.out", dir.path / "s.err");
+  ASSERT_TRUE(wait_until([&] { return h1.out().find("ACCEPT") != std::string::npos; }, 30s))
+      << h1.err();
+  runtime_fixture gw(h2_upstream_rules("https://127.0.0.1:" + std::to_string(port),
+                                       ", ca_file: " + ca.cert().string()));
+  EXPECT_EQ(client({"trailers", std::to_string(gw.port()), "/x"}, dir.path), "status 502\n");
+}
+
+TEST(h2_flow, request_trailers_reach_an_http2_upstream) {
+  if (!have_h2()) GTEST_SKIP() << "python3-h2 is missing (scripts/setup installs it)";
+  if (!fs::exists("/usr/sbin/nghttpd")) GTEST_SKIP() << "nghttpd is missing (nghttp2-server)";
+  temp_dir dir{"h2-trailers"};
+  fs::create_directories(dir.path / "root");
+  std::ofstream(dir.path / "root" / "x") << "file\n";
+  const auto port = free_loopback_port();
+  child_process nghttpd({"/usr/sbin/nghttpd", "--no-tls", "-v", "-a", "127.0.0.1", "-d",
+                         (dir.path / "root").string(), std::to_string(port)},
+                        dir.path / "d.out", dir.path / "d.err");
+  runtime_fixture gw(h2_upstream_rules("http://127.0.0.1:" + std::to_string(port), ""));
+  // nghttpd listens once its port accepts a connection.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        try {
+          http_connection probe(port, 1s);
+          return true;
+        } catch (const std::exception&) {
+          return false;
+        }
+      },
+      30s));
+  EXPECT_EQ(client({"trailers", std::to_string(gw.port()), "/x"}, dir.path), "status 200\n");
+  ASSERT_TRUE(wait_until(
+      [&] { return nghttpd.out().find("x-checksum: abc-sum") != std::string::npos; }, 10s))
+      << nghttpd.out();
 }
 
 }  // namespace

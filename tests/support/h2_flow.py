@@ -22,6 +22,9 @@ h2_flow_test.cpp. Every socket operation waits at most 20 s.
       of a stream 3 anyway (raw frames, as a client that did not see the GOAWAY yet would);
       prints JSON {goaway: code, last_stream: id, status1, body1, stream3: "answered" |
       "refused" | "ignored", closed: whether the gateway closed the connection}.
+  h2_flow.py trailers PORT PATH
+      POST `abc` then the trailer `x-checksum: abc-sum` (HEADERS with END_STREAM); prints
+      `status S`.
   h2_flow.py twice PORT PATH1 PATH2 TRIGGER
       GET PATH1, then waits for the file TRIGGER, then GET PATH2 on the same connection; prints
       `S1 S2`.
@@ -374,6 +377,27 @@ def drain(port, path, started):
     print(json.dumps(out))
 
 
+def trailers(port, path):
+    sock, conn = connect(port)
+    conn.send_headers(1, head("POST", path, [("te", "trailers")]))
+    conn.send_data(1, b"abc")
+    conn.send_headers(1, [("x-checksum", "abc-sum")], end_stream=True)
+    sock.sendall(conn.data_to_send())
+    status = None
+    while True:
+        evs = events(sock, conn)
+        if evs is None:
+            break
+        for e in evs:
+            if isinstance(e, h2.events.ResponseReceived):
+                status = int(dict(e.headers)[":status"])
+            elif isinstance(e, h2.events.DataReceived):
+                conn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+        if any(isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)) for e in evs):
+            break
+    print("status %s" % status)
+
+
 def twice(port, path1, path2, trigger):
     sock, conn = connect(port)
     s1, _ = get(sock, conn, 1, path1)
@@ -398,6 +422,8 @@ if __name__ == "__main__":
         expect_continue(int(args[0]), args[1], int(args[2]), args[3])
     elif mode == "drain":
         drain(int(args[0]), args[1], args[2])
+    elif mode == "trailers":
+        trailers(int(args[0]), args[1])
     elif mode == "twice":
         twice(int(args[0]), args[1], args[2], args[3])
     else:

@@ -62,7 +62,8 @@ class server_tls {
   std::unique_ptr<impl> impl_;
 };
 
-/// The TLS of one https upstream: an SSL_CTX (TLS 1.2 and 1.3, ALPN http/1.1) verifying the
+/// The TLS of one https upstream: an SSL_CTX (TLS 1.2 and 1.3, ALPN http/1.1, or h2 alone for
+/// an `http2: true` upstream) verifying the
 /// upstream's certificate against `ca_file` or, without one, the system store
 /// (SSL_CTX_set_default_verify_paths), or not at all with `verify: false`.
 class client_tls {

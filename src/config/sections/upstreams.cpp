@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `upstreams:` section: each upstream's URL and its settings (for an https:// one, how its
-// certificate is verified: `ca_file`, `verify`; `http2` for an upstream spoken to over HTTP/2).
+// certificate is verified: `ca_file`, `verify`; `http2` for an upstream spoken to over HTTP/2: h2c,
+// or h2 by ALPN over https).
 
 #include "config/loader_internal.hpp"
 
@@ -62,9 +63,7 @@ void loader::parse_upstreams(const entry& e, rules& r) {
     if (const entry* h = um->find("http2")) {
       const std::string p = join(path, "http2");
       if (auto b = boolean(*h, p)) {
-        u.http2 = *b;
-        // h2 over TLS needs ALPN towards the upstream, not offered yet.
-        if (u.http2 && u.tls) error(h->line, p, "http2 is for http:// upstreams (h2c) for now");
+        u.http2 = *b;  // over https://: TLS with ALPN `h2` (client_tls)
       }
     }
     r.upstreams[u.name] = u;

@@ -109,8 +109,6 @@ TEST(tls_section, mistakes_are_reported_exactly) {
        {f + "1: upstreams.api.ca_file: ca_file is not used with verify: false"}},
       {"upstreams: {api: {url: \"https://api.test\", verify: no}}\n",
        {f + "1: upstreams.api.verify: expected true or false, got 'no'"}},
-      {"upstreams: {api: {url: \"https://api.test\", http2: true}}\n",
-       {f + "1: upstreams.api.http2: http2 is for http:// upstreams (h2c) for now"}},
       {"upstreams: {api: {url: \"http://api.test\", http2: yes}}\n",
        {f + "1: upstreams.api.http2: expected true or false, got 'yes'"}},
   };
