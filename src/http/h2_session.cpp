@@ -444,16 +444,19 @@ struct h2_connection : std::enable_shared_from_this<h2_connection> {
     return 0;
   }
 
-  /// A whole answer sent before the request's end (a refusal, or an upstream's early
-  /// answer): RST_STREAM NO_ERROR asks the client to stop sending its body (RFC 9113 §8.1), so
-  /// a refused upload costs the bytes in flight, not the whole body.
+  /// A whole answer sent to a request that waits for `100 (Continue)` (a refusal: 429, 413 by
+  /// its content-length): RST_STREAM NO_ERROR tells the client its body is not wanted (RFC
+  /// 9113 §8.1, RFC 9110 §10.1.1), so it ends the stream without sending it. Other clients
+  /// already sending a body keep sending it (consumed and dropped): some (curl 7.88) take a
+  /// reset during their upload for a failed exchange, even after a whole answer.
   static int on_frame_send(nghttp2_session* ng, const nghttp2_frame* frame, void* user) {
     auto* self = static_cast<h2_connection*>(user);
     if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
         !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
       return 0;
     auto s = self->find(frame->hd.stream_id);
-    if (s && !s->end_stream && !s->closed)
+    if (s && !s->end_stream && !s->closed &&
+        beast::iequals(s->head[bhttp::field::expect], "100-continue"))
       nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
     return 0;
   }
