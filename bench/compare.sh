@@ -12,7 +12,9 @@
 # and, as a mode of its own (--modes rls, bench/compare-rls.sh), sluice as Envoy's rate limit
 # service (h2load -> ShouldRateLimit) against sluice's proxy path for the same limits.
 # --modes h2 (bench/compare-h2.sh) is h2load against nginx (http2, limit_req) and sluice
-# (http2: true, memory and Redis stores) over TLS and h2c.
+# (http2: true, memory and Redis stores) over TLS and h2c. --modes workers2 and --modes keys
+# (bench/compare-scale.sh) are 2 workers / 2 threads on 2 shared cores, and a key-count sweep.
+# --syscalls adds, after the pinned rounds, each system's system calls per request (perf stat).
 # Every limiter keys on the X-API-Key header; wrk sends 10,000 distinct keys (key-0 ..
 # key-9999) and every limit is far above what a key is offered, so each request is checked
 # and admitted. All proxies keep their upstream connections alive. Config templates, the wrk
@@ -37,6 +39,7 @@ SYSTEMS="direct,nginx,haproxy,sluice-memory,sluice-redis"
 RECORD=0
 BUILD=0
 SELF_CHECK=0
+SYSCALLS=0
 FIXED_RATE=9500
 FIXED_CONNS=100
 WARMUP=2
@@ -75,6 +78,14 @@ Modes:
              and 3 descriptors) against its proxy path (wrk) for the same limits on Redis,
              pinned; run by bench/compare-rls.sh (--rounds, --seconds, --connections,
              --warmup, --binary, --record; see bench/compare-rls.sh --help)
+  workers2   alone, opt-in: sluice with `workers: 2` (memory store and Redis) against nginx with
+             2 workers (+ limit_req) and HAProxy with `nbthread 2` (stick-table), no pinning:
+             the load generator shares the 2 cores; run by bench/compare-scale.sh with options
+             of its own (see bench/compare-scale.sh --help)
+  keys       alone, opt-in: a key-count sweep (10,000, 1,000,000 and 5,000,000 distinct keys,
+             picked at random) for sluice on the memory store and on Redis and nginx +
+             limit_req: req/s, p99, each server's RSS, Redis used_memory; pinned; run by
+             bench/compare-scale.sh
 
 Options:
   --rounds N         rounds per mode (each round runs every system once; default 3, at least 1)
@@ -100,6 +111,9 @@ Options:
                      is only printed)
   --self-check       start every system with low limits and check that each limiter refuses a
                      key after its allowance while another key still passes, then exit
+  --syscalls         after the pinned mode's rounds, one more wrk run of --seconds per system
+                     under `perf stat -e 'syscalls:sys_enter_*'` on the system's processes:
+                     system calls per request, in total and the five most frequent
   -h, --help         this text
 
 Bounded: each wrk run has -d; the whole script runs under `timeout` (a budget computed from
@@ -112,13 +126,16 @@ is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
 
 need_val() { (($# >= 2)) || die "$1 needs a value"; }
 # --modes h2 takes bench/compare-h2.sh's options: they are handed over unread.
+# --modes workers2 and --modes keys take bench/compare-scale.sh's, handed over the same way.
 H2_MODE=0
+SCALE_MODE=0
 prev=""
 for a in "$@"; do
   [[ $a == --modes=h2 || ($prev == --modes && $a == h2) ]] && H2_MODE=1
+  [[ $a =~ ^--modes=(workers2|keys)$ || ($prev == --modes && $a =~ ^(workers2|keys)$) ]] && SCALE_MODE=1
   prev=$a
 done
-while ((!H2_MODE && $#)); do
+while ((!H2_MODE && !SCALE_MODE && $#)); do
   opt=$1
   if [[ $opt == --*=* ]]; then set -- "${opt%%=*}" "${opt#*=}" "${@:2}"; opt=$1; fi
   case $opt in
@@ -140,6 +157,7 @@ while ((!H2_MODE && $#)); do
     --budget) need_val "$@"; BUDGET=$2; shift 2 ;;
     --record) RECORD=1; shift ;;
     --self-check) SELF_CHECK=1; shift ;;
+    --syscalls) SYSCALLS=1; shift ;;
     *) usage >&2; die "unknown option: $opt" ;;
   esac
 done
@@ -157,7 +175,7 @@ done
 IFS=, read -r -a MODE_LIST <<<"$MODES"
 IFS=, read -r -a SYSTEM_LIST <<<"$SYSTEMS"
 for m in "${MODE_LIST[@]}"; do
-  [[ $m != h2 ]] || die "--modes h2 runs alone"
+  [[ $m != h2 && $m != workers2 && $m != keys ]] || die "--modes $m runs alone"
   [[ $m =~ ^(pinned|unpinned|fixed|rls)$ ]] || die "unknown mode: $m"
 done
 [[ ,$MODES, != *,rls,* || $MODES == rls ]] || die "--modes rls runs alone"
@@ -191,6 +209,8 @@ fi
 
 # bench/compare-h2.sh bounds itself (its budget follows its own options).
 if ((H2_MODE)); then exec "$ROOT/bench/compare-h2.sh" "${ORIG_ARGS[@]}"; fi
+# So does bench/compare-scale.sh.
+if ((SCALE_MODE)); then exec "$ROOT/bench/compare-scale.sh" "${ORIG_ARGS[@]}"; fi
 # Bounded like the other modes: 4 systems x rounds x (seconds + warm-up + 4 s) and set-up.
 if [[ $MODES == rls ]]; then
   exec timeout -k 15 $((120 + 4 * ROUNDS * (DURATION + WARMUP + 4))) "$ROOT/bench/compare-rls.sh" "${ORIG_ARGS[@]}"
@@ -211,6 +231,7 @@ if [[ -z ${COMPARE_GUARDED:-} ]]; then
     budget=180
   else
     budget=$((120 + nmodes * nsys * (ROUNDS * (DURATION + 4) + WARMUP + 4)))
+    ((SYSCALLS)) && budget=$((budget + nsys * (DURATION + 10)))
     budget=$((budget + budget / 4))
   fi
   if [[ -n $BUDGET ]]; then is_uint "$BUDGET" || die "--budget must be a whole number"; budget=$BUDGET; fi
@@ -397,16 +418,7 @@ read -r -a CPUS <<<"$(bench_cpus)"
 ALL_CPUS=$(IFS=,; echo "${CPUS[*]}")
 if [[ ,$MODES, == *,pinned,* ]] && ((${#CPUS[@]} < 2)); then die "pinned mode needs 2 CPUs (have $ALL_CPUS)"; fi
 
-tree_pids() { # pid: the pid and all its descendants
-  local queue=("$1") p
-  while ((${#queue[@]})); do
-    p=${queue[0]}
-    queue=("${queue[@]:1}")
-    [[ -d /proc/$p ]] || continue
-    echo "$p"
-    for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do queue+=("$c"); done
-  done
-}
+tree_pids() { bench_tree_pids "$1"; } # the pid and all its descendants (bench/lib.sh)
 tree_ticks() { # pid: utime+stime of the process tree, in clock ticks
   local t=0 p v
   for p in $(tree_pids "$1"); do
@@ -445,10 +457,31 @@ apply_mode() {
   return 0
 }
 
+wrk_argv() { # system seconds: WRK_ARGV, the wrk command line (the mode's pinning first)
+  WRK_ARGV=(env COMPARE_KEYS="$KEYS" COMPARE_RATE="$RATE" COMPARE_THREADS="$THREADS"
+    "${WRK_PREFIX[@]}" wrk -t"$THREADS" -c"$WRK_CONNS" -d"${2}s" --timeout 2s -s "$TPL/wrk.lua"
+    "http://127.0.0.1:${PORT[$1]}/")
+}
 wrk_run() { # system seconds output
-  COMPARE_KEYS=$KEYS COMPARE_RATE=$RATE COMPARE_THREADS=$THREADS \
-    "${WRK_PREFIX[@]}" wrk -t"$THREADS" -c"$WRK_CONNS" -d"${2}s" --timeout 2s -s "$TPL/wrk.lua" \
-    "http://127.0.0.1:${PORT[$1]}/" >"$3" 2>&1 || { cat "$3" >&2; die "wrk failed against $1"; }
+  wrk_argv "$1" "$2"
+  "${WRK_ARGV[@]}" >"$3" 2>&1 || { cat "$3" >&2; die "wrk failed against $1"; }
+}
+SYSCALLS_TSV="$OUT/syscalls.tsv"
+: >"$SYSCALLS_TSV"
+syscalls_run() { # system: one wrk run under perf stat on the system's processes (bench/lib.sh)
+  local s=$1 f="$OUT/syscalls.$1" pids n
+  pids=$(tree_pids "${PID[$s]}" | paste -sd,)
+  wrk_argv "$s" "$DURATION"
+  if ! bench_perf_syscalls "$f" "$pids" "${WRK_ARGV[@]}"; then
+    echo "  WARNING $s: perf stat could not count system calls: $(tail -3 "$f.perf" "$f.cmd" 2>/dev/null | tr '\n' ' ')" >&2
+    printf '%s\tNA\tNA\tperf could not count\n' "$s" >>"$SYSCALLS_TSV"
+    return 0
+  fi
+  n=$(awk '$1 == "cmp" && $2 == "requests" { print $3 }' "$f.cmd")
+  [[ ${n:-0} -gt 0 ]] || { cat "$f.cmd" >&2; die "$s: wrk counted no request under perf"; }
+  awk -v s="$s" -v n="$n" '{ t += $1; if (NR <= 5) top = top sprintf("%s%s %.2f", top == "" ? "" : ", ", $2, $1 / n) }
+    END { printf "%s\t%d\t%.2f\t%s\n", s, n, t / n, top }' "$f" >>"$SYSCALLS_TSV"
+  tail -1 "$SYSCALLS_TSV" | awk -F'\t' '{ printf "  [syscalls] %-14s %s per request (%s)\n", $1, $3, $4 }' >&2
 }
 
 RESULTS="$OUT/results.tsv"
@@ -523,6 +556,9 @@ for mode in "${MODE_LIST[@]}"; do
       sleep 1
     done
   done
+  if ((SYSCALLS)) && [[ $mode == pinned ]]; then
+    for s in "${SYSTEM_LIST[@]}"; do [[ $s == direct ]] || syscalls_run "$s"; done
+  fi
 done
 
 # --- report ---------------------------------------------------------------------------------
@@ -627,6 +663,17 @@ REPORT="$OUT/report.md"
           print line
         }
       }' "$SUMMARY"
+    if [[ $mode == pinned && -s $SYSCALLS_TSV ]]; then
+      echo
+      echo "System calls per request (\`perf stat -e 'syscalls:sys_enter_*'\` on every thread of the" \
+        "system's processes during one more ${DURATION}s wrk run, pinned; Redis's own not counted):"
+      echo
+      echo "| system | requests | system calls/req | the five most frequent, per request |"
+      echo "|---|---|---|---|"
+      awk -F'\t' -v labels="$(for s in "${!LABEL[@]}"; do printf '%s=%s;' "$s" "${LABEL[$s]}"; done)" '
+        BEGIN { n = split(labels, l, ";"); for (i = 1; i <= n; i++) if (l[i] != "") { split(l[i], kv, "="); label[kv[1]] = kv[2] } }
+        { printf "| %s | %s | %s | %s |\n", label[$1], $2, $3, $4 }' "$SYSCALLS_TSV"
+    fi
     if [[ $mode == fixed ]]; then
       echo
       awk -F'\t' -v rate="$FIXED_RATE" '$1 == "fixed" { n++; if ($4 >= rate * 0.95 && $4 <= rate * 1.05) ok++

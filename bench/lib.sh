@@ -183,3 +183,41 @@ YAML
     tr '\n' ' ' | sed 's/ *$//' | cut -c1-200)
   return 1
 }
+
+# bench_tree_pids PID: the pid and every descendant, one a line.
+bench_tree_pids() {
+  local queue=("$1") p
+  while ((${#queue[@]})); do
+    p=${queue[0]}
+    queue=("${queue[@]:1}")
+    [[ -d /proc/$p ]] || continue
+    echo "$p"
+    for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do queue+=("$c"); done
+  done
+}
+
+# bench_tree_rss_kb PID: the resident memory of the process tree in KiB, as the sum of each
+# process's PSS (/proc/<pid>/smaps_rollup), so pages the processes share (nginx's shared zone,
+# mapped by its master and every worker) count once.
+bench_tree_rss_kb() {
+  local p t=0 v
+  for p in $(bench_tree_pids "$1"); do
+    v=$(awk '/^Pss:/ { print $2 }' "/proc/$p/smaps_rollup" 2>/dev/null) || v=0
+    t=$((t + ${v:-0}))
+  done
+  echo "$t"
+}
+
+# bench_perf_syscalls OUT PIDS COMMAND...: counts the system calls the processes PIDS (a
+# comma-separated list; every thread of each) make while COMMAND runs, with `perf stat -e
+# 'syscalls:sys_enter_*'`; OUT gets "<count> <syscall>" lines, largest first (zero counts left
+# out), and COMMAND's output goes to OUT.cmd. Returns non-zero when perf could not count (no
+# syscall tracepoints, or not permitted) or COMMAND failed.
+bench_perf_syscalls() {
+  local out=$1 pids=$2
+  shift 2
+  perf stat -x, -o "$out.perf" -e 'syscalls:sys_enter_*' -p "$pids" -- "$@" >"$out.cmd" 2>&1 || return 1
+  awk -F, '$1 ~ /^[0-9]+$/ && $1 > 0 { e = $3; sub(/^syscalls:sys_enter_/, "", e); c[e] += $1 }
+    END { for (e in c) print c[e], e }' "$out.perf" | sort -rn >"$out"
+  [[ -s $out ]]
+}

@@ -4,12 +4,17 @@
 -- COMPARE_PATH (default "/"; bench/cluster.sh sends each case to its own route). With
 -- COMPARE_RATE set (requests/s over all threads), delay() paces each thread onto a fixed
 -- schedule of COMPARE_RATE / COMPARE_THREADS requests/s (LuaJIT's ffi reads the monotonic
--- clock; wrk only takes whole milliseconds, the schedule keeps the average exact). done()
+-- clock; wrk only takes whole milliseconds, the schedule keeps the average exact). With
+-- COMPARE_PICK=random each request takes a key uniformly at random from the COMPARE_KEYS keys
+-- (bench/compare-scale.sh's key sweep); COMPARE_START shifts where the walk in turn begins (a
+-- warm-up continuing where the last one stopped). done()
 -- prints machine-readable "cmp ..." lines: counts, errors and latency percentiles in µs.
 local keys = tonumber(os.getenv("COMPARE_KEYS") or "10000")
 local rate = tonumber(os.getenv("COMPARE_RATE") or "0")
 local nthreads = tonumber(os.getenv("COMPARE_THREADS") or "1")
 local path = os.getenv("COMPARE_PATH") or "/"
+local random_pick = os.getenv("COMPARE_PICK") == "random"
+local start = tonumber(os.getenv("COMPARE_START") or "0")
 local percentiles = {50, 75, 90, 95, 97, 98, 99, 99.5, 99.7, 99.8, 99.9, 99.95, 99.97, 99.99}
 
 local made = 0
@@ -20,11 +25,12 @@ end
 
 local i = 0
 function init(args)
-  i = (offset or 0) % keys
+  i = ((offset or 0) + start) % keys
+  math.randomseed(os.time() + (offset or 0))
 end
 
 function request()
-  i = (i + 1) % keys
+  if random_pick then i = math.random(0, keys - 1) else i = (i + 1) % keys end
   return wrk.format("GET", path, {["X-API-Key"] = "key-" .. i})
 end
 
