@@ -672,7 +672,11 @@ observability::metrics_sample gateway::sample() const {
     s.upstream.connects += pool.connects;
     s.upstream.reuses += pool.reuses;
     s.upstream.failures += pool.failures;
-    s.upstream.retries += pool.retries;
+    s.upstream.retries_not_sent += pool.retries_not_sent;
+    s.upstream.retries_idempotent += pool.retries_idempotent;
+    s.upstream.stale_failures += pool.stale_failures;
+    s.upstream.idle_closed += pool.idle_closed;
+    s.upstream.idle_stray += pool.idle_stray;
     s.upstream.idle += pool.idle;
     const auto ws = impl_->sample_of(i);
     s.plan_cache_hits += ws.plan_cache.hits;

@@ -391,6 +391,9 @@ asio::awaitable<relay_result> relay(client_port& c, forward_plan& plan, upstream
 
   const auto deadline = steady::now() + up.timeout;
   bool continued = false;
+  // The first piece of the request body, read from the client but not sent (its write found
+  // the pooled connection closed): a retry sends it first.
+  std::optional<std::size_t> carried;
   for (int attempt = 0;; ++attempt) {
     // A pooled connection without a coroutine frame when one is idle; else a new one (also
     // for a retry after a stale pooled connection).
@@ -409,6 +412,7 @@ asio::awaitable<relay_result> relay(client_port& c, forward_plan& plan, upstream
 
     // --- the request: head, then the body piece by piece -----------------------------------
     error_code upload_error;
+    std::uint64_t sent = 0;  // request bytes the upstream connection took
     {
       hop_writer to_upstream(head_text, framing == body_framing::chunked);
       if (!has_body) {
@@ -416,6 +420,7 @@ asio::awaitable<relay_result> relay(client_port& c, forward_plan& plan, upstream
         auto w = send_now(ups, head);
         if (w.pending) w = co_await send_rest(ups, head, w, up.timeout);
         upload_error = w.ec;
+        sent += w.bytes;
       } else {
         if (c.expects_continue() && !continued) {
           // Admitted, and the upstream is there: now the client may send the body.
@@ -443,8 +448,15 @@ asio::awaitable<relay_result> relay(client_port& c, forward_plan& plan, upstream
             began = steady::now();
           }
           std::size_t got = 0;
-          const error_code rec =
-              co_await c.read_body(block.get(), buffer_pool::block_size, wait, got);
+          error_code rec;
+          if (carried) {
+            got = *carried;  // read before; only the send failed
+            carried.reset();
+            received -= got;
+            out.bytes_in -= got;
+          } else {
+            rec = co_await c.read_body(block.get(), buffer_pool::block_size, wait, got);
+          }
           if (min_rate > 0) waited += steady::now() - began;
           if (rec) {
             // The upstream got part of a request: that connection is done for.
@@ -462,6 +474,8 @@ asio::awaitable<relay_result> relay(client_port& c, forward_plan& plan, upstream
           const auto piece = to_upstream.next(block.get(), got, done);
           auto w = send_now(ups, piece);
           if (w.pending) w = co_await send_rest(ups, piece, w, up.timeout);
+          if (w.ec && sent == 0 && w.bytes == 0) carried = got;  // for a retry
+          sent += w.bytes;
           if (w.ec) {
             upload_error = w.ec;  // the upstream may have answered early: read it below
             break;
@@ -477,8 +491,14 @@ asio::awaitable<relay_result> relay(client_port& c, forward_plan& plan, upstream
     const auto sent_at = steady::now();
     std::optional<response_head_parser> rp;
     error_code head_error;
-    bool got_bytes = false;
-    for (;;) {
+    if (lease.watch) {
+      // The read the pooled connection kept outstanding receives the response's first bytes.
+      ups.expires_after(up.timeout);
+      head_error = ups.timeout_error(co_await upstream_pool::first_read(lease));
+      if (head_error == asio::error::eof) head_error = bhttp::error::end_of_stream;
+    }
+    bool got_bytes = lease.buffer.size() > 0;
+    while (!head_error) {
       rp.emplace();
       rp->header_limit(upstream_pool::response_header_limit);
       rp->body_limit(limit_of(plan.max_response_body));
@@ -506,12 +526,16 @@ asio::awaitable<relay_result> relay(client_port& c, forward_plan& plan, upstream
     if (head_error) {
       ups.close();
       if (upload_error) head_error = upload_error;
-      if (lease.reused && !got_bytes && replayable && attempt == 0 &&
-          head_error != beast::error::timeout) {
-        // A stale pooled connection: the upstream closed it while our request was on the way.
-        pool.count_retry();
+      const bool stale = lease.reused && !got_bytes && head_error != beast::error::timeout;
+      // A stale pooled connection: the upstream closed it while our request was on the way.
+      // Sent again once on a fresh one when RFC 9110 §9.2.2 allows: nothing of it had gone
+      // out, or it may be repeated (idempotent, its body not consumed).
+      if (stale && attempt == 0 && (sent == 0 || replayable)) {
+        pool.count_retry(sent == 0 ? upstream_pool::retry_reason::not_sent
+                                   : upstream_pool::retry_reason::idempotent);
         continue;
       }
+      if (stale) pool.count_stale_failure();
       fail(head_failure(head_error), head_error);
       co_return out;
     }

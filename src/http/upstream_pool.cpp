@@ -8,11 +8,15 @@
 //
 // Stale connections: an upstream may close an idle connection at any time, and the close
 // races with our next request on it (RFC 9112 §9.3.1). Three defences, cheapest first: idle
-// connections expire a little before the upstream's advertised `Keep-Alive: timeout`; a
-// connection is checked with a non-blocking peek before reuse (EOF or unexpected bytes: drop
-// it); and a request that failed on a reused connection before any response byte arrived is
-// sent again once on a fresh connection when its method is idempotent (RFC 9110 §9.2.2) —
-// never a POST or PATCH, which the upstream may have acted on.
+// connections expire a little before the upstream's advertised `Keep-Alive: timeout`; an idle
+// connection keeps a read outstanding (idle_watch), so its EOF, reset or unexpected bytes
+// complete that read and the connection leaves the pool at once (no check before reuse; the
+// read's start costs one `recv` that finds nothing — Asio 1.81's speculative read — and the
+// same read then receives the next response, so none fails after the request is sent); and a
+// request that failed on a reused connection before any response byte arrived is sent again
+// once on a fresh connection when nothing of it had been sent or its method is idempotent
+// (RFC 9110 §9.2.2) — never a POST or PATCH once bytes of it went out, which the upstream
+// may have acted on.
 //
 // HTTPS: the TLS handshake follows the TCP connect within the same budget. Its failures are
 // reported with the reason OpenSSL gives: for a certificate that does not verify, the
@@ -29,10 +33,13 @@
 #include "sluice/errc.hpp"
 #include "sluice/http/headers.hpp"
 #include "sluice/http/tls_context.hpp"
+#include "sluice/log_throttle.hpp"
 
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
+#include <spdlog/spdlog.h>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -44,11 +51,10 @@
 #include <boost/beast/http/rfc7230.hpp>
 #include <boost/beast/http/write.hpp>
 
-#include <sys/socket.h>
-
 #include <array>
 #include <atomic>
 #include <charconv>
+#include <cstring>
 #include <deque>
 #include <optional>
 #include <string>
@@ -56,6 +62,37 @@
 #include <vector>
 
 namespace sluice::http {
+
+/// The read an idle pooled connection keeps outstanding, into a small buffer of its own (the
+/// read may outlive the lease that took the connection: a closed connection's read completes
+/// later). Reused for every idle period of its connection.
+struct idle_watch {
+  /// Bytes the outstanding read may take: a response head and a small body fit; the rest of
+  /// a larger response is read into the lease's buffer.
+  static constexpr std::size_t buffer_size = 4096;
+  std::unique_ptr<char[]> data = std::make_unique<char[]>(buffer_size);
+  std::string key;         ///< the pool key of the connection (to find it when dropped)
+  bool pending = false;    ///< a read is outstanding and its result not yet taken
+  bool leased = false;     ///< a request took the connection: the read is its response's
+  bool completed = false;  ///< the read completed (ec, n)
+  boost::system::error_code ec;
+  std::size_t n = 0;
+  /// first_read() waiting for the read (its coroutine's completion handler).
+  struct waiting {
+    virtual ~waiting() = default;
+    virtual void complete(boost::system::error_code ec, std::size_t n) = 0;
+  };
+  template <class Handler>
+  struct waiting_for final : waiting {
+    explicit waiting_for(Handler h) : handler(std::move(h)) {}
+    void complete(boost::system::error_code ec, std::size_t n) override {
+      std::move(handler)(ec, n);
+    }
+    Handler handler;
+  };
+  std::unique_ptr<waiting> waiter;
+};
+
 namespace {
 
 namespace asio = boost::asio;
@@ -76,7 +113,11 @@ struct idle_connection {
   timed_socket stream;
   beast::flat_buffer buffer;
   steady::time_point expires;
+  std::shared_ptr<idle_watch> watch;  ///< its outstanding read
 };
+
+/// Stray bytes on idle connections: logged at most once a second.
+sluice::log_throttle stray_log;
 
 /// The pool's state; exchanges in flight hold it by shared_ptr.
 struct pool_state {
@@ -86,7 +127,9 @@ struct pool_state {
   std::size_t max_idle;
   std::uint64_t body_limit = upstream_pool::default_response_body_limit;
   std::unordered_map<std::string, std::deque<idle_connection>> idle;  // back = most recent
-  std::atomic<std::uint64_t> connects{0}, reuses{0}, failures{0}, retries{0};
+  std::atomic<std::uint64_t> connects{0}, reuses{0}, failures{0};
+  std::atomic<std::uint64_t> retries_not_sent{0}, retries_idempotent{0}, stale_failures{0};
+  std::atomic<std::uint64_t> idle_closed{0}, idle_stray{0};
   tls_counters tls;
   /// Connections in `idle` (a gauge the scraper reads; written here only).
   std::atomic<std::int64_t> idle_now{0};
@@ -94,7 +137,8 @@ struct pool_state {
     idle_now.store(idle_now.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
   }
 
-  /// Pops the most recently pooled connection still usable, closing expired or dead ones.
+  /// Pops the most recently pooled connection still usable, closing expired ones (a
+  /// connection the upstream closed has left the pool already: its read completed).
   bool take_idle(upstream_lease& lease) {
     auto it = idle.find(lease.key);
     if (it == idle.end()) return false;
@@ -104,39 +148,130 @@ struct pool_state {
       idle_connection c = std::move(stack.back());
       stack.pop_back();
       count_idle(-1);
-      if (c.expires > now && still_open(c.stream)) {
+      if (c.expires > now && !c.watch->completed) {
+        c.watch->leased = true;
         lease.stream.emplace(std::move(c.stream));
         lease.buffer = std::move(c.buffer);
+        lease.watch = std::move(c.watch);
         return true;
       }
-      c.stream.close();
+      c.stream.close();  // its read completes with operation_aborted
     }
     return false;
   }
 
-  void put_idle(upstream_lease& lease, steady::time_point expires) {
-    if (max_idle == 0) return;
+  /// Pools the connection of `lease` (at most `limit` per key, the oldest closed first);
+  /// returns it, or null when it was closed instead (no room, or a read still pending on it).
+  idle_connection* put_idle(upstream_lease& lease, steady::time_point expires, std::size_t limit) {
+    if (limit == 0 || (lease.watch && lease.watch->pending)) {
+      lease.stream->close();
+      lease.stream.reset();
+      return nullptr;
+    }
     auto& stack = idle[lease.key];
-    if (stack.size() >= max_idle) {
+    if (stack.size() >= limit) {
       stack.front().stream.close();  // the oldest is the likeliest to be stale
       stack.pop_front();
       count_idle(-1);
     }
     lease.stream->expires_never();
     lease.buffer.clear();
-    stack.push_back({std::move(*lease.stream), std::move(lease.buffer), expires});
+    if (!lease.watch) {
+      lease.watch = std::make_shared<idle_watch>();
+      lease.watch->key = lease.key;
+    }
+    stack.push_back(
+        {std::move(*lease.stream), std::move(lease.buffer), expires, std::move(lease.watch)});
     count_idle(1);
     lease.stream.reset();
+    return &stack.back();
   }
 
-  /// A non-blocking peek: an idle connection must have nothing to read. EOF means the
-  /// upstream closed it; bytes mean it sent something unsolicited — either way, unusable.
-  static bool still_open(timed_socket& stream) {
-    char byte;
-    const auto n = ::recv(stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  /// A completed read of an idle connection: the upstream closed it or sent bytes nobody
+  /// asked for (a late part of a response that lied about its length, garbage): either way
+  /// the connection is unusable and leaves the pool (when it is still there: a connection
+  /// closed by the pool itself completes its read later).
+  void drop_idle(const idle_watch& w) {
+    auto it = idle.find(w.key);
+    if (it == idle.end()) return;
+    auto& stack = it->second;
+    for (auto c = stack.begin(); c != stack.end(); ++c) {
+      if (c->watch.get() != &w) continue;
+      if (w.n > 0) {
+        idle_stray.fetch_add(1, std::memory_order_relaxed);
+        std::uint64_t suppressed = 0;
+        if (stray_log.admit(suppressed)) {
+          spdlog::warn(
+              "upstream {}: {} bytes arrived on an idle pooled connection; connection dropped "
+              "({} similar lines suppressed)",
+              w.key, w.n, suppressed);
+        }
+      } else {
+        idle_closed.fetch_add(1, std::memory_order_relaxed);
+      }
+      c->stream.close();
+      stack.erase(c);
+      count_idle(-1);
+      return;
+    }
   }
 };
+
+using state_ptr = std::shared_ptr<pool_state>;
+
+/// Starts the outstanding read of a connection that was just pooled (the back of its stack).
+/// Its start costs one speculative `recv` (Asio's reactor tries every new read at once); then
+/// it waits in epoll until the upstream sends or closes.
+void watch_idle(const state_ptr& st, idle_connection& c) {
+  auto& w = *c.watch;
+  w.pending = true;
+  w.leased = false;
+  w.completed = false;
+  w.ec = {};
+  w.n = 0;
+  c.stream.async_read_some(
+      asio::buffer(w.data.get(), idle_watch::buffer_size),
+      [watch = c.watch, pool = std::weak_ptr<pool_state>(st)](error_code ec, std::size_t n) {
+        watch->completed = true;
+        watch->ec = ec;
+        watch->n = n;
+        if (watch->leased) {
+          if (watch->waiter) {
+            auto waiter = std::move(watch->waiter);
+            waiter->complete(ec, n);
+          }
+          return;
+        }
+        if (auto s = pool.lock()) s->drop_idle(*watch);
+      });
+}
+
+/// Pools `lease` (put_idle) and starts its connection's outstanding read.
+void pool_connection(const state_ptr& st, upstream_lease& lease, steady::time_point expires,
+                     std::size_t limit) {
+  if (auto* c = st->put_idle(lease, expires, limit)) watch_idle(st, *c);
+}
+
+/// first_read(): waits for the outstanding read of the leased connection, takes its bytes.
+asio::awaitable<error_code> take_watched_read(upstream_lease& lease) {
+  auto w = lease.watch;
+  if (!w || !w->pending) co_return error_code{};
+  if (!w->completed) {
+    co_await asio::async_initiate<decltype(use_tuple), void(error_code, std::size_t)>(
+        [&w](auto handler) {
+          using waiting = idle_watch::waiting_for<std::decay_t<decltype(handler)>>;
+          w->waiter = std::make_unique<waiting>(std::move(handler));
+        },
+        use_tuple);
+  }
+  w->pending = false;
+  if (w->n > 0) {
+    auto space = lease.buffer.prepare(w->n);
+    std::memcpy(space.data(), w->data.get(), w->n);
+    lease.buffer.commit(w->n);
+  }
+  co_return w->ec;
+}
 
 using state_ptr = std::shared_ptr<pool_state>;
 
@@ -260,6 +395,7 @@ asio::awaitable<void> connect(state_ptr st, const config::upstream& up, steady::
 bool reuse(const state_ptr& st, const config::upstream& up, upstream_lease& lease,
            const client_tls* tls) {
   pool_key(lease.key, up, tls);
+  lease.max_idle = up.max_idle;
   if (!st->take_idle(lease)) return false;
   lease.reused = true;
   st->reuses.fetch_add(1, std::memory_order_relaxed);
@@ -272,6 +408,7 @@ asio::awaitable<upstream_lease> acquire(state_ptr st, const config::upstream& up
   upstream_lease lease;
   if (fresh) {
     pool_key(lease.key, up, tls.get());
+    lease.max_idle = up.max_idle;
   } else if (reuse(st, up, lease, tls.get())) {
     co_return lease;
   }
@@ -310,12 +447,16 @@ asio::awaitable<boost::system::result<response>> exchange(state_ptr st, config::
     stream.expires_after(
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()));
     auto [wec, wn] = co_await asio::async_write(stream, message, use_tuple);
-    (void)wn;
 
     error_code failure = stream.timeout_error(wec);
     bool got_bytes = false;
     std::optional<response> res;
     bool reusable = false;
+    if (!failure) {
+      failure = stream.timeout_error(co_await take_watched_read(lease));
+      if (failure == asio::error::eof) failure = bhttp::error::end_of_stream;
+      got_bytes = lease.buffer.size() > 0;
+    }
     if (!failure) {
       for (;;) {
         bhttp::response_parser<bhttp::string_body> parser;
@@ -348,8 +489,10 @@ asio::awaitable<boost::system::result<response>> exchange(state_ptr st, config::
 
     if (!failure) {
       if (reusable) {
-        st->put_idle(
-            lease, steady::now() + upstream_pool::idle_lifetime((*res)[bhttp::field::keep_alive]));
+        pool_connection(
+            st, lease,
+            steady::now() + upstream_pool::idle_lifetime((*res)[bhttp::field::keep_alive]),
+            st->max_idle);
       } else {
         stream.close();
       }
@@ -357,11 +500,15 @@ asio::awaitable<boost::system::result<response>> exchange(state_ptr st, config::
     }
 
     stream.close();
-    if (lease.reused && !got_bytes && idempotent && attempt == 0 &&
-        failure != beast::error::timeout) {
+    if (lease.reused && !got_bytes && attempt == 0 && failure != beast::error::timeout &&
+        (wn == 0 || idempotent)) {
       // A stale pooled connection: the upstream closed it while our request was on the way.
-      st->retries.fetch_add(1, std::memory_order_relaxed);
+      (wn == 0 ? st->retries_not_sent : st->retries_idempotent)
+          .fetch_add(1, std::memory_order_relaxed);
       continue;
+    }
+    if (lease.reused && !got_bytes && failure != beast::error::timeout) {
+      st->stale_failures.fetch_add(1, std::memory_order_relaxed);
     }
     st->failures.fetch_add(1, std::memory_order_relaxed);
     co_return classify(failure);
@@ -405,14 +552,23 @@ const tls_counters& upstream_pool::tls_stats() const {
 
 void upstream_pool::release(upstream_lease lease, std::chrono::milliseconds idle_for) {
   if (!lease.stream) return;
-  impl_->put_idle(lease, steady::now() + idle_for);
+  const std::size_t limit = lease.max_idle;
+  pool_connection(impl_, lease, steady::now() + idle_for, limit);
 }
 
 void upstream_pool::count_failure() {
   impl_->failures.fetch_add(1, std::memory_order_relaxed);
 }
-void upstream_pool::count_retry() {
-  impl_->retries.fetch_add(1, std::memory_order_relaxed);
+void upstream_pool::count_retry(retry_reason why) {
+  (why == retry_reason::not_sent ? impl_->retries_not_sent : impl_->retries_idempotent)
+      .fetch_add(1, std::memory_order_relaxed);
+}
+void upstream_pool::count_stale_failure() {
+  impl_->stale_failures.fetch_add(1, std::memory_order_relaxed);
+}
+
+asio::awaitable<error_code> upstream_pool::first_read(upstream_lease& lease) {
+  return take_watched_read(lease);
 }
 
 std::chrono::milliseconds upstream_pool::idle_lifetime(std::string_view keep_alive) {
@@ -442,7 +598,11 @@ pool_stats upstream_pool::stats() const {
   s.connects = impl_->connects.load(std::memory_order_relaxed);
   s.reuses = impl_->reuses.load(std::memory_order_relaxed);
   s.failures = impl_->failures.load(std::memory_order_relaxed);
-  s.retries = impl_->retries.load(std::memory_order_relaxed);
+  s.retries_not_sent = impl_->retries_not_sent.load(std::memory_order_relaxed);
+  s.retries_idempotent = impl_->retries_idempotent.load(std::memory_order_relaxed);
+  s.stale_failures = impl_->stale_failures.load(std::memory_order_relaxed);
+  s.idle_closed = impl_->idle_closed.load(std::memory_order_relaxed);
+  s.idle_stray = impl_->idle_stray.load(std::memory_order_relaxed);
   s.idle = static_cast<std::uint64_t>(impl_->idle_now.load(std::memory_order_relaxed));
   return s;
 }

@@ -325,10 +325,28 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
   out.push_back(counter("sluice_upstream_connection_reuses_total",
                         "Requests sent on a pooled keep-alive upstream connection.",
                         d(s.upstream.reuses)));
-  out.push_back(counter("sluice_upstream_retries_total",
-                        "Idempotent requests re-sent on a fresh connection after a stale "
-                        "pooled one failed.",
-                        d(s.upstream.retries)));
+  {
+    auto retries = family("sluice_upstream_retries_total",
+                          "Requests sent again, once, on a fresh connection after a pooled one "
+                          "closed under them, by reason (not_sent: nothing of the request had "
+                          "been sent; idempotent: an idempotent request without a body).",
+                          MetricType::Counter);
+    add_counter(retries, d(s.upstream.retries_not_sent), {{"reason", "not_sent"}});
+    add_counter(retries, d(s.upstream.retries_idempotent), {{"reason", "idempotent"}});
+    out.push_back(std::move(retries));
+    out.push_back(counter("sluice_upstream_stale_failures_total",
+                          "Requests answered 502 after a pooled connection closed under them "
+                          "once part of a request that may not be repeated had been sent.",
+                          d(s.upstream.stale_failures)));
+    auto dropped = family("sluice_upstream_idle_dropped_total",
+                          "Idle pooled upstream connections dropped as their outstanding read "
+                          "completed, by reason (closed: the upstream closed or reset it; "
+                          "stray_bytes: it sent bytes nobody asked for).",
+                          MetricType::Counter);
+    add_counter(dropped, d(s.upstream.idle_closed), {{"reason", "closed"}});
+    add_counter(dropped, d(s.upstream.idle_stray), {{"reason", "stray_bytes"}});
+    out.push_back(std::move(dropped));
+  }
   out.push_back(gauge("sluice_tunnels_open",
                       "Upgraded connections (WebSocket...) being tunnelled now.",
                       static_cast<double>(s.tunnels_open)));

@@ -351,7 +351,8 @@ TEST_P(metrics_cases, counts_every_decision_exactly) {
   EXPECT_GE(m.at("sluice_upstream_connections_opened_total"), 1);
   EXPECT_EQ(m.at("sluice_upstream_connections_opened_total") +
                 m.at("sluice_upstream_connection_reuses_total") -
-                m.at("sluice_upstream_retries_total"),
+                m.at("sluice_upstream_retries_total{reason=\"not_sent\"}") -
+                m.at("sluice_upstream_retries_total{reason=\"idempotent\"}"),
             3 + 2 + 2 + 1);  // search allowed, shadowed, open, slow
 
   // The same numbers as the gateway's own counters.

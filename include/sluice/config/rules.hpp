@@ -334,6 +334,10 @@ struct upstream {
   /// knowledge, RFC 9113 §3.3), e.g. a gRPC service; only HTTP/2 clients reach it. Default
   /// false (HTTP/1.1).
   bool http2 = false;
+  /// `max_idle:` idle keep-alive connections to this upstream kept per worker (nginx's
+  /// `keepalive N`, Envoy's max_connection_pool_per_host / idle limits); 0 keeps none. The
+  /// oldest idle connection is closed first when more come back. Default 256.
+  std::uint32_t max_idle = 256;
 };
 
 /// `tls.verify_client:` whether the listener asks clients for a certificate.

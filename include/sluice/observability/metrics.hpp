@@ -311,7 +311,8 @@ struct metrics_sample {
 ///   response head read), `sluice_upstream_failures_total{upstream,cause}` (cause:
 ///   http::upstream_failure_name), `sluice_upstream_idle_connections` (gauge),
 ///   `sluice_upstream_connections_opened_total`, `sluice_upstream_connection_reuses_total`,
-///   `sluice_upstream_retries_total`;
+///   `sluice_upstream_retries_total{reason}`, `sluice_upstream_stale_failures_total`,
+///   `sluice_upstream_idle_dropped_total{reason}`;
 /// - `sluice_store_checks_total`, `sluice_store_timeouts_total`, `sluice_store_errors_total`,
 ///   `sluice_store_unavailable_total`, `sluice_store_late_replies_total`,
 ///   `sluice_store_reconnects_total`, `sluice_store_connect_failures_total`,

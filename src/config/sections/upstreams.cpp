@@ -1,17 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `upstreams:` section: each upstream's URL and its settings (for an https:// one, how its
 // certificate is verified: `ca_file`, `verify`; `http2` for an upstream spoken to over HTTP/2: h2c,
-// or h2 by ALPN over https).
+// or h2 by ALPN over https; `max_idle`, the idle connections kept).
 
 #include "config/loader_internal.hpp"
 
 namespace sluice::config::detail {
 
+/// The largest `max_idle`: idle connections per worker and upstream (each holds a socket and
+/// a 4 KiB read buffer).
+constexpr std::int64_t max_idle_connections = 65536;
+
 void loader::parse_upstreams(const entry& e, rules& r) {
   auto m = mapping(e.value, "upstreams", e.line, nullptr, true);
   if (!m) return;
-  static const std::vector<std::string> keys{"url",     "connect_timeout", "timeout",
-                                             "ca_file", "verify",          "http2"};
+  static const std::vector<std::string> keys{"url",    "connect_timeout", "timeout", "ca_file",
+                                             "verify", "http2",           "max_idle"};
   for (const entry& ue : m->entries) {
     const std::string path = join("upstreams", ue.key);
     upstream u;
@@ -65,6 +69,10 @@ void loader::parse_upstreams(const entry& e, rules& r) {
       if (auto b = boolean(*h, p)) {
         u.http2 = *b;  // over https://: TLS with ALPN `h2` (client_tls)
       }
+    }
+    if (const entry* n = um->find("max_idle")) {
+      if (auto v = integer(*n, join(path, "max_idle"), "max_idle", 0, max_idle_connections))
+        u.max_idle = static_cast<std::uint32_t>(*v);
     }
     r.upstreams[u.name] = u;
   }

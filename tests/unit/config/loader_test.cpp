@@ -314,6 +314,7 @@ routes:
   EXPECT_EQ(r->plans.at("anonymous").name, "anonymous");
   EXPECT_TRUE(r->plans.at("anonymous").limits.empty());
   EXPECT_EQ(r->upstreams.at("api").port, 80);
+  EXPECT_EQ(r->upstreams.at("api").max_idle, 256u);
   EXPECT_EQ(r->routes.at(0).cost, 1);
   EXPECT_TRUE(r->routes.at(0).limits.empty());
 }
@@ -1125,6 +1126,12 @@ const mistake mistake_table[] = {
     {"client_header_timeout_too_long",
      UP "client: {header_timeout: 2h}\n",
      {"rules.yaml:2: client.header_timeout: header_timeout 2h is longer than the maximum of 1h"}},
+    {"upstream_max_idle_over_its_cap",
+     "upstreams:\n  api: {url: http://127.0.0.1:8081, max_idle: 65537}\n",
+     {"rules.yaml:2: upstreams.api.max_idle: max_idle must be at most 65536, got 65537"}},
+    {"upstream_max_idle_negative",
+     "upstreams:\n  api: {url: http://127.0.0.1:8081, max_idle: -1}\n",
+     {"rules.yaml:2: upstreams.api.max_idle: max_idle must not be negative, got -1"}},
     {"status_top_over_its_cap",
      UP "status: {top: 101}\n",
      {"rules.yaml:2: status.top: top must be at most 100, got 101"}},

@@ -117,7 +117,7 @@ metrics_sample example() {
   s.store_check.sum_seconds = 2.5;
   s.upstream.connects = 19;
   s.upstream.reuses = 20;
-  s.upstream.retries = 21;
+  s.upstream.retries_idempotent = 21;
   s.upstream.idle = 6;
   observability::upstream_counts api;
   api.upstream = "api";
@@ -210,7 +210,11 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_upstream_idle_connections 6\n",
            "sluice_upstream_connections_opened_total 19\n",
            "sluice_upstream_connection_reuses_total 20\n",
-           "sluice_upstream_retries_total 21\n",
+           "sluice_upstream_retries_total{reason=\"not_sent\"} 0\n",
+           "sluice_upstream_retries_total{reason=\"idempotent\"} 21\n",
+           "sluice_upstream_stale_failures_total 0\n",
+           "sluice_upstream_idle_dropped_total{reason=\"closed\"} 0\n",
+           "sluice_upstream_idle_dropped_total{reason=\"stray_bytes\"} 0\n",
            "sluice_tunnels_open 3\n",
            "sluice_tunnels_total 9\n",
            "sluice_tls_handshakes_total{side=\"listener\"} 40\n",
@@ -318,7 +322,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 79u);
+  EXPECT_EQ(help, 81u);
   EXPECT_EQ(text.back(), '\n');
 }
 
