@@ -38,7 +38,7 @@ if(BUNDLE)
   sluice_embed_literal(fn ${BUNDLE} "${body}return ${BUNDLE}(KEYS, ARGV)\n")
   string(APPEND out "${fn}")
   sluice_embed_literal(fn ${BUNDLE}_library
-    "#!lua name=sluice_${digest}\n${body}redis.register_function('${fname}', ${BUNDLE})\n")
+    "#!lua name=sluice_${digest}\n${body}redis.register_function{function_name='${fname}', callback=${BUNDLE}, flags={'allow-cross-slot-keys'}}\n")
   string(APPEND out "${fn}")
   string(APPEND out "std::string_view ${BUNDLE}_function() noexcept { return \"${fname}\"; }\n")
 endif()

@@ -281,6 +281,7 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
     redis.command_timeout = rules->store.timeout;
     redis.layout.packed = rules->store.layout == config::store_settings::layout_kind::hash;
     redis.layout.hash_groups = rules->store.hash_groups;
+    redis.max_batch = rules->store.max_batch;
     // The password comes from the environment or from a file the loader read (and checked:
     // its owner's alone), never from the rules file itself.
     if (!rules->store.password_env.empty()) {
@@ -694,34 +695,7 @@ observability::metrics_sample gateway::sample() const {
     s.slot_release_failures += ws.slots.release_failures;
     if (impl_->memory && i > 0) continue;  // one shared memory store: count it once
     const auto& st = ws.store;
-    s.store.checks += st.checks;
-    s.store.timeouts += st.timeouts;
-    s.store.errors += st.errors;
-    s.store.unavailable += st.unavailable;
-    s.store.script_loads += st.script_loads;
-    s.store.reconnects += st.reconnects;
-    s.store.late_replies += st.late_replies;
-    s.store.connect_failures += st.connect_failures;
-    s.store.breaker_opens += st.breaker_opens;
-    s.store.breaker_reopens += st.breaker_reopens;
-    s.store.breaker_half_opens += st.breaker_half_opens;
-    s.store.breaker_closes += st.breaker_closes;
-    s.store.buckets += st.buckets;
-    s.store.evictions += st.evictions;
-    s.store.clock_resends += st.clock_resends;
-    s.store.wrong_node_drops += st.wrong_node_drops;
-    s.store.sentinel_unreachable += st.sentinel_unreachable;
-    s.store.sentinel_unknown_master += st.sentinel_unknown_master;
-    s.store.master_switches += st.master_switches;
-    s.store.sentinels_learned += st.sentinels_learned;
-    s.store.topology_refreshes += st.topology_refreshes;
-    s.store.topology_failures += st.topology_failures;
-    s.store.split_checks += st.split_checks;
-    s.store.split_commit_refusals += st.split_commit_refusals;
-    s.store.split_partial_commits += st.split_partial_commits;
-    for (std::size_t k = 0; k < store::error_kind_count; ++k) {
-      s.store.error_replies[k] += st.error_replies[k];
-    }
+    s.store.add_counts(st);
     ++s.store_connections;
     if (st.connected) ++s.store_connected;
     ++s.breaker[static_cast<std::size_t>(st.breaker)];

@@ -84,6 +84,7 @@ std::vector<std::string> pin_startup_settings(const config::rules& running, conf
   pin("store.layout", next.store.layout, running.store.layout);
   pin("store.hash_groups", next.store.hash_groups, running.store.hash_groups);
   pin("store.max_buckets", next.store.max_buckets, running.store.max_buckets);
+  pin("store.max_batch", next.store.max_batch, running.store.max_batch);
   pin("access_log.path", next.access_log_path, running.access_log_path);
   pin("access_log.format", next.access_log_json, running.access_log_json);
   pin("status.top", next.status_top, running.status_top);

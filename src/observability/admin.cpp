@@ -252,6 +252,7 @@ std::string config_json(const config::rules& rules, std::uint64_t generation,
       store["layout"] = hash ? "hash" : "key";
       if (hash) store["hash_groups"] = rules.store.hash_groups;
       store["over_limit_cache"] = rules.store.over_limit_cache;
+      store["max_batch"] = rules.store.max_batch;
     } else {
       store["max_buckets"] = rules.store.max_buckets;
     }

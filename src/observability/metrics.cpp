@@ -560,6 +560,17 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
     out.push_back(std::move(f));
   }
   {
+    auto f = family("sluice_store_script_calls_total",
+                    "Script calls sent to Redis, by the checks each decided (a batch: the checks "
+                    "started in one turn of a worker's loop, at most store.max_batch).",
+                    MetricType::Counter);
+    static constexpr std::array<const char*, store::batch_size_buckets> sizes{
+        "1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", "65+"};
+    for (std::size_t k = 0; k < sizes.size(); ++k)
+      add_counter(f, d(st.batch_sizes[k]), {{"checks", sizes[k]}});
+    out.push_back(std::move(f));
+  }
+  {
     auto f = family("sluice_store_check_duration_seconds",
                     "Time from sending a check to the store to its outcome (decided, failed or "
                     "timed out), seconds.",

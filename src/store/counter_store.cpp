@@ -34,3 +34,37 @@ boost::asio::awaitable<boost::system::result<limiter::check_outcome>> counter_st
 }
 
 }  // namespace sluice::store
+
+namespace sluice::store {
+
+void store_stats::add_counts(const store_stats& o) noexcept {
+  checks += o.checks;
+  timeouts += o.timeouts;
+  errors += o.errors;
+  unavailable += o.unavailable;
+  script_loads += o.script_loads;
+  reconnects += o.reconnects;
+  late_replies += o.late_replies;
+  connect_failures += o.connect_failures;
+  breaker_opens += o.breaker_opens;
+  breaker_reopens += o.breaker_reopens;
+  breaker_half_opens += o.breaker_half_opens;
+  breaker_closes += o.breaker_closes;
+  buckets += o.buckets;
+  evictions += o.evictions;
+  clock_resends += o.clock_resends;
+  wrong_node_drops += o.wrong_node_drops;
+  sentinel_unreachable += o.sentinel_unreachable;
+  sentinel_unknown_master += o.sentinel_unknown_master;
+  master_switches += o.master_switches;
+  sentinels_learned += o.sentinels_learned;
+  topology_refreshes += o.topology_refreshes;
+  topology_failures += o.topology_failures;
+  split_checks += o.split_checks;
+  split_commit_refusals += o.split_commit_refusals;
+  split_partial_commits += o.split_partial_commits;
+  for (std::size_t k = 0; k < error_kind_count; ++k) error_replies[k] += o.error_replies[k];
+  for (std::size_t k = 0; k < batch_size_buckets; ++k) batch_sizes[k] += o.batch_sizes[k];
+}
+
+}  // namespace sluice::store

@@ -270,6 +270,7 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
     const std::string key = a.to_string();
     if (auto it = nodes.find(key); it != nodes.end()) return it->second;
     redis_settings s = settings.node;
+    s.cluster_node = true;
     s.host = a.host;
     s.port = a.port;
     auto store = std::make_shared<redis_store>(ex, std::move(s));
@@ -296,24 +297,6 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
     if (i >= by_master.size()) rebuild_by_master();
     if (!by_master[i]) by_master[i] = node(map.masters()[i].address);
     return by_master[i];
-  }
-
-  static void add(store_stats& into, const store_stats& s) {
-    into.checks += s.checks;
-    into.timeouts += s.timeouts;
-    into.errors += s.errors;
-    into.unavailable += s.unavailable;
-    into.script_loads += s.script_loads;
-    into.reconnects += s.reconnects;
-    into.late_replies += s.late_replies;
-    into.connect_failures += s.connect_failures;
-    into.breaker_opens += s.breaker_opens;
-    into.breaker_reopens += s.breaker_reopens;
-    into.breaker_half_opens += s.breaker_half_opens;
-    into.breaker_closes += s.breaker_closes;
-    into.clock_resends += s.clock_resends;
-    into.wrong_node_drops += s.wrong_node_drops;
-    for (std::size_t k = 0; k < error_kind_count; ++k) into.error_replies[k] += s.error_replies[k];
   }
 
   // A new slot map: connections for its masters, the others closed.
@@ -344,7 +327,7 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
         spdlog::info("redis cluster: {} serves no slot any more; its connection is closed",
                      it->first);
         const auto gone = it->second->stats();
-        add(retired, gone);
+        retired.add_counts(gone);
         epoch_base += gone.reconnects + 1;  // the epoch only moves forward
         it = nodes.erase(it);
       }
@@ -774,7 +757,7 @@ store_stats redis_cluster_store::stats() const {
   for (const auto& [key, store] : impl_->nodes) {
     (void)key;
     const auto n = store->stats();
-    impl::add(s, n);
+    s.add_counts(n);
     connected = connected && n.connected;
     if (n.breaker == breaker_state::open ||
         (n.breaker == breaker_state::half_open && worst == breaker_state::closed)) {

@@ -35,6 +35,7 @@
 
 #include "sluice/errc.hpp"
 #include "sluice/store/lua_scripts.hpp"
+#include "store/check_batch.hpp"
 #include "store/hiredis_asio.hpp"
 #include "store/sentinel_locator.hpp"
 
@@ -60,6 +61,7 @@
 #include <deque>
 #include <optional>
 #include <random>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -124,6 +126,7 @@ struct atomic_stats {
       breaker_half_opens{0}, breaker_closes{0}, clock_resends{0}, wrong_node_drops{0},
       sentinel_unreachable{0}, sentinel_unknown_master{0}, master_switches{0}, sentinels_learned{0};
   std::array<std::atomic<std::uint64_t>, error_kind_count> error_replies{};
+  std::array<std::atomic<std::uint64_t>, batch_size_buckets> batch_sizes{};
   std::atomic<bool> connected{false};
   std::atomic<breaker_state> breaker{breaker_state::closed};
 
@@ -150,6 +153,9 @@ struct atomic_stats {
     for (std::size_t i = 0; i < error_kind_count; ++i) {
       s.error_replies[i] = error_replies[i].load(std::memory_order_relaxed);
     }
+    for (std::size_t i = 0; i < batch_size_buckets; ++i) {
+      s.batch_sizes[i] = batch_sizes[i].load(std::memory_order_relaxed);
+    }
     s.connected = connected.load(std::memory_order_relaxed);
     s.breaker = breaker.load(std::memory_order_relaxed);
     return s;
@@ -167,22 +173,36 @@ enum class verdict {
 }  // namespace
 
 struct redis_store::impl : std::enable_shared_from_this<impl> {
+  // One check, from start_check() to its completion (a reply, its deadline, the connection's
+  // end).
   struct pending {
-    std::vector<std::string> argv;  // kept for the one NOSCRIPT retry
-    std::vector<std::int64_t> bursts;
-    std::vector<std::size_t> leased;   // limits packed with a lease: their granted ends the reply
-    std::vector<std::size_t> blocked;  // limits packed with a block: 2 integers after those
+    // Its numkeys, KEYS and ARGV (lua::append_check_command), until it goes into a call.
+    std::vector<std::string> args;
+    detail::reply_shape shape;  // how its answer reads
     check_handler handler;
-    std::uint64_t loads_at_send = 0;  // loads_sent when it was (last) sent
-    bool retried = false;
-    bool probe = false;          // the one check let through by a half-open breaker
-    std::int64_t sent_ms = 0;    // this host's steady clock (ms) when it was first sent
-    bool learns_clock = false;   // decided on Redis's own clock (no test override)
-    bool stale_retried = false;  // re-sent once after a STALE answer (the clocks moved)
-    std::size_t stale_arg = 0;   // index in argv of the stale bound (ARGV[2])
-    bool asking = false;         // cluster: sent behind ASKING (an ASK redirection)
+    bool probe = false;         // the one check let through by a half-open breaker
+    std::int64_t sent_ms = 0;   // this host's steady clock (ms) when it was started
+    bool learns_clock = false;  // decided on Redis's own clock (no test override)
+    bool batchable = true;      // may share a call with others (no test override, no ASKING)
+    bool asking = false;        // cluster: sent behind ASKING (an ASK redirection)
     std::shared_ptr<std::string> error_text;  // cluster: receives the text of an error reply
   };
+
+  // One script call on the connection: one check, or a batch of them, answered in order.
+  struct command {
+    std::vector<std::string> argv;      // kept for the one NOSCRIPT or STALE re-send
+    std::vector<std::uint64_t> checks;  // ids of its checks, in the order of their answers
+    std::uint64_t loads_at_send = 0;    // loads_sent when it was (last) sent
+    bool retried = false;               // re-sent once after NOSCRIPT
+    bool stale_retried = false;         // re-sent once after a STALE answer (the clocks moved)
+    std::size_t stale_arg = 0;          // index in argv of the stale bound
+    std::int64_t sent_ms = 0;           // sent_ms of its first check
+    bool learns_clock = false;
+    bool asking = false;
+  };
+  std::unordered_map<std::uint64_t, command> commands;  // by the id hiredis carries
+  std::vector<std::uint64_t> queued;  // checks started this turn of the loop, not yet sent
+  bool flush_posted = false;
 
   struct pending_read {
     read_handler handler;
@@ -802,43 +822,118 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     p.sent_ms = steady_ms();
     p.learns_clock = req.now_ms_override < 0;  // (a test's simulated time says nothing of it)
     if (clock_offset_ms && p.learns_clock) req.stale_after_ms = stale_bound(p.sent_ms);
-    p.argv.reserve(5 + 3 * n);
-    p.argv.push_back(call_command);
-    p.argv.push_back(call_target);
-    // KEYS and ARGV (lua_scripts.hpp)
-    p.stale_arg = lua::append_check_command(req, settings.layout, p.argv);
+    lua::append_check_command(req, settings.layout, p.args);  // numkeys, KEYS and ARGV
+    p.shape.bursts.reserve(n);
     for (std::size_t i = 0; i < n; ++i) {
       const auto& l = req.limits[i];
-      p.bursts.push_back(l.bucket.quota(l.algorithm));
-      if (lua::packs_lease(l)) p.leased.push_back(i);
-      if (lua::packs_block(l)) p.blocked.push_back(i);
+      p.shape.bursts.push_back(l.bucket.quota(l.algorithm));
+      if (lua::packs_lease(l)) p.shape.leased.push_back(i);
+      if (lua::packs_block(l)) p.shape.blocked.push_back(i);
     }
     p.handler = std::move(handler);
     p.probe = probe;
     p.asking = how.asking;
+    p.batchable = !how.asking && p.learns_clock && n <= detail::max_batched_limits;
     p.error_text = std::move(error_text);
     auto it = inflight.emplace(id, std::move(p)).first;
     add_deadline(
         std::min(std::chrono::steady_clock::now() + settings.command_timeout, how.deadline), id);
-    if (!send(id, it->second)) {
-      ++counters.unavailable;
-      complete(it, errc::store_unavailable, {}, verdict::not_sent);
+    if (settings.max_batch > 1 && it->second.batchable) {
+      // Sent with the other checks started in this turn of the loop, after it.
+      queued.push_back(id);
+      if (!flush_posted) {
+        flush_posted = true;
+        asio::post(ex, [w = weak_from_this()] {
+          if (auto self = w.lock()) self->flush();
+        });
+      }
+      return;
+    }
+    flush();  // (the checks queued before it go first: calls are answered in order)
+    send_checks({&id, 1});
+  }
+
+  // Sends the queued checks, at most max_batch per call, in the order they were started.
+  void flush() {
+    flush_posted = false;
+    std::vector<std::uint64_t> ids;
+    ids.swap(queued);
+    // (A cluster node's batch needs the function's allow-cross-slot-keys: none with EVALSHA.)
+    const std::size_t most = settings.cluster_node && !use_functions ? 1 : settings.max_batch;
+    for (std::size_t at = 0; at < ids.size(); at += most) {
+      const std::size_t k = std::min(most, ids.size() - at);
+      send_checks({ids.data() + at, k});
     }
   }
 
-  bool send(std::uint64_t id, pending& p) {
+  // Sends `ids` (checks still in flight, not yet sent) as one call: alone, today's check; or a
+  // batch (lua_scripts.hpp). Fails them at once when there is no connection to send on.
+  void send_checks(std::span<const std::uint64_t> ids) {
+    command c;
+    std::vector<std::vector<std::string>*> parts;
+    c.checks.reserve(ids.size());
+    parts.reserve(ids.size());
+    for (const auto id : ids) {
+      auto it = inflight.find(id);
+      if (it == inflight.end()) continue;  // (completed meanwhile: a stop)
+      if (c.checks.empty()) {
+        c.sent_ms = it->second.sent_ms;
+        c.learns_clock = it->second.learns_clock;
+        c.asking = it->second.asking;
+      }
+      c.checks.push_back(id);
+      parts.push_back(&it->second.args);
+    }
+    if (c.checks.empty()) return;
+    if (ac == nullptr || state != conn_state::ready) {
+      for (const auto id : c.checks) {
+        if (auto it = inflight.find(id); it != inflight.end()) {
+          ++counters.unavailable;
+          complete(it, errc::store_unavailable, {}, verdict::not_sent);
+        }
+      }
+      return;
+    }
+    c.argv.reserve(2 + 1 + 5 * parts.size());
+    c.argv.push_back(call_command);
+    c.argv.push_back(call_target);
+    c.stale_arg = detail::append_batch(parts, !settings.cluster_node, c.argv);
+    ++counters.batch_sizes[batch_bucket(c.checks.size())];
+    const std::uint64_t cid = next_id++;
+    auto cit = commands.emplace(cid, std::move(c)).first;
+    if (!send(cid, cit->second)) fail_command(cit, errc::store_unavailable, verdict::not_sent);
+  }
+
+  // Fails every check of a call still in flight, and forgets the call.
+  void fail_command(std::unordered_map<std::uint64_t, command>::iterator cit, error_code ec,
+                    verdict v) {
+    const auto ids = std::move(cit->second.checks);
+    commands.erase(cit);
+    for (const auto id : ids) {
+      if (auto it = inflight.find(id); it != inflight.end()) {
+        if (ec == errc::store_unavailable) {
+          ++counters.unavailable;
+        } else {
+          ++counters.errors;
+        }
+        complete(it, ec, {}, v);
+      }
+    }
+  }
+
+  bool send(std::uint64_t id, command& c) {
     std::vector<const char*> argv;
     std::vector<std::size_t> lens;
-    argv.reserve(p.argv.size());
-    lens.reserve(p.argv.size());
-    for (const auto& a : p.argv) {
+    argv.reserve(c.argv.size());
+    lens.reserve(c.argv.size());
+    for (const auto& a : c.argv) {
       argv.push_back(a.data());
       lens.push_back(a.size());
     }
-    p.loads_at_send = loads_sent;
+    c.loads_at_send = loads_sent;
     // ASK: this one command goes to the importing node behind ASKING (the Redis Cluster
     // specification, "ASK redirection"); sent again before a re-sent check.
-    if (p.asking && redisAsyncCommand(ac, nullptr, nullptr, "ASKING") != REDIS_OK) return false;
+    if (c.asking && redisAsyncCommand(ac, nullptr, nullptr, "ASKING") != REDIS_OK) return false;
     // hiredis copies the arguments into its output buffer here.
     return redisAsyncCommandArgv(ac, &impl::on_check_reply, reinterpret_cast<void*>(id),
                                  static_cast<int>(argv.size()), argv.data(),
@@ -921,128 +1016,201 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     }
   }
 
-  void handle_check_reply(std::uint64_t id, const redisReply* r) {
+  void handle_check_reply(std::uint64_t cid, const redisReply* r) {
     if (r != nullptr) heard();
-    auto it = inflight.find(id);
-    if (it == inflight.end()) {
-      if (r != nullptr) ++counters.late_replies;  // its check timed out: dropped, never reused
+    auto cit = commands.find(cid);
+    if (cit == commands.end()) return;  // (a stop forgot it)
+    command& c = cit->second;
+    if (r == nullptr) {  // the connection went away with the call in flight: no replay
+      last_check_failure = "connection lost";
+      fail_command(cit, errc::store_error, verdict::failed);
       return;
     }
-    if (r == nullptr) {  // the connection went away with the check in flight: no replay
-      ++counters.errors;
-      last_check_failure = "connection lost";
-      complete(it, errc::store_error, {}, verdict::failed);
+    // Every check of the call timed out already: its answer is late.
+    if (std::none_of(c.checks.begin(), c.checks.end(),
+                     [&](std::uint64_t id) { return inflight.contains(id); })) {
+      counters.late_replies += c.checks.size();  // dropped, never reused
+      commands.erase(cit);
       return;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-      const auto text = reply_text(r);
-      const error_kind kind = classify_error_reply(text);
-      ++counters.error_replies[static_cast<std::size_t>(kind)];
-      if (it->second.error_text) it->second.error_text->assign(text.substr(0, 200));
-      if (is_wrong_node(kind)) {
-        wrong_node(it, text, kind);
+      call_failed(cit, r);
+      return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY) {
+      malformed_reply(cit, 0, r->elements);
+      return;
+    }
+    if (c.learns_clock && !c.stale_retried && r->elements >= 2 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER) {
+      clock_offset_ms = r->element[1]->integer - c.sent_ms;  // the store time it decided at
+    }
+    // Each check's answer in turn, in the order they were sent.
+    std::size_t at = 0;
+    for (std::size_t k = 0; k < c.checks.size(); ++k) {
+      auto it = inflight.find(c.checks[k]);
+      check_outcome out;
+      std::size_t used = 0;
+      const detail::reply_shape& shape =
+          it != inflight.end() ? it->second.shape : detail::reply_shape{};
+      // (a check that timed out meanwhile: its answer is skipped by its length, read anyway)
+      const auto kind =
+          it != inflight.end()
+              ? detail::read_answer(r->element + at, r->elements - at, shape, out, used)
+              : detail::answer_kind::malformed;
+      if (it == inflight.end()) {
+        ++counters.late_replies;
+        // Its shape is gone with it: the rest of the reply cannot be placed.
+        if (k + 1 < c.checks.size()) {
+          malformed_reply(cit, k, r->elements);
+          return;
+        }
+        break;
+      }
+      if (kind == detail::answer_kind::malformed) {
+        malformed_reply(cit, k, r->elements);
         return;
       }
-      if (text.starts_with("STALE ")) {
-        // The check is still in flight (its deadline has not passed), so it was timely: only
-        // Redis's clock moving forward makes it stale. Learn the offset again from the time
-        // the script saw and re-send it once under the new bound (the script wrote nothing).
-        constexpr std::string_view mark = "now ";
-        bool learned = false;
-        if (const auto at = text.rfind(mark); at != std::string_view::npos) {
-          std::int64_t now = 0;
-          const auto digits = text.substr(at + mark.size());
-          if (std::from_chars(digits.data(), digits.data() + digits.size(), now).ec ==
-              std::errc{}) {
-            clock_offset_ms = now - it->second.sent_ms;
-            learned = true;
-          }
-        }
-        auto& p = it->second;
-        if (learned && !p.stale_retried && ac != nullptr && p.stale_arg < p.argv.size()) {
-          p.stale_retried = true;
-          ++counters.clock_resends;
-          p.argv[p.stale_arg] = std::to_string(stale_bound(p.sent_ms));
-          if (clock_log.allow()) {
-            spdlog::info(
-                "redis {}:{}: the server's clock moved ({}); offset learned again, check "
-                "re-sent",
-                settings.host, settings.port, text);
-          }
-          if (send(id, p)) return;
-        }
+      at += used;
+      if (kind == detail::answer_kind::refused) {
         ++counters.errors;
+        ++counters.error_replies[static_cast<std::size_t>(error_kind::other)];
         if (error_log.allow()) {
-          spdlog::warn("redis {}:{}: check refused as stale by the server ({})", settings.host,
-                       settings.port, text);
+          spdlog::warn(
+              "redis {}:{}: the check script refused a check's arguments (in a batch of "
+              "{})",
+              settings.host, settings.port, c.checks.size());
         }
         complete(it, errc::store_error, {}, verdict::answered);
-        return;
+        continue;
       }
-      if (kind == error_kind::noscript && !it->second.retried && ac != nullptr) {
-        // The check did not run (NOSCRIPT, or "Function not found" after FUNCTION FLUSH): load
-        // it (unless a load was already sent after this check, which the pipeline orders before
-        // the retry) and re-send once.
-        it->second.retried = true;
-        if (it->second.loads_at_send == loads_sent) send_script_load(tag_reload);
-        if (send(id, it->second)) return;
+      ++counters.checks;
+      wrong_node_streak = 0;
+      if (logged_error) {
+        spdlog::info("redis {}:{}: checks answered again (after {} replies)", settings.host,
+                     settings.port, error_kind_name(*logged_error));
+        logged_error.reset();
       }
-      complete(it, errc::store_error, {}, error_reply(kind, text));
+      complete(it, {}, std::move(out), verdict::answered);
+    }
+    if (at != r->elements && c.checks.size() > 1) {
+      malformed_reply(cit, c.checks.size(), r->elements);
       return;
     }
-    const auto& bursts = it->second.bursts;
-    const auto& leased = it->second.leased;
-    const auto& blocked = it->second.blocked;
-    const std::size_t n = bursts.size();
-    if (r->type != REDIS_REPLY_ARRAY ||
-        r->elements != 2 + 5 * n + leased.size() + 2 * blocked.size()) {
-      ++counters.errors;
-      complete(it, errc::store_protocol, {}, verdict::answered);
-      return;
+    commands.erase(cit);
+  }
+
+  // A reply that does not fit its call: the checks not yet answered fail (store_protocol); a
+  // batch's reply whose length does not match the batch also drops the connection (what
+  // follows on it cannot be trusted to line up).
+  void malformed_reply(std::unordered_map<std::uint64_t, command>::iterator cit, std::size_t from,
+                       std::size_t elements) {
+    const std::size_t size = cit->second.checks.size();
+    if (error_log.allow()) {
+      spdlog::warn("redis {}:{}: a reply of {} elements does not fit its call of {} check{}",
+                   settings.host, settings.port, elements, size, size == 1 ? "" : "s");
     }
-    for (std::size_t i = 0; i < r->elements; ++i) {
-      if (r->element[i]->type != REDIS_REPLY_INTEGER) {
+    for (std::size_t k = from; k < size; ++k) {
+      if (auto it = inflight.find(cit->second.checks[k]); it != inflight.end()) {
         ++counters.errors;
         complete(it, errc::store_protocol, {}, verdict::answered);
-        return;
       }
     }
-    check_outcome out;
-    out.allowed = r->element[0]->integer == 1;
-    out.now_ms = r->element[1]->integer;  // the store time the script decided at
-    if (it->second.learns_clock && !it->second.stale_retried) {
-      clock_offset_ms = out.now_ms - it->second.sent_ms;
+    commands.erase(cit);
+    if (size > 1 && ac != nullptr && state != conn_state::stopped) {
+      drop_connection();  // the other calls in flight on it fail (NULL replies)
+      schedule_reconnect();
     }
-    out.limits.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      redisReply* const* e = r->element + 2 + 5 * i;
-      limiter::limit_outcome lo;
-      lo.admits = e[0]->integer == 1;
-      lo.limit = bursts[i];
-      lo.remaining = e[1]->integer;
-      lo.reset_ms = e[2]->integer;
-      lo.retry_after_ms = e[3]->integer;
-      lo.next_ms = e[4]->integer;
-      out.limits.push_back(lo);
+  }
+
+  // An error reply to a call: the call did not decide its checks. A STALE answer to a timely
+  // call or NOSCRIPT is re-sent once; otherwise each check still in flight fails with it.
+  void call_failed(std::unordered_map<std::uint64_t, command>::iterator cit, const redisReply* r) {
+    command& c = cit->second;
+    const auto text = reply_text(r);
+    const error_kind kind = classify_error_reply(text);
+    if (settings.cluster_node && c.checks.size() > 1 &&
+        text.find("non local key") != std::string_view::npos) {
+      // A key of the batch is no longer served by this node (a slot moving): the script wrote
+      // nothing (check_batch touches every check's key first). Each check goes again alone,
+      // its keys declared, so the node answers MOVED or ASK for the ones that moved.
+      spdlog::debug(
+          "redis {}:{}: a batch of {} refused (a key no longer served here); sent "
+          "again check by check",
+          settings.host, settings.port, c.checks.size());
+      const auto ids = std::move(c.checks);
+      commands.erase(cit);
+      for (const auto id : ids) {
+        if (inflight.contains(id)) send_checks({&id, 1});
+      }
+      return;
     }
-    for (std::size_t j = 0; j < leased.size(); ++j)
-      out.limits[leased[j]].granted = r->element[2 + 5 * n + j]->integer;
-    for (std::size_t j = 0; j < blocked.size(); ++j) {
-      redisReply* const* e = r->element + 2 + 5 * n + leased.size() + 2 * j;
-      auto& lo = out.limits[blocked[j]];
-      lo.block_end_ms = e[0]->integer;
-      lo.block = e[1]->integer == 1   ? limiter::limit_outcome::block_event::started
-                 : e[1]->integer == 2 ? limiter::limit_outcome::block_event::lifted
-                                      : limiter::limit_outcome::block_event::none;
+    count_error_reply(cit, kind, text);
+    if (text.starts_with("STALE ")) {
+      // The call is still in flight (a check's deadline has not passed), so it was timely:
+      // only Redis's clock moving forward makes it stale. Learn the offset again from the time
+      // the script saw and re-send it once under the new bound (the script wrote nothing).
+      constexpr std::string_view mark = "now ";
+      bool learned = false;
+      if (const auto at = text.rfind(mark); at != std::string_view::npos) {
+        std::int64_t now = 0;
+        const auto digits = text.substr(at + mark.size());
+        if (std::from_chars(digits.data(), digits.data() + digits.size(), now).ec == std::errc{}) {
+          clock_offset_ms = now - c.sent_ms;
+          learned = true;
+        }
+      }
+      if (learned && !c.stale_retried && ac != nullptr && c.stale_arg < c.argv.size()) {
+        c.stale_retried = true;
+        counters.clock_resends += c.checks.size();
+        c.argv[c.stale_arg] = std::to_string(stale_bound(c.sent_ms));
+        if (clock_log.allow()) {
+          spdlog::info(
+              "redis {}:{}: the server's clock moved ({}); offset learned again, check re-sent",
+              settings.host, settings.port, text);
+        }
+        if (send(cit->first, c)) return;
+      }
+      if (error_log.allow()) {
+        spdlog::warn("redis {}:{}: check refused as stale by the server ({})", settings.host,
+                     settings.port, text);
+      }
+      fail_command(cit, errc::store_error, verdict::answered);
+      return;
     }
-    ++counters.checks;
-    wrong_node_streak = 0;
-    if (logged_error) {
-      spdlog::info("redis {}:{}: checks answered again (after {} replies)", settings.host,
-                   settings.port, error_kind_name(*logged_error));
-      logged_error.reset();
+    if (kind == error_kind::noscript && !c.retried && ac != nullptr) {
+      // The call did not run (NOSCRIPT, or "Function not found" after FUNCTION FLUSH): load
+      // the check (unless a load was already sent after this call, which the pipeline orders
+      // before the re-send) and re-send it once.
+      c.retried = true;
+      if (c.loads_at_send == loads_sent) send_script_load(tag_reload);
+      if (send(cit->first, c)) return;
     }
-    complete(it, {}, std::move(out), verdict::answered);
+    const verdict v = error_reply(kind, text);  // (counts one error, unless a redirection)
+    const bool counted = kind != error_kind::moved && kind != error_kind::ask;
+    const auto ids = std::move(c.checks);
+    commands.erase(cit);
+    bool first = true;
+    for (const auto id : ids) {
+      if (auto it = inflight.find(id); it != inflight.end()) {
+        if (!first && counted) ++counters.errors;
+        first = false;
+        complete(it, errc::store_error, {}, v);
+      }
+    }
+    if (is_wrong_node(kind)) wrong_node();
+  }
+
+  // An error reply counts once per check it answered, by its kind; a cluster check receives its
+  // text.
+  void count_error_reply(std::unordered_map<std::uint64_t, command>::iterator cit, error_kind kind,
+                         std::string_view text) {
+    for (const auto id : cit->second.checks) {
+      if (auto it = inflight.find(id); it != inflight.end()) {
+        ++counters.error_replies[static_cast<std::size_t>(kind)];
+        if (it->second.error_text) it->second.error_text->assign(text.substr(0, 200));
+      }
+    }
   }
 
   // An error reply that fails a command (a check or a read): counted and logged; how it
@@ -1074,10 +1242,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   // failover): drop the connection and make it again at once, through name resolution, so
   // the new primary answers within a second. The check fails (the route's failure policy);
   // the breaker counts it.
-  void wrong_node(std::unordered_map<std::uint64_t, pending>::iterator it, std::string_view text,
-                  error_kind kind) {
-    complete(it, errc::store_error, {}, error_reply(kind, text));  // (always failed)
-    if (ac == nullptr || state == conn_state::stopped) return;     // already dropped (the breaker)
+  void wrong_node() {
+    if (ac == nullptr || state == conn_state::stopped) return;  // already dropped (the breaker)
     ++counters.wrong_node_drops;
     drop_connection();  // the other checks in flight on it fail (NULL replies)
     // The first drop reconnects at once; while the address keeps leading to a node that
@@ -1113,6 +1279,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     if (locator) locator->stop();
     locating = false;
     drop_connection();  // NULL replies complete the checks in flight with store_error
+    commands.clear();
+    queued.clear();
     while (!inflight.empty()) {
       ++counters.errors;
       complete(inflight.begin(), errc::store_unavailable, {}, verdict::not_sent);

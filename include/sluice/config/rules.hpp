@@ -475,6 +475,10 @@ struct store_settings {
   /// `over_limit_cache` (type redis): a worker answers a refusal itself while the store's
   /// refusal of that key and cost still stands (limiter::refusal_cache). A reload changes it.
   bool over_limit_cache = true;
+  /// `max_batch` (Redis stores): checks a worker sends to one Redis node in one script call
+  /// at most, 1 .. 1024. The checks that are ready in one turn of the worker's event loop go
+  /// together; 1 sends each check as soon as it is made. Read at start.
+  std::uint32_t max_batch = 64;
 };
 
 /// An IPv4 or IPv6 network in CIDR notation (`trusted_proxies` entries).

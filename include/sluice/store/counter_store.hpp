@@ -60,6 +60,17 @@ error_kind classify_error_reply(std::string_view text);
 /// proxy or virtual IP that has moved on), so it is dropped and made again.
 bool is_wrong_node(error_kind k);
 
+/// Script calls of a Redis store counted by how many checks each decided: 1, 2, 3-4, 5-8,
+/// 9-16, 17-32, 33-64, more (store_stats::batch_sizes).
+inline constexpr std::size_t batch_size_buckets = 8;
+
+/// The bucket of batch_sizes a call of `checks` checks (>= 1) counts in.
+constexpr std::size_t batch_bucket(std::size_t checks) noexcept {
+  std::size_t b = 0;
+  for (std::size_t top = 1; b + 1 < batch_size_buckets && checks > top; top *= 2) ++b;
+  return b;
+}
+
 struct store_stats {
   std::uint64_t checks = 0;              ///< checks decided by the store
   std::uint64_t timeouts = 0;            ///< checks that missed their deadline
@@ -95,8 +106,14 @@ struct store_stats {
   /// went through.
   std::uint64_t split_checks = 0, split_commit_refusals = 0, split_partial_commits = 0;
   std::array<std::uint64_t, error_kind_count> error_replies{};  ///< by error_kind
-  bool connected = false;                                       ///< gauge
-  breaker_state breaker = breaker_state::closed;                ///< gauge
+  /// Redis stores: script calls by the checks each decided (batch_bucket()).
+  std::array<std::uint64_t, batch_size_buckets> batch_sizes{};
+  bool connected = false;                         ///< gauge
+  breaker_state breaker = breaker_state::closed;  ///< gauge
+
+  /// Adds every counter of `o` (and the bucket gauge) to these; `connected` and `breaker`,
+  /// which do not add up, are left to the caller.
+  void add_counts(const store_stats& o) noexcept;
 };
 
 /// A counter store as seen by one worker.

@@ -55,6 +55,15 @@ namespace sluice::lua {
 /// by the state and reads as missing from then on; the hash's own expiry is only ever raised
 /// (to the latest Reset written, plus up to 500 ms of slack when it rises); about one in four
 /// checks that create a field in an existing hash deletes the expired ones among 8 sampled fields.
+///
+/// A batch of checks in one call: ARGV[1] `batch`, ARGV[2] and ARGV[3] the override and the
+/// stale bound (one for the batch), ARGV[4] one byte per check with its number of limits
+/// (1..255), then 2 arguments per limit of every check in order, the KEYS likewise — or, with
+/// no KEYS declared (a Redis Cluster node; the library's function is allow-cross-slot-keys),
+/// every limit's key after ARGV[4] and before the limits' arguments, each check's first key
+/// touched before anything is written. Decided one after the other (Redis TIME read once);
+/// reply: each check's reply above, concatenated, or {-1, now} for a check whose arguments are
+/// bad (nothing written for it).
 std::string_view check() noexcept;
 
 /// The same check as a Redis function library (Redis 7.0+, FUNCTION LOAD): the chunk runs

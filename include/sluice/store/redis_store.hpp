@@ -53,6 +53,17 @@ struct redis_settings {
   /// loaded). false for a connection that only reads (the plan directory): its set-up is a
   /// PING, and check() is never called on it.
   bool load_script = true;
+  /// Checks sent in one script call at most (lua_scripts.hpp, check(): a batch). Checks
+  /// started in one turn of the executor's loop are sent together after it; 1 sends each
+  /// check at once, alone.
+  std::size_t max_batch = 64;
+  /// A node of a Redis Cluster (redis_cluster_store): a batch may hold checks of several of
+  /// its slots, so it names its keys as arguments (none declared; the check function is
+  /// registered allow-cross-slot-keys); a batch the node refuses because a key is no longer
+  /// served there (a slot moving) wrote nothing and is sent again one check per call, each
+  /// with its keys declared, whose MOVED or ASK the cluster store follows. With EVALSHA
+  /// (functions refused) a node sends each check alone.
+  bool cluster_node = false;
   /// Set: the master's address comes from these Sentinels before every connection attempt
   /// (`host` and `port` are then ignored), and a `+switch-master` for the master drops the
   /// connection so the next one goes to the new master.

@@ -19,6 +19,7 @@ void loader::parse_store(const entry& e, rules& r) {
                                              "hash_groups",
                                              "max_buckets",
                                              "over_limit_cache",
+                                             "max_batch",
                                              "sentinels",
                                              "master",
                                              "sentinel_password_env",
@@ -88,6 +89,10 @@ void loader::parse_store(const entry& e, rules& r) {
     // memory and redis without editing it); 2^40 entries is far beyond any host's memory.
     if (auto v = integer(*b, "store.max_buckets", "max_buckets", 1, std::int64_t{1} << 40))
       r.store.max_buckets = static_cast<std::uint64_t>(*v);
+  }
+  if (const entry* b = m->find("max_batch")) {
+    if (auto v = integer(*b, "store.max_batch", "max_batch", 1, 1024))
+      r.store.max_batch = static_cast<std::uint32_t>(*v);
   }
   if (const entry* c = m->find("over_limit_cache")) {
     if (auto v = boolean(*c, "store.over_limit_cache")) r.store.over_limit_cache = *v;

@@ -86,6 +86,7 @@ metrics_sample example() {
   s.routes.push_back(search);
   s.bad_requests = 9;
   s.store.checks = 10;
+  s.store.batch_sizes = {50, 51, 52, 53, 54, 55, 56, 57};
   s.store.timeouts = 11;
   s.store.errors = 12;
   s.store.unavailable = 13;
@@ -271,6 +272,10 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_store_breaker_state{state=\"closed\"} 2\n",
            "sluice_store_breaker_state{state=\"open\"} 1\n",
            "sluice_store_breaker_state{state=\"half_open\"} 1\n",
+           "# TYPE sluice_store_script_calls_total counter\n",
+           "sluice_store_script_calls_total{checks=\"1\"} 50\n",
+           "sluice_store_script_calls_total{checks=\"3-4\"} 52\n",
+           "sluice_store_script_calls_total{checks=\"65+\"} 57\n",
            "# TYPE sluice_store_check_duration_seconds histogram\n",
            "sluice_store_check_duration_seconds_count 4\n",
            "sluice_store_check_duration_seconds_sum 2.5\n",
@@ -322,7 +327,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 81u);
+  EXPECT_EQ(help, 82u);
   EXPECT_EQ(text.back(), '\n');
 }
 

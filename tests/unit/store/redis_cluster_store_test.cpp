@@ -288,6 +288,124 @@ TEST_F(cluster_store, resharding_the_slot_of_a_hot_bucket_keeps_its_state) {
       static_cast<unsigned long long>(store_->cluster().asks));
 }
 
+// Checks started together go to each master as one call (store.max_batch): six checks of six
+// slots, two on each master, are three calls of two, each check decided as alone.
+TEST_F(cluster_store, a_batch_is_split_across_three_masters) {
+  std::vector<std::string> keys;
+  for (const auto m : cluster_->masters()) {
+    std::set<std::uint16_t> slots;
+    for (int i = 0; i < 2000 && slots.size() < 2; ++i) {
+      std::string key = "sl:{split3_" + std::to_string(i) + "|k|r1}";
+      const auto slot = store::key_hash_slot(key);
+      if (cluster_->master_of_slot(slot) == m && slots.insert(slot).second) keys.push_back(key);
+    }
+  }
+  ASSERT_EQ(keys.size(), 6u);
+  const auto calls_before = store_->stats().batch_sizes;
+  std::vector<std::optional<result_type>> slots(keys.size() * 2);
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    asio::co_spawn(ioc_, store_->check(request({limit(keys[i % keys.size()], 2)})),
+                   [&slots, i](std::exception_ptr, result_type r) { slots[i].emplace(r); });
+  }
+  ASSERT_TRUE(run_until(
+      ioc_,
+      [&] {
+        for (const auto& s : slots)
+          if (!s) return false;
+        return true;
+      },
+      5000ms));
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    ASSERT_TRUE(*slots[i]) << slots[i]->error().message();
+    // Each key twice: the second check of a key saw the first.
+    EXPECT_EQ((*slots[i])->limits.at(0).remaining, i < keys.size() ? 1 : 0) << keys[i % 6];
+  }
+  const auto calls = store_->stats().batch_sizes;
+  EXPECT_EQ(calls[store::batch_bucket(4)] - calls_before[store::batch_bucket(4)], 3u)
+      << "one call of four checks (two keys of two slots, twice) per master";
+  EXPECT_EQ(calls[0] - calls_before[0], 0u);
+}
+
+// A batch on a master whose one slot moves away under it: the node refuses the batch (a key no
+// longer local) having written nothing; each check goes again alone and the moved one follows
+// MOVED or ASK, so both buckets count every check exactly once.
+TEST_F(cluster_store, a_batch_with_a_moving_slot_is_decided_check_by_check) {
+  const std::string moving = "sl:{batch_moving|k|r1}";
+  const auto slot = store::key_hash_slot(moving);
+  const auto from = cluster_->master_of_slot(slot);
+  ASSERT_TRUE(from);
+  std::string staying;
+  for (int i = 0; i < 2000 && staying.empty(); ++i) {
+    std::string key = "sl:{batch_staying" + std::to_string(i) + "|k|r1}";
+    const auto s = store::key_hash_slot(key);
+    if (s != slot && cluster_->master_of_slot(s) == from) staying = key;
+  }
+  ASSERT_FALSE(staying.empty());
+  std::size_t to = 0;
+  for (auto m : cluster_->masters())
+    if (m != *from) to = m;
+  constexpr std::int64_t burst = 100000;
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> done{0};
+  std::vector<std::pair<result_type, result_type>> results;
+  std::mutex results_mutex;
+  asio::co_spawn(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        asio::steady_timer pause(ioc_);
+        for (int i = 0; i < 5000 && !stop; ++i) {
+          // Both started in one turn of the loop: one call to their master.
+          std::optional<result_type> a, b;
+          asio::co_spawn(ioc_, store_->check(request({limit(moving, burst)})),
+                         [&a](std::exception_ptr, result_type r) { a.emplace(r); });
+          asio::co_spawn(ioc_, store_->check(request({limit(staying, burst)})),
+                         [&b](std::exception_ptr, result_type r) { b.emplace(r); });
+          while (!a || !b) {
+            pause.expires_after(1ms);
+            co_await pause.async_wait(asio::use_awaitable);
+          }
+          {
+            std::lock_guard lock(results_mutex);
+            results.emplace_back(*a, *b);
+          }
+          ++done;
+        }
+      },
+      asio::detached);
+  std::thread runner([&] {
+    const auto limit = clock_type::now() + 60s;
+    while (!stop && clock_type::now() < limit) {
+      if (ioc_.stopped()) ioc_.restart();
+      ioc_.run_for(20ms);
+    }
+    ioc_.run_for(300ms);  // the last checks in flight complete
+  });
+  auto wait_for = [&](int n) {
+    const auto deadline = clock_type::now() + 10s;
+    while (done.load() < n && clock_type::now() < deadline) std::this_thread::sleep_for(2ms);
+  };
+  wait_for(30);
+  cluster_->move_slot(slot, to);
+  wait_for(done.load() + 30);
+  stop = true;
+  runner.join();
+  EXPECT_EQ(cluster_->master_of_slot(slot), to);
+
+  std::lock_guard lock(results_mutex);
+  ASSERT_GE(results.size(), 60u);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const auto& [a, b] = results[i];
+    ASSERT_TRUE(a) << "check " << i << ": " << a.error().message();
+    ASSERT_TRUE(b) << "check " << i << ": " << b.error().message();
+    const auto left = burst - 1 - static_cast<std::int64_t>(i);
+    EXPECT_EQ(a->limits.at(0).remaining, left) << "the moving bucket, check " << i;
+    EXPECT_EQ(b->limits.at(0).remaining, left) << "the staying bucket, check " << i;
+  }
+  EXPECT_GE(store_->stats().batch_sizes[store::batch_bucket(2)], 1u);
+  EXPECT_GE(store_->cluster().moved + store_->cluster().asks, 1u);
+}
+
 // During a migration a bucket not yet on the source is asked of the target (ASK: ASKING, then
 // the check), and the map is not changed; once the slot moved, MOVED updates it.
 TEST_F(cluster_store, a_migrating_slot_is_followed_with_ask_then_moved) {
