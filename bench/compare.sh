@@ -9,6 +9,8 @@
 #   sluice-settled as sluice-redis, the bucket charged after the response (`charge:` reserves 2,
 #                  the upstream's X-Usage-Tokens says 1, the unit left over is refunded): not in
 #                  the default set; name it in --systems
+#   sluice-unbatched as sluice-redis with `store.max_batch: 1` (each check its own script
+#                  call: what batching saves): not in the default set either
 # and, as a mode of its own (--modes rls, bench/compare-rls.sh), sluice as Envoy's rate limit
 # service (h2load -> ShouldRateLimit) against sluice's proxy path for the same limits.
 # --modes h2 (bench/compare-h2.sh) is h2load against nginx (http2, limit_req) and sluice
@@ -29,7 +31,7 @@ TPL="$ROOT/bench/compare"
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 
-ALL_SYSTEMS="direct,nginx,haproxy,sluice-memory,sluice-redis,sluice-settled"
+ALL_SYSTEMS="direct,nginx,haproxy,sluice-memory,sluice-redis,sluice-settled,sluice-unbatched"
 ROUNDS=3
 DURATION=8
 CONNS=50
@@ -62,7 +64,8 @@ Draws one latency-percentile plot per mode (PNG, gnuplot) into bench/compare-<mo
 Systems: direct (wrk straight at the upstream), nginx (nginx + limit_req), haproxy
 (HAProxy stick-table), sluice-memory, sluice-redis, and sluice-settled (the Redis store, the
 bucket charged after the response: a reservation of 2 at admission, a refund of the unit the
-upstream's `X-Usage-Tokens: 1` leaves over; one settle call per request).
+upstream's `X-Usage-Tokens: 1` leaves over; one settle call per request), and
+sluice-unbatched (the Redis store with `max_batch: 1`: every check its own script call).
 
 Modes:
   pinned     wrk and the upstream on the first CPU, the system under test and Redis on
@@ -94,7 +97,8 @@ Options:
   --threads T        wrk threads (default 1)
   --modes LIST       comma-separated, from pinned,unpinned,fixed (default: all three)
   --systems LIST     comma-separated, from direct,nginx,haproxy,sluice-memory,sluice-redis,
-                     sluice-settled (default: all but sluice-settled; ratios need nginx)
+                     sluice-settled,sluice-unbatched (default: all but those two; ratios need
+                     nginx)
   --rate R           offered load of the fixed mode in requests/s (default 9500)
   --fixed-connections C
                      wrk connections in the fixed mode (default 100: in that mode they only cap
@@ -183,8 +187,10 @@ done
 for s in "${SYSTEM_LIST[@]}"; do [[ ,$ALL_SYSTEMS, == *,$s,* ]] || die "unknown system: $s"; done
 ((${#SYSTEM_LIST[@]})) || die "--systems is empty"
 has_system() { [[ ,$SYSTEMS, == *,$1,* ]]; }
-uses_sluice() { has_system sluice-memory || has_system sluice-redis || has_system sluice-settled; }
-uses_redis() { has_system sluice-redis || has_system sluice-settled; }
+SLUICE_SYSTEMS="sluice-memory sluice-redis sluice-settled sluice-unbatched"
+uses_sluice() { local s; for s in $SLUICE_SYSTEMS; do has_system "$s" && return 0; done; return 1; }
+on_redis() { [[ $1 == sluice-redis || $1 == sluice-settled || $1 == sluice-unbatched ]]; }
+uses_redis() { local s; for s in $SLUICE_SYSTEMS; do on_redis "$s" && has_system "$s" && return 0; done; return 1; }
 
 # --- tools -------------------------------------------------------------------------------
 # Installed before the timeout guard starts (apt-get has its own bound below).
@@ -346,7 +352,7 @@ sluice_rules() { # name store-yaml [limit fields]
   "$BINARY" --check-config "$OUT/$1.yaml" >/dev/null || die "sluice refuses $OUT/$1.yaml"
   start "$1" "$BINARY" --config "$OUT/$1.yaml" --no-watch --log-level warn
 }
-for s in sluice-memory sluice-redis sluice-settled; do
+for s in $SLUICE_SYSTEMS; do
   has_system "$s" || continue
   PORT[$s]=$(free_port)
   ADMIN[$s]=$(free_port)
@@ -359,8 +365,11 @@ if has_system sluice-settled; then
   sluice_rules sluice-settled "{type: redis, address: 127.0.0.1:${PORT[redis]}, timeout: 50ms}" \
     ", charge: {reserve: $SLUICE_RESERVE, settle: {header: X-Usage-Tokens}}"
 fi
+if has_system sluice-unbatched; then
+  sluice_rules sluice-unbatched "{type: redis, address: 127.0.0.1:${PORT[redis]}, timeout: 50ms, max_batch: 1}"
+fi
 for s in "${SYSTEM_LIST[@]}"; do [[ $s == direct ]] || wait_port "${PORT[$s]}" "${PID[$s]}" "$s"; done
-for s in sluice-memory sluice-redis sluice-settled; do
+for s in $SLUICE_SYSTEMS; do
   has_system "$s" || continue
   for _ in $(seq 100); do
     [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:${ADMIN[$s]}/readyz") == 200 ]] && break
@@ -427,12 +436,13 @@ tree_ticks() { # pid: utime+stime of the process tree, in clock ticks
   done
   echo "$t"
 }
-redis_calls() { # "<commands> <scripts>": commands Redis has run (those a script calls included,
-  # INFO itself excluded), and of them the script invocations (EVAL, EVALSHA, FCALL: round trips)
+redis_calls() { # "<commands> <scripts> <script µs>": commands Redis has run (those a script calls
+  # included, INFO itself excluded), of them the script invocations (EVAL, EVALSHA, FCALL: round
+  # trips), and the CPU µs Redis spent in those calls (their commands included)
   redis-cli -p "${PORT[redis]}" info commandstats | awk -F'[:=,]' '
     /^cmdstat_/ && $1 != "cmdstat_info" { s += $3 }
-    $1 ~ /^cmdstat_(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro)$/ { e += $3 }
-    END { printf "%.0f %.0f\n", s, e }'
+    $1 ~ /^cmdstat_(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro)$/ { e += $3; u += $5 }
+    END { printf "%.0f %.0f %.0f\n", s, e, u }'
 }
 set_affinity() { # system cpus: every thread of the system's process tree
   local p
@@ -489,21 +499,22 @@ mkdir -p "$OUT/lat"
 : >"$RESULTS"
 run_one() { # mode system round
   local mode=$1 s=$2 r=$3 f="$OUT/wrk.$1.$2.$3.txt"
-  local sut0=NA up0 redis0=NA cmds0=NA scr0=NA allowed0=NA sut1 up1 redis1 cmds1 scr1 allowed1
+  local sut0=NA up0 redis0=NA cmds0=NA scr0=NA usec0=NA allowed0=NA sut1 up1 redis1 cmds1 scr1 usec1 allowed1
   [[ $s != direct ]] && sut0=$(tree_ticks "${PID[$s]}")
   up0=$(tree_ticks "${PID[upstream]}")
-  if [[ $s == sluice-redis || $s == sluice-settled ]]; then redis0=$(tree_ticks "${PID[redis]}"); read -r cmds0 scr0 < <(redis_calls); fi
+  if on_redis "$s"; then redis0=$(tree_ticks "${PID[redis]}"); read -r cmds0 scr0 usec0 < <(redis_calls); fi
   [[ $s == sluice-* ]] && allowed0=$(metric_sum "$s" allowed)
   wrk_run "$s" "$DURATION" "$f"
   [[ $s != direct ]] && sut1=$(tree_ticks "${PID[$s]}")
   up1=$(tree_ticks "${PID[upstream]}")
-  if [[ $s == sluice-redis || $s == sluice-settled ]]; then redis1=$(tree_ticks "${PID[redis]}"); read -r cmds1 scr1 < <(redis_calls); fi
+  if on_redis "$s"; then redis1=$(tree_ticks "${PID[redis]}"); read -r cmds1 scr1 usec1 < <(redis_calls); fi
   [[ $s == sluice-* ]] && allowed1=$(metric_sum "$s" allowed)
   grep '^cmp lat ' "$f" | awk '{ print $3, $4 }' >"$OUT/lat/$mode.$s.$r"
   awk -v mode="$mode" -v sys="$s" -v round="$r" -v tck="$CLK_TCK" \
     -v sut0="$sut0" -v sut1="${sut1:-NA}" -v up0="$up0" -v up1="$up1" \
     -v redis0="$redis0" -v redis1="${redis1:-NA}" -v cmds0="$cmds0" -v cmds1="${cmds1:-NA}" \
-    -v al0="$allowed0" -v al1="${allowed1:-NA}" -v scr0="$scr0" -v scr1="${scr1:-NA}" '
+    -v al0="$allowed0" -v al1="${allowed1:-NA}" -v scr0="$scr0" -v scr1="${scr1:-NA}" \
+    -v usec0="$usec0" -v usec1="${usec1:-NA}" '
     function per(a, b, scale) { return (a == "NA" || n == 0) ? "NA" : sprintf("%.3f", (b - a) * scale / n) }
     $1 == "cmp" && $2 == "requests" { n = $3 }
     $1 == "cmp" && $2 == "rps" { rps = $3 }
@@ -520,9 +531,10 @@ run_one() { # mode system round
       if (non2xx == n) { print sys ": no request answered 2xx (" non2xx " of " n ")" > "/dev/stderr"; exit 1 }
       if (al0 != "NA" && al1 - al0 <= 0) { print sys ": sluice counted no limiter decision" > "/dev/stderr"; exit 1 }
       us = 1e6 / tck
-      printf "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", mode, sys, round, rps, n,
+      printf "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mode, sys, round, rps, n,
         non2xx, sock, sockd, p50, p99, p999, per(sut0, sut1, us), per(up0, up1, us),
-        per(redis0, redis1, us), per(cmds0, cmds1, 1), per(al0, al1, 1), per(scr0, scr1, 1)
+        per(redis0, redis1, us), per(cmds0, cmds1, 1), per(al0, al1, 1), per(scr0, scr1, 1),
+        per(usec0, usec1, 1)
     }' "$f" >>"$RESULTS" || { cat "$f" >&2; die "could not read wrk's output for $s"; }
   tail -1 "$RESULTS" | awk -F'\t' '{
     printf "  [%s round %s] %-14s %9.0f req/s  p50 %6.2f ms  p99 %6.2f ms  p99.9 %6.2f ms  cpu %s µs/req  redis %s µs/req  cmds/req %s  scripts/req %s  decisions/req %s  non-2xx %s  socket errors %s\n",
@@ -564,7 +576,8 @@ done
 # --- report ---------------------------------------------------------------------------------
 declare -A LABEL=([direct]="direct (upstream alone)" [nginx]="nginx + limit_req"
   [haproxy]="HAProxy stick-table" [sluice-memory]="sluice, memory store"
-  [sluice-redis]="sluice, Redis store" [sluice-settled]="sluice, Redis store, cost settled after the response")
+  [sluice-redis]="sluice, Redis store" [sluice-settled]="sluice, Redis store, cost settled after the response"
+  [sluice-unbatched]="sluice, Redis store, checks not batched (max_batch: 1)")
 
 # median over rounds of every numeric column, errors summed; one line per mode and system
 SUMMARY="$OUT/summary.tsv"
@@ -580,7 +593,7 @@ awk -F'\t' '
     key = $1 SUBSEP $2
     if (!(key in cnt)) order[++nk] = key
     c = ++cnt[key]
-    for (col = 4; col <= 17; col++) v[key, col, c] = $col
+    for (col = 4; col <= 18; col++) v[key, col, c] = $col
     non2xx[key] += $6; sock[key] += $7
     split($8, d, "/"); for (i = 1; i <= 4; i++) sd[key, i] += d[i]
     if (!(key in lo) || $4 < lo[key]) lo[key] = $4
@@ -589,10 +602,11 @@ awk -F'\t' '
   END {
     for (k = 1; k <= nk; k++) {
       key = order[k]; split(key, mk, SUBSEP)
-      printf "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", mk[1], mk[2], cnt[key],
+      printf "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", mk[1], mk[2], cnt[key],
         median(key, 4), lo[key], hi[key], median(key, 9), median(key, 10), median(key, 11),
         median(key, 12), median(key, 13), median(key, 14), median(key, 15), non2xx[key],
-        sd[key, 1] "/" sd[key, 2] "/" sd[key, 3] "/" sd[key, 4], median(key, 16), sock[key], median(key, 17)
+        sd[key, 1] "/" sd[key, 2] "/" sd[key, 3] "/" sd[key, 4], median(key, 16), sock[key], median(key, 17),
+        median(key, 18)
     }
   }' "$RESULTS" >"$SUMMARY"
 
@@ -623,7 +637,8 @@ REPORT="$OUT/report.md"
     "each figure is the **median of $ROUNDS rounds**, errors are summed over the rounds, \"spread\" is" \
     "(max − min) ÷ median of req/s. CPU µs/req = utime + stime (from /proc/<pid>/stat, CLK_TCK $CLK_TCK)" \
     "of the process tree over the run ÷ completed requests: the proxy, Redis and the upstream separately." \
-    "Redis scripts/req = EVAL/EVALSHA calls (round trips) ÷ requests; Redis cmds/req = every INFO commandstats call" \
+    "Redis scripts/req = EVAL/EVALSHA/FCALL calls (round trips) ÷ requests; Redis script µs/check = the µs INFO commandstats" \
+    "gives those calls ÷ limiter decisions (one check per request); Redis cmds/req = every INFO commandstats call" \
     "(the commands a script runs count too) ÷ requests; decisions/req = growth of sluice's" \
     "\`sluice_requests_total{decision=\"allowed\"}\` ÷ requests. Ratios are to nginx + limit_req." \
     "Latencies are wrk's (time from sending a request to its response; wrk does not correct coordinated omission)."
@@ -639,8 +654,8 @@ REPORT="$OUT/report.md"
     hdr="| system | req/s | spread | req/s ÷ nginx | p50 ms | p99 ms | p99.9 ms |"
     sep="|---|---|---|---|---|---|---|"
     [[ $mode == fixed ]] && { hdr+=" p99 over direct ms |"; sep+="---|"; }
-    hdr+=" proxy CPU µs/req | CPU ÷ nginx | Redis CPU µs/req | (proxy + Redis) ÷ nginx | Redis scripts/req | Redis cmds/req | upstream CPU µs/req | decisions/req | non-2xx | socket errors c/r/w/t |"
-    sep+="---|---|---|---|---|---|---|---|---|---|"
+    hdr+=" proxy CPU µs/req | CPU ÷ nginx | Redis CPU µs/req | (proxy + Redis) ÷ nginx | Redis scripts/req | Redis script µs/check | Redis cmds/req | upstream CPU µs/req | decisions/req | non-2xx | socket errors c/r/w/t |"
+    sep+="---|---|---|---|---|---|---|---|---|---|---|"
     echo "$hdr"
     echo "$sep"
     awk -F'\t' -v mode="$mode" -v fixed="$([[ $mode == fixed ]] && echo 1 || echo 0)" \
@@ -657,8 +672,9 @@ REPORT="$OUT/report.md"
           line = sprintf("| %s | %s | %.0f %% | %s | %.2f | %.2f | %.2f |", label[f[2]], thousands(f[4]),
             f[4] > 0 ? 100 * (f[6] - f[5]) / f[4] : 0, ratio(f[4], nrps), f[7] / 1000, f[8] / 1000, f[9] / 1000)
           if (fixed) line = line sprintf(" %s |", dp99 == "" || f[2] == "direct" ? "—" : sprintf("%+.2f", (f[8] - dp99) / 1000))
-          line = line sprintf(" %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |", num(f[10], "%.1f"), ratio(f[10], ncpu),
-            num(f[12], "%.1f"), f[12] == "NA" ? "—" : ratio(both, ncpu), num(f[18], "%.2f"), num(f[13], "%.2f"), num(f[11], "%.1f"),
+          line = line sprintf(" %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |", num(f[10], "%.1f"), ratio(f[10], ncpu),
+            num(f[12], "%.1f"), f[12] == "NA" ? "—" : ratio(both, ncpu), num(f[18], "%.2f"),
+            f[19] == "NA" || f[16] == "NA" || f[16] + 0 == 0 ? "—" : sprintf("%.2f", f[19] / f[16]), num(f[13], "%.2f"), num(f[11], "%.1f"),
             num(f[16], "%.3f"), f[14], f[15])
           print line
         }
@@ -690,7 +706,7 @@ REPORT="$OUT/report.md"
 
 # --- plots ----------------------------------------------------------------------------------
 declare -A COLOR=([direct]="#555555" [nginx]="#009e73" [haproxy]="#0072b2" [sluice-memory]="#e69f00"
-  [sluice-redis]="#d55e00" [sluice-settled]="#cc79a7")
+  [sluice-redis]="#d55e00" [sluice-settled]="#cc79a7" [sluice-unbatched]="#56b4e9")
 mkdir -p "$PLOT_DIR"
 for mode in "${MODE_LIST[@]}"; do
   plot_cmds=()
