@@ -192,11 +192,14 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   struct command {
     std::vector<std::string> argv;      // kept for the one NOSCRIPT or STALE re-send
     std::vector<std::uint64_t> checks;  // ids of its checks, in the order of their answers
-    std::uint64_t loads_at_send = 0;    // loads_sent when it was (last) sent
-    bool retried = false;               // re-sent once after NOSCRIPT
-    bool stale_retried = false;         // re-sent once after a STALE answer (the clocks moved)
-    std::size_t stale_arg = 0;          // index in argv of the stale bound
-    std::int64_t sent_ms = 0;           // sent_ms of its first check
+    // Each check's answer length (reply_shape::size()): a check that missed its deadline
+    // before the reply came is gone with its shape, and its answer is skipped by this.
+    std::vector<std::size_t> sizes;
+    std::uint64_t loads_at_send = 0;  // loads_sent when it was (last) sent
+    bool retried = false;             // re-sent once after NOSCRIPT
+    bool stale_retried = false;       // re-sent once after a STALE answer (the clocks moved)
+    std::size_t stale_arg = 0;        // index in argv of the stale bound
+    std::int64_t sent_ms = 0;         // sent_ms of its first check
     bool learns_clock = false;
     bool asking = false;
   };
@@ -872,6 +875,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     command c;
     std::vector<std::vector<std::string>*> parts;
     c.checks.reserve(ids.size());
+    c.sizes.reserve(ids.size());
     parts.reserve(ids.size());
     for (const auto id : ids) {
       auto it = inflight.find(id);
@@ -882,6 +886,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         c.asking = it->second.asking;
       }
       c.checks.push_back(id);
+      c.sizes.push_back(it->second.shape.size());
       parts.push_back(&it->second.args);
     }
     if (c.checks.empty()) return;
@@ -1048,26 +1053,22 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     // Each check's answer in turn, in the order they were sent.
     std::size_t at = 0;
     for (std::size_t k = 0; k < c.checks.size(); ++k) {
+      const std::size_t available = at < r->elements ? r->elements - at : 0;
       auto it = inflight.find(c.checks[k]);
+      if (it == inflight.end()) {
+        // It missed its deadline meanwhile: its answer is late, skipped by its length.
+        ++counters.late_replies;
+        const bool refused = available > 0 && r->element[at]->type == REDIS_REPLY_INTEGER &&
+                             r->element[at]->integer == -1;
+        at += refused ? 2 : c.sizes[k];
+        continue;
+      }
       check_outcome out;
       std::size_t used = 0;
-      const detail::reply_shape& shape =
-          it != inflight.end() ? it->second.shape : detail::reply_shape{};
-      // (a check that timed out meanwhile: its answer is skipped by its length, read anyway)
       const auto kind =
-          it != inflight.end()
-              ? detail::read_answer(r->element + at, r->elements - at, shape, out, used)
-              : detail::answer_kind::malformed;
-      if (it == inflight.end()) {
-        ++counters.late_replies;
-        // Its shape is gone with it: the rest of the reply cannot be placed.
-        if (k + 1 < c.checks.size()) {
-          malformed_reply(cit, k, r->elements);
-          return;
-        }
-        break;
-      }
-      if (kind == detail::answer_kind::malformed) {
+          detail::read_answer(r->element + at, available, it->second.shape, out, used);
+      if (kind == detail::answer_kind::malformed ||
+          (k + 1 == c.checks.size() && at + used != r->elements)) {
         malformed_reply(cit, k, r->elements);
         return;
       }
@@ -1093,7 +1094,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       }
       complete(it, {}, std::move(out), verdict::answered);
     }
-    if (at != r->elements && c.checks.size() > 1) {
+    if (at != r->elements) {  // (the last check had missed its deadline)
       malformed_reply(cit, c.checks.size(), r->elements);
       return;
     }

@@ -209,6 +209,35 @@ TEST_F(redis_batch, a_function_flush_is_reloaded_and_the_batch_sent_once_more) {
   EXPECT_EQ(store_->stats().script_loads, 2u);
 }
 
+// A check of a batch that misses its own deadline before the reply comes: its answer is
+// skipped as late, the others are decided from the same reply, and the connection stays.
+TEST_F(redis_batch, a_check_that_missed_its_deadline_is_skipped_and_the_others_decided) {
+  start();
+  std::optional<store::redis_store::routed_result> early;
+  std::optional<result_type> later;
+  server_.pause();  // (the batch waits in the socket until the server resumes)
+  store::redis_store::routed_options soon;
+  soon.deadline = clock_type::now() + 50ms;
+  asio::co_spawn(
+      ioc_, store_->check_routed(request({limit("{b}:early", 2)}), soon),
+      [&](std::exception_ptr, store::redis_store::routed_result r) { early.emplace(r); });
+  asio::co_spawn(ioc_, store_->check(request({limit("{b}:later", 2)})),
+                 [&](std::exception_ptr, result_type r) { later.emplace(r); });
+  ASSERT_TRUE(run_until(
+      ioc_, [&] { return early.has_value(); }, 5000ms));
+  EXPECT_EQ(early->ec, make_error_code(errc::store_timeout));
+  EXPECT_FALSE(later.has_value()) << "the other check waits for the reply";
+  server_.resume();
+  ASSERT_TRUE(run_until(
+      ioc_, [&] { return later.has_value(); }, 5000ms));
+  ASSERT_TRUE(*later) << later->error().message();
+  EXPECT_EQ((*later)->limits.at(0).remaining, 1);
+  EXPECT_EQ(calls(store::batch_bucket(2)), 1u);
+  EXPECT_EQ(store_->stats().late_replies, 1u);
+  EXPECT_EQ(store_->stats().reconnects, 0u) << "a late answer in a batch is no broken reply";
+  EXPECT_EQ(store_->stats().errors, 0u);
+}
+
 TEST_F(redis_batch, max_batch_bounds_each_call) {
   start(4);
   std::vector<limiter::check_request> reqs;
