@@ -132,9 +132,7 @@ start() { # name command...: in the background, output to $OUT/<name>.log
   BENCH_PIDS+=("$!")
 }
 listening() { # name port: until it accepts a connection, or die naming the system
-  kill -0 "${PID[$1]}" 2>/dev/null || { tail -20 "$OUT/$1.log" >&2; die "$1 exited before listening"; }
-  bench_wait_port "$2" || { tail -20 "$OUT/$1.log" >&2; die "$1 never listened on 127.0.0.1:$2"; }
-  kill -0 "${PID[$1]}" 2>/dev/null || { tail -20 "$OUT/$1.log" >&2; die "$1 exited"; }
+  bench_wait_port "$2" "${PID[$1]}" || { tail -20 "$OUT/$1.log" >&2; die "$1 never listened on 127.0.0.1:$2"; }
 }
 
 # A throwaway certificate for 127.0.0.1 (P-256, one day), shared by nginx and sluice.

@@ -86,7 +86,7 @@ bench_fill bench/compare/sluice-rls.yaml "$OUT/sluice.yaml" PORT="$PORT" ADMIN_P
 SLUICE_PID=$!
 BENCH_PIDS+=("$SLUICE_PID")
 bench_wait_port "$UP_PORT"
-bench_wait_port "$RLS" || { tail "$OUT/sluice.log" >&2; die "sluice's rate limit service never listened"; }
+bench_wait_port "$RLS" "$SLUICE_PID" || { tail "$OUT/sluice.log" >&2; die "sluice's rate limit service never listened"; }
 for p in $(cat /proc/"$SLUICE_PID"/task/*/children 2>/dev/null) "$SLUICE_PID" "$REDIS_PID"; do
   taskset -a -p -c "${CPUS[1]}" "$p" >/dev/null
 done

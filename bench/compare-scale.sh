@@ -141,11 +141,7 @@ start() { # name command...: in the background, output to $OUT/<name>.log
   BENCH_PIDS+=("$!")
 }
 listening() { # name: until PORT[name] accepts, while PID[name] lives
-  for _ in $(seq 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/${PORT[$1]}") 2>/dev/null && return 0
-    kill -0 "${PID[$1]}" 2>/dev/null || break
-    sleep 0.05
-  done
+  bench_wait_port "${PORT[$1]}" "${PID[$1]}" && return 0
   tail -20 "$OUT/$1.log" >&2 || true
   die "$1 never listened on 127.0.0.1:${PORT[$1]}"
 }

@@ -18,10 +18,15 @@ bench_free_port() {
   return 1
 }
 
-# bench_wait_port PORT: until 127.0.0.1:PORT accepts a connection (10 s at most).
+# bench_wait_port PORT [PID]: until 127.0.0.1:PORT accepts a connection (10 s at most), or
+# at once when process PID (the server that should listen there) has exited.
 bench_wait_port() {
   for _ in $(seq 200); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    if [[ -n ${2:-} ]] && ! kill -0 "$2" 2>/dev/null; then
+      echo "port $1 never opened: process $2 exited" >&2
+      return 1
+    fi
     sleep 0.05
   done
   echo "port $1 never opened" >&2
