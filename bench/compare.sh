@@ -610,6 +610,28 @@ awk -F'\t' '
     }
   }' "$RESULTS" >"$SUMMARY"
 
+# Batch sizes: sluice_store_script_calls_total{checks=...} of each Redis-backed sluice, over its
+# whole life (warm-ups and every mode included): the share of script calls per size class, and
+# the checks per call (decisions ÷ calls).
+batch_line() { # system
+  curl -s --max-time 5 "http://127.0.0.1:${ADMIN[$1]}/metrics" | awk '
+    /^sluice_store_script_calls_total\{/ { match($0, /checks="[^"]*"/); c = substr($0, RSTART + 8, RLENGTH - 9)
+      ord[++n] = c; v[c] = $NF; t += $NF }
+    /^sluice_requests_total\{/ && /decision="allowed"/ { a += $NF }
+    END {
+      if (t == 0) exit
+      s = ""
+      for (i = 1; i <= n; i++) if (v[ord[i]] > 0) s = s sprintf("%s%s: %.1f %%", s == "" ? "" : ", ", ord[i], 100 * v[ord[i]] / t)
+      printf "%s (%.0f calls, %.1f allowed checks per call)", s, t, a / t
+    }'
+}
+BATCHES=()
+for s in "${SYSTEM_LIST[@]}"; do
+  on_redis "$s" || continue
+  line=$(batch_line "$s")
+  [[ -n $line ]] && BATCHES+=("$s: $line")
+done
+
 git_rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [[ -n $(git status --porcelain -- src include lua 2>/dev/null) ]] && git_rev+=" + uncommitted changes"
 args_text="${ORIG_ARGS[*]}"
@@ -643,6 +665,13 @@ REPORT="$OUT/report.md"
     "\`sluice_requests_total{decision=\"allowed\"}\` ÷ requests. Ratios are to nginx + limit_req." \
     "Latencies are wrk's (time from sending a request to its response; wrk does not correct coordinated omission)."
   echo "1-minute load average at the start of each mode: $(IFS=,; echo "${LOADAVG[*]}" | sed 's/,/, /g')."
+  if ((${#BATCHES[@]})); then
+    echo
+    echo "Script calls by the checks each decided (\`sluice_store_script_calls_total{checks}\`, over each" \
+      "gateway's whole run, warm-ups and every mode included):"
+    echo
+    for b in "${BATCHES[@]}"; do echo "- ${LABEL[${b%%:*}]}: ${b#*: }"; done
+  fi
   for mode in "${MODE_LIST[@]}"; do
     echo
     case $mode in
