@@ -10,10 +10,14 @@
 //
 // Expiry mirrors Redis PEXPIRE: a bucket carries `expires_at` = stamp + time to full; an expired
 // entry reads as missing (= full, which is exactly its refilled level then). Entries are
-// dropped lazily when touched, and every `sweep_interval` checks one shard, in rotation, is
-// swept whole (outside the check's own locks): every idle bucket is gone within
-// shard_count * sweep_interval checks of its expiry, at an amortised cost of
-// size / (shard_count * sweep_interval) entry visits per check.
+// dropped lazily when touched, and an incremental sweep runs beside the checks: every
+// `sweep_interval` checks, the next `sweep_slots` slots of the shards' hash tables, one shard
+// after the other (outside the check's own locks), drop what has expired in them. A check so pays
+// about one entry visit whatever the store's size, and no sweep holds a shard longer than
+// `sweep_slots` visits (a whole-shard sweep every 1,024 checks cost 68 visits per check and a
+// 20 ms stall at 4.5 million buckets: bench/RESULTS.md, the key sweep); an idle bucket is gone
+// within about size × sweep_interval ÷ sweep_slots checks of its expiry (one pass over every
+// shard's table), 10,000 checks for 10,000 buckets.
 //
 // Bound (store.max_buckets): each shard holds at most max_buckets / shards entries (a bound
 // under 1,024 uses fewer shards, at least 16 entries each, so the total is within
@@ -56,7 +60,10 @@ namespace sluice::store {
 namespace {
 
 constexpr std::size_t shard_count = 64;
-constexpr std::uint64_t sweep_interval = 1024;
+constexpr std::uint64_t sweep_interval = 256;
+// Hash-table slots one step of the incremental sweep visits (a slot holds about one entry: the
+// table's load factor is at most 1).
+constexpr std::size_t sweep_slots = 256;
 // Entries sampled per eviction (Redis's maxmemory-samples default is 5): the evicted entry is
 // the earliest-expiring of 8, i.e. from the earliest ninth of its shard on average. A fresh
 // key at a 100,000-bucket bound costs 1.42 µs against 1.40 µs with no bound
@@ -89,10 +96,33 @@ struct shard {
   std::uint64_t created_since_sweep = 0;
   std::uint64_t evictions = 0;  // live entries evicted at the bound
   std::uint64_t rng = 0;        // xorshift64 state of the eviction sampling (never 0)
+  std::size_t cursor = 0;       // the next hash-table slot the incremental sweep visits
 
-  void sweep(std::int64_t now_ms) {
+  // Part of a step of the incremental sweep: drops the expired entries of up to `slots` slots
+  // of the hash table from the cursor on; returns the slots visited, and sets `finished` when
+  // the cursor passed the last slot (it starts from the first again: a pass is done).
+  // min_expires_ms stays a lower bound (erasing never lowers what it bounds).
+  std::size_t sweep_some(std::int64_t now_ms, std::size_t slots, bool& finished) {
     std::lock_guard lock(mutex);
-    sweep_locked(now_ms);
+    const std::size_t n = buckets.bucket_count();
+    if (cursor >= n) cursor = 0;
+    const std::size_t end = std::min(n, cursor + slots);
+    const std::size_t visited = end - cursor;
+    for (; cursor < end; ++cursor) {
+      // Erasing one entry leaves the other entries of the slot valid; the slot is read again
+      // from its start after each erase (its list changed), so expired ones are found in turn.
+      for (auto it = buckets.cbegin(cursor); it != buckets.cend(cursor);) {
+        if (it->second.expires_at_ms > now_ms) {
+          ++it;
+          continue;
+        }
+        buckets.erase(buckets.find(it->first));
+        it = buckets.cbegin(cursor);
+      }
+    }
+    finished = cursor >= n;
+    if (finished) cursor = 0;
+    return visited;
   }
 
   // Drops every expired entry; min_expires_ms becomes exact.
@@ -236,6 +266,23 @@ struct memory_store::impl {
   std::size_t shards_used = shard_count;  // max_buckets / 16, in 1 .. shard_count
   std::size_t cap = 0;                    // entries per shard
   std::atomic<std::uint64_t> checks{0};
+  std::mutex sweep_mutex;       // one sweep step at a time (a step that finds it held is skipped)
+  std::size_t sweep_shard = 0;  // guarded by sweep_mutex: the shard the sweep is passing over
+
+  // One step of the incremental sweep (file comment): `sweep_slots` slots, over the shard the
+  // sweep is on and, when its pass ends within the step, the next ones, so a pass over the
+  // whole store takes its total slots ÷ sweep_slots steps however the keys fall in shards.
+  void sweep_step(std::int64_t now_ms) {
+    std::unique_lock lock(sweep_mutex, std::try_to_lock);
+    if (!lock) return;
+    std::size_t budget = sweep_slots;
+    for (std::size_t k = 0; k < shards_used && budget > 0; ++k) {
+      bool finished = false;
+      budget -= shards[sweep_shard].sweep_some(now_ms, budget, finished);
+      if (!finished) break;
+      sweep_shard = (sweep_shard + 1) % shards_used;
+    }
+  }
 
   // By the key up to its last '}' (the whole of a bucket key), so that a bucket's block
   // (limiter::block_key()) lives in its bucket's shard, as both share a hash slot in Redis:
@@ -520,8 +567,7 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
   locks.clear();
   if (req.peek) return out;  // not a check: neither counted nor a sweep's turn
   const std::uint64_t count = impl_->checks.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (count % sweep_interval == 0)
-    impl_->shards[(count / sweep_interval) % impl_->shards_used].sweep(now);
+  if (count % sweep_interval == 0) impl_->sweep_step(now);
   return out;
 }
 
