@@ -171,8 +171,22 @@ forwarded_node unreadable() {
   return {forwarded_node::kind::unreadable, {}};
 }
 
-// `text` as an IPv4 address (dotted quad) when `v4`, else as an IPv6 address; no zone ids.
+// An IPv6 zone index (RFC 4007 §11: `fe80::1%eth0`; RFC 6874 §2 writes the `%` as `%25` in a
+// URI): 1*(unreserved / "%"), at most an interface name's length (IFNAMSIZ).
+bool is_zone(std::string_view z) {
+  return !z.empty() && z.size() <= 16 && std::all_of(z.begin(), z.end(), [](char c) {
+    return is_alpha(c) || is_digit(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '%';
+  });
+}
+
+// `text` as an IPv4 address (dotted quad) when `v4`, else as an IPv6 address. An IPv6 zone
+// index is dropped: it names an interface of the host that wrote it and means nothing here, so
+// `fe80::1%eth0` is the client `fe80::1` (keyed with the rest of its prefix).
 std::optional<ip::address> parse_ip(std::string_view text, bool v4) {
+  if (const auto pct = text.find('%'); !v4 && pct != std::string_view::npos) {
+    if (!is_zone(text.substr(pct + 1))) return std::nullopt;
+    text = text.substr(0, pct);
+  }
   if (text.empty() || text.size() > 45 || text.find('%') != std::string_view::npos)
     return std::nullopt;
   char buf[46];
@@ -441,8 +455,9 @@ std::string client_key(const ip::address& client, const config::identity_setting
     return ip::make_address_v4(bits & mask).to_string() + "/" + std::to_string(prefix);
   }
   const int prefix = std::clamp(settings.ipv6_prefix, 1, 128);
-  if (prefix == 128) return a.to_string();
   auto bytes = a.to_v6().to_bytes();
+  // The scope id (a zone index) is dropped: it names an interface, not a client.
+  if (prefix == 128) return ip::make_address_v6(bytes).to_string();
   int bits = prefix;
   for (auto& b : bytes) {
     if (bits >= 8) {
@@ -452,7 +467,6 @@ std::string client_key(const ip::address& client, const config::identity_setting
       bits = 0;
     }
   }
-  // The scope id is dropped: link-local clients of one prefix share it regardless.
   return ip::make_address_v6(bytes).to_string() + "/" + std::to_string(prefix);
 }
 

@@ -94,6 +94,26 @@ TEST_P(identity_http, c12_xff_spoofing) {
   }
 }
 
+// An IPv6 zone index in X-Forwarded-For (`fe80::1%eth0`, or `%25` in the bracketed URI form)
+// is dropped before keying: the client is keyed with the other addresses of its /64.
+TEST_P(identity_http, ipv6_zone_index_is_dropped_before_keying) {
+  world w(GetParam(), c12_rules);
+  auto xff = [](std::string v) { return header_list{{"X-Forwarded-For", std::move(v)}}; };
+  expect_row(from(w, lb, "POST", "/login", xff("fe80::1%eth0")), 200, 3, 2, -1, -1, "zone eth0");
+  expect_row(from(w, lb, "POST", "/login", xff("fe80::2")), 200, 3, 1, -1, -1, "no zone");
+  expect_row(from(w, lb, "POST", "/login", xff("[fe80::3%25eth1]:4711")), 200, 3, 0, -1, -1,
+             "zone eth1, bracketed");
+  expect_row(from(w, lb, "POST", "/login", xff("fe80::4%7")), 429, 3, 0, -1, -1, "numeric zone");
+  expect_row(from(w, lb, "POST", "/login", xff("fe80:0:0:1::1%eth0")), 200, 3, 2, -1, -1,
+             "another /64");
+  if (GetParam() == store_kind::redis) {
+    using ns = limiter::key_namespace;
+    EXPECT_EQ(scan(w, "sl:{login_ip|*"),
+              (std::set<std::string>{key("login_ip", ns::ip, "fe80::/64"),
+                                     key("login_ip", ns::ip, "fe80:0:0:1::/64")}));
+  }
+}
+
 const char* const c13_rules = R"(
 store: STORE
 identity: {api_key: {header: X-API-Key}, trusted_proxies: [127.10.0.0/16, 10.0.0.0/8], unknown_key: UNKNOWN}

@@ -296,10 +296,16 @@ TEST(client_key, prefixes) {
   EXPECT_EQ(key("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "2001:db8:1:2::/64");
   EXPECT_EQ(key("2001:db8:1:2::1"), key("2001:db8:1:2:ffff::9"));  // one host, one bucket
   EXPECT_NE(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+  // A peer's scope id (a zone index) names an interface, not a client: never in the key.
+  auto scoped = ip::make_address_v6("fe80::1");
+  scoped.scope_id(2);
+  EXPECT_EQ(client_key(ip::address(scoped), s), "fe80::/64");
+  EXPECT_EQ(client_key(ip::address(scoped), s), key("fe80::2"));
   s.ipv6_prefix = 48;
   EXPECT_EQ(key("2001:db8:1:2::1"), "2001:db8:1::/48");
   s.ipv6_prefix = 128;
   EXPECT_EQ(key("2001:db8::1"), "2001:db8::1");
+  EXPECT_EQ(client_key(ip::address(scoped), s), "fe80::1");
   s.ipv6_prefix = 61;  // not a multiple of 8
   EXPECT_EQ(key("2001:db8:1:2f::1"), "2001:db8:1:28::/61");
   s.ipv4_prefix = 24;
@@ -478,8 +484,17 @@ TEST(parse_xff_entry, every_form_a_proxy_writes) {
       {"[2001:db8::6]51000", "unreadable"},
       {"[2001:db8::6]:", "unreadable"},
       {"2001:db8::6:51000:1:2:3:4", "unreadable"},
-      {"fe80::1%eth0", "unreadable"},
-      {"[fe80::1%25eth0]", "unreadable"},
+      // A zone index (RFC 4007 §11; `%25` in a URI, RFC 6874) names an interface of the host
+      // that wrote it: dropped, the address is the client.
+      {"fe80::1%eth0", "fe80::1"},
+      {"fe80::1%2", "fe80::1"},
+      {"[fe80::1%25eth0]", "fe80::1"},
+      {"[fe80::1%eth0]:51000", "fe80::1"},
+      {"fe80::1%", "unreadable"},
+      {"fe80::1%eth0 x", "unreadable"},
+      {"fe80::1%eth0/64", "unreadable"},
+      {"%eth0", "unreadable"},
+      {"192.0.2.1%eth0", "unreadable"},
       {"192.0.2.1 192.0.2.2", "unreadable"},
       {"\"192.0.2.1\"", "unreadable"},
       {"_hidden", "unreadable"},
