@@ -8,8 +8,11 @@
 
 #include "sluice/limiter/calendar.hpp"
 #include "sluice/limiter/guarantee.hpp"
+#include "sluice/limiter/keys.hpp"
 #include "sluice/limiter/slot_book.hpp"
 #include "sluice/observability/admin.hpp"
+#include "sluice/store/cluster_slots.hpp"
+#include "sluice/store/lua_scripts.hpp"
 #include "sluice/utf8.hpp"
 
 #include <boost/asio/ip/address.hpp>
@@ -167,6 +170,20 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
     const config::limit& l = *prepared.limits[i];
     json::object o = observability::limit_json(l);
     o["bucket"] = check.limits[i].key;
+    if (rules.store.type != config::store_settings::kind::memory) {
+      // Where Redis holds it: the key (a group hash's in the hash layout, with the bucket's
+      // field) and that key's cluster hash slot (`CLUSTER KEYSLOT`): which master has it.
+      lua::key_layout layout;
+      layout.packed = rules.store.layout == config::store_settings::layout_kind::hash;
+      layout.hash_groups = rules.store.hash_groups;
+      const std::string key = lua::redis_key(check.limits[i], layout);
+      json::object where;
+      where["key"] = key;
+      if (key != check.limits[i].key)
+        where["field"] = limiter::packed_address(check.limits[i].key, layout.hash_groups).field;
+      where["slot"] = store::key_hash_slot(key);
+      o["redis"] = std::move(where);
+    }
     o["stated_guarantee"] = limiter::guarantee(l.algorithm, *l.find_params(id.who.plan)) +
                             limiter::hot_key_caveats(l, *l.find_params(id.who.plan)) +
                             limiter::charge_caveat(l) + limiter::block_caveat(l) +

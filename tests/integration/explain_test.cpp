@@ -17,6 +17,8 @@
 
 #include "support/child_process.hpp"
 
+#include "sluice/store/cluster_slots.hpp"
+
 #include <signal.h>
 
 #include <filesystem>
@@ -140,6 +142,29 @@ TEST_P(explain, names_route_plan_limits_and_spends_nothing) {
   auto anon = w.explain("path=/v1/items&api_key=nobody&ip=192.0.2.7");
   EXPECT_EQ(text(anon.at("caller").at("identity")), "anonymous");
   EXPECT_EQ(text(anon.at("request").at("ip")), "192.0.2.7");
+}
+
+// Where Redis holds each bucket: the key (a group hash in the default hash layout) with the
+// bucket's field, and the key's cluster hash slot; nothing of it on the memory store.
+TEST_P(explain, names_where_redis_holds_each_bucket) {
+  explain_world w(GetParam());
+  auto e = w.explain("path=/v1/items/7&api_key=key-a");
+  const auto& l = e.at("limits").as_array().at(0).as_object();
+  if (!w.redis) {
+    EXPECT_FALSE(l.contains("redis")) << json::serialize(l);
+    return;
+  }
+  ASSERT_TRUE(l.contains("redis")) << json::serialize(l);
+  const auto& where = l.at("redis").as_object();
+  const std::string key = text(where.at("key"));
+  const std::string field = text(where.at("field"));
+  EXPECT_EQ(key.rfind("sl:{items_key|k|#", 0), 0u) << key;
+  EXPECT_EQ(field, "rkey-a");
+  EXPECT_EQ(where.at("slot").as_int64(), store::key_hash_slot(key));
+  EXPECT_EQ(w.redis->command({"EXISTS", key}).integer, 0);  // explaining writes nothing
+  ASSERT_EQ(w.get("/v1/items/7", {{"X-API-Key", "key-a"}}).status, 200u);
+  EXPECT_EQ(w.redis->command({"HEXISTS", key, field}).integer, 1)
+      << "the request's bucket is where explain said";
 }
 
 TEST_P(explain, bad_queries_get_400) {
