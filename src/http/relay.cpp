@@ -345,155 +345,202 @@ asio::awaitable<send_result> http1_client::write(const char* data, std::size_t n
   co_return w;
 }
 
-asio::awaitable<relay_result> relay(client_port& c, forward_plan& plan, upstream_pool& pool,
-                                    buffer_pool& buffers, relay_stats& stats) {
-  relay_result out;
-  const config::upstream& up = *plan.upstream;
-  const auto& req = c.head();
-  const unsigned version = c.version();
-  const bool head_request = req.method() == bhttp::verb::head;
-  const bool has_body = !c.body_done();
-  const bool replayable = !has_body && is_idempotent(req.method());
-  c.limit_body(plan.max_request_body);
+namespace {
 
-  plan.watch.relaying();
-  // `detail` goes into the 502's body; `cause` (the system's words) only to the log and the
-  // metrics' last error.
-  auto fail = [&](upstream_failure f, const error_code& ec, const std::string& detail = {},
-                  const std::string& cause = {}) {
-    out.end = exchange_end::upstream_failed;
-    const std::string& why = cause.empty() ? detail : cause;
-    log_failure(f, up, ec, why);
-    pool.count_failure();
-    if (plan.on_failure) plan.on_failure(f, why.empty() ? ec.message() : why);
-    const auto text = describe(f);
-    out.answer = problem(
-        version, text.status, text.title,
-        detail.empty() ? std::string(text.detail) : std::string(text.detail) + ": " + detail);
-    set_lines(out.answer->base(), plan.added_lines);
-    for (const auto& [name, value] : plan.response_fields) out.answer->set(name, value);
+/// One relay in named steps — upload, read_response_head, upgrade, body — sharing its
+/// state; relay() drives them. Every upstream failure goes through fail().
+class relay_run {
+ public:
+  relay_run(client_port& c, forward_plan& plan, upstream_pool& pool, buffer_pool& buffers,
+            relay_stats& stats)
+      : c_(c),
+        plan_(plan),
+        pool_(pool),
+        buffers_(buffers),
+        stats_(stats),
+        up_(*plan.upstream),
+        version_(c.version()),
+        head_request_(c.head().method() == bhttp::verb::head),
+        has_body_(!c.body_done()),
+        replayable_(!has_body_ && is_idempotent(c.head().method())),
+        head_text_(c.head_buffer()) {}
+
+  relay_run(const relay_run&) = delete;
+  relay_run& operator=(const relay_run&) = delete;
+  ~relay_run() { buffers_.give(std::move(block_)); }
+
+  asio::awaitable<relay_result> run() {
+    c_.limit_body(plan_.max_request_body);
+    plan_.watch.relaying();
+    framing_ = has_body_ ? c_.framing() : body_framing::none;
+    // The upstream head, rendered once (a retry on a fresh connection sends it again); the
+    // response head is rendered into the same buffer once the request is done with.
+    render_upstream_request(head_text_, c_.head(),
+                            upstream_hop{plan_.target, plan_.client_address, framing_, c_.length(),
+                                         plan_.upgrade, &up_});
+    const auto deadline = steady::now() + up_.timeout;
+    for (int attempt = 0;; ++attempt) {
+      // A pooled connection without a coroutine frame when one is idle; else a new one
+      // (also for a retry after a stale pooled connection).
+      upstream_lease lease;
+      if (attempt > 0 || !pool_.try_reuse(up_, lease, plan_.upstream_tls.get())) {
+        lease = co_await pool_.acquire(up_, deadline, /*fresh=*/true, plan_.upstream_tls);
+      }
+      if (!lease) {
+        const auto f = lease.ec == errc::upstream_timeout ? upstream_failure::timeout
+                       : lease.ec == errc::upstream_tls   ? upstream_failure::tls
+                                                          : upstream_failure::unreachable;
+        fail(f, lease.ec, lease.detail, lease.cause);
+        co_return std::move(out_);
+      }
+      const upload_result sent = co_await upload(lease);
+      if (sent.ended) co_return std::move(out_);
+      std::optional<response_head_parser> rp;
+      switch (co_await read_response_head(lease, sent, attempt, rp)) {
+        case head_step::retry:
+          continue;
+        case head_step::ended:
+          co_return std::move(out_);
+        case head_step::read:
+          break;
+      }
+      if (rp->get().result_int() == 101) {
+        co_await upgrade(lease, rp->get());
+      } else {
+        co_await body(lease, *rp, sent.error);
+      }
+      co_return std::move(out_);
+    }
+  }
+
+ private:
+  /// What upload() did: `ended` when the exchange is over (out_ says how); `error` the
+  /// upstream's write error (it may have answered early: its response is read all the same);
+  /// `sent` the request bytes the upstream connection took.
+  struct upload_result {
+    bool ended = false;
+    error_code error;
+    std::uint64_t sent = 0;
   };
 
-  const body_framing framing = has_body ? c.framing() : body_framing::none;
-  // The upstream head, rendered once (a retry on a fresh connection sends it again); the
-  // response head is rendered into the same buffer once the request is done with.
-  std::string& head_text = c.head_buffer();
-  render_upstream_request(
-      head_text, req,
-      upstream_hop{plan.target, plan.client_address, framing, c.length(), plan.upgrade, &up});
+  enum class head_step { read, retry, ended };
 
-  std::unique_ptr<char[]> block;
-  struct give_back {
-    buffer_pool& pool;
-    std::unique_ptr<char[]>& block;
-    ~give_back() { pool.give(std::move(block)); }
-  } give_back_guard{buffers, block};
+  /// The one failure reporter: logs it (rate-limited), counts it for the pool, tells the plan,
+  /// ends the exchange as upstream_failed and, while no response byte reached the client,
+  /// makes the session's answer (502/504 naming the cause, `detail` in its body; `cause`, the
+  /// system's words, only to the log and the metrics' last error) with the plan's rate-limit
+  /// lines and fields.
+  void fail(upstream_failure f, const error_code& ec, const std::string& detail = {},
+            const std::string& cause = {}) {
+    out_.end = exchange_end::upstream_failed;
+    out_.keep_alive = false;
+    const std::string& why = cause.empty() ? detail : cause;
+    log_failure(f, up_, ec, why);
+    pool_.count_failure();
+    if (plan_.on_failure) plan_.on_failure(f, why.empty() ? ec.message() : why);
+    if (c_.head_sent()) return;  // the client sees the connection close instead
+    const auto text = describe(f);
+    out_.answer = problem(
+        version_, text.status, text.title,
+        detail.empty() ? std::string(text.detail) : std::string(text.detail) + ": " + detail);
+    set_lines(out_.answer->base(), plan_.added_lines);
+    for (const auto& [name, value] : plan_.response_fields) out_.answer->set(name, value);
+  }
 
-  const auto deadline = steady::now() + up.timeout;
-  bool continued = false;
-  // The first piece of the request body, read from the client but not sent (its write found
-  // the pooled connection closed): a retry sends it first.
-  std::optional<std::size_t> carried;
-  for (int attempt = 0;; ++attempt) {
-    // A pooled connection without a coroutine frame when one is idle; else a new one (also
-    // for a retry after a stale pooled connection).
-    upstream_lease lease;
-    if (attempt > 0 || !pool.try_reuse(up, lease, plan.upstream_tls.get())) {
-      lease = co_await pool.acquire(up, deadline, /*fresh=*/true, plan.upstream_tls);
-    }
-    if (!lease) {
-      const auto f = lease.ec == errc::upstream_timeout ? upstream_failure::timeout
-                     : lease.ec == errc::upstream_tls   ? upstream_failure::tls
-                                                        : upstream_failure::unreachable;
-      fail(f, lease.ec, lease.detail, lease.cause);
-      co_return out;
-    }
+  // --- the request: head, then the body piece by piece -------------------------------------
+  asio::awaitable<upload_result> upload(upstream_lease& lease) {
+    upload_result r;
     auto& ups = *lease.stream;
-
-    // --- the request: head, then the body piece by piece -----------------------------------
-    error_code upload_error;
-    std::uint64_t sent = 0;  // request bytes the upstream connection took
-    {
-      hop_writer to_upstream(head_text, framing == body_framing::chunked);
-      if (!has_body) {
-        const auto head = to_upstream.next(nullptr, 0, true);
-        auto w = send_now(ups, head);
-        if (w.pending) w = co_await send_rest(ups, head, w, up.timeout);
-        upload_error = w.ec;
-        sent += w.bytes;
-      } else {
-        if (c.expects_continue() && !continued) {
-          // Admitted, and the upstream is there: now the client may send the body.
-          continued = true;
-          if (co_await c.send_continue()) {
-            out.end = exchange_end::client_gone;
-            co_return out;
-          }
-        }
-        if (!block) block = buffers.take();
-        // With a minimum rate, the time spent waiting for body bytes (not writing them
-        // upstream) may reach read_timeout + received / rate, as Apache's mod_reqtimeout
-        // does: a client trickling a byte just inside each read_timeout is cut all the same.
-        steady::duration waited{};
-        std::uint64_t received = 0;
-        const auto min_rate = c.body_min_rate();
-        for (;;) {
-          std::chrono::milliseconds wait = c.read_timeout();
-          steady::time_point began{};
-          if (min_rate > 0) {
-            const auto allowed =
-                c.read_timeout() + std::chrono::milliseconds(received * 1000 / min_rate);
-            wait = std::min(
-                wait, std::chrono::duration_cast<std::chrono::milliseconds>(allowed - waited));
-            began = steady::now();
-          }
-          std::size_t got = 0;
-          error_code rec;
-          if (carried) {
-            got = *carried;  // read before; only the send failed
-            carried.reset();
-            received -= got;
-            out.bytes_in -= got;
-          } else {
-            rec = co_await c.read_body(block.get(), buffer_pool::block_size, wait, got);
-          }
-          if (min_rate > 0) waited += steady::now() - began;
-          if (rec) {
-            // The upstream got part of a request: that connection is done for.
-            ups.close();
-            if (rec == beast::error::timeout)
-              stats.body_timeouts.fetch_add(1, std::memory_order_relaxed);
-            out.answer = body_error_answer(rec, version);
-            out.end = exchange_end::not_forwarded;
-            co_return out;
-          }
-          received += got;
-          out.bytes_in += got;
-          const bool done = c.body_done();
-          if (got == 0 && !done) continue;  // chunk framing only
-          const auto piece = to_upstream.next(block.get(), got, done);
-          auto w = send_now(ups, piece);
-          if (w.pending) w = co_await send_rest(ups, piece, w, up.timeout);
-          if (w.ec && sent == 0 && w.bytes == 0) carried = got;  // for a retry
-          sent += w.bytes;
-          if (w.ec) {
-            upload_error = w.ec;  // the upstream may have answered early: read it below
-            break;
-          }
-          if (done) break;
-        }
-        out.body_read = c.body_done();
+    hop_writer to_upstream(head_text_, framing_ == body_framing::chunked);
+    if (!has_body_) {
+      const auto head = to_upstream.next(nullptr, 0, true);
+      auto w = send_now(ups, head);
+      if (w.pending) w = co_await send_rest(ups, head, w, up_.timeout);
+      r.error = w.ec;
+      r.sent += w.bytes;
+      out_.body_read = true;
+      co_return r;
+    }
+    if (c_.expects_continue() && !continued_) {
+      // Admitted, and the upstream is there: now the client may send the body.
+      continued_ = true;
+      if (co_await c_.send_continue()) {
+        out_.end = exchange_end::client_gone;
+        r.ended = true;
+        co_return r;
       }
     }
-    if (!has_body) out.body_read = true;
+    if (!block_) block_ = buffers_.take();
+    // With a minimum rate, the time spent waiting for body bytes (not writing them upstream)
+    // may reach read_timeout + received / rate, as Apache's mod_reqtimeout does: a client
+    // trickling a byte just inside each read_timeout is cut all the same.
+    steady::duration waited{};
+    std::uint64_t received = 0;
+    const auto min_rate = c_.body_min_rate();
+    for (;;) {
+      std::chrono::milliseconds wait = c_.read_timeout();
+      steady::time_point began{};
+      if (min_rate > 0) {
+        const auto allowed =
+            c_.read_timeout() + std::chrono::milliseconds(received * 1000 / min_rate);
+        wait =
+            std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(allowed - waited));
+        began = steady::now();
+      }
+      std::size_t got = 0;
+      error_code rec;
+      if (carried_) {
+        got = *carried_;  // read before; only the send failed
+        carried_.reset();
+        received -= got;
+        out_.bytes_in -= got;
+      } else {
+        rec = co_await c_.read_body(block_.get(), buffer_pool::block_size, wait, got);
+      }
+      if (min_rate > 0) waited += steady::now() - began;
+      if (rec) {
+        // The upstream got part of a request: that connection is done for.
+        ups.close();
+        if (rec == beast::error::timeout)
+          stats_.body_timeouts.fetch_add(1, std::memory_order_relaxed);
+        out_.answer = body_error_answer(rec, version_);
+        out_.end = exchange_end::not_forwarded;
+        r.ended = true;
+        co_return r;
+      }
+      received += got;
+      out_.bytes_in += got;
+      const bool done = c_.body_done();
+      if (got == 0 && !done) continue;  // chunk framing only
+      const auto piece = to_upstream.next(block_.get(), got, done);
+      auto w = send_now(ups, piece);
+      if (w.pending) w = co_await send_rest(ups, piece, w, up_.timeout);
+      // The first piece read but not sent (the pooled connection was closed): a retry
+      // sends it first.
+      if (w.ec && r.sent == 0 && w.bytes == 0) carried_ = got;
+      r.sent += w.bytes;
+      if (w.ec) {
+        r.error = w.ec;  // the upstream may have answered early: read it below
+        break;
+      }
+      if (done) break;
+    }
+    out_.body_read = c_.body_done();
+    co_return r;
+  }
 
-    // --- the response head (interim responses relayed or skipped) ----------------------------
+  // --- the response head (interim responses relayed or skipped) ----------------------------
+  // Fills `rp` with the final head (read), or retries a stale pooled connection once when
+  // RFC 9110 §9.2.2 allows, or ends the exchange.
+  asio::awaitable<head_step> read_response_head(upstream_lease& lease, const upload_result& sent,
+                                                int attempt,
+                                                std::optional<response_head_parser>& rp) {
+    auto& ups = *lease.stream;
     const auto sent_at = steady::now();
-    std::optional<response_head_parser> rp;
     error_code head_error;
     if (lease.watch) {
       // The read the pooled connection kept outstanding receives the response's first bytes.
-      ups.expires_after(up.timeout);
+      ups.expires_after(up_.timeout);
       head_error = ups.timeout_error(co_await upstream_pool::first_read(lease));
       if (head_error == asio::error::eof) head_error = bhttp::error::end_of_stream;
     }
@@ -501,11 +548,11 @@ asio::awaitable<relay_result> relay(client_port& c, forward_plan& plan, upstream
     while (!head_error) {
       rp.emplace();
       rp->header_limit(upstream_pool::response_header_limit);
-      rp->body_limit(limit_of(plan.max_response_body));
-      rp->skip(head_request);  // a response to HEAD has no content (RFC 9110 §9.3.2)
+      rp->body_limit(limit_of(plan_.max_response_body));
+      rp->skip(head_request_);  // a response to HEAD has no content (RFC 9110 §9.3.2)
       error_code ec;
       if (!parse_head_buffered(lease.buffer, *rp, ec)) {
-        ups.expires_after(up.timeout);
+        ups.expires_after(up_.timeout);
         ec = co_await read_head(ups, lease.buffer, *rp);
       }
       got_bytes = got_bytes || rp->got_some() || lease.buffer.size() > 0;
@@ -516,157 +563,185 @@ asio::awaitable<relay_result> relay(client_port& c, forward_plan& plan, upstream
       const unsigned status = rp->get().result_int();
       if (status / 100 != 1 || status == 101) break;
       if (status != 100) {
-        if (auto wec = co_await c.send_interim(rp->get())) {
+        if (co_await c_.send_interim(rp->get())) {
           ups.close();
-          out.end = exchange_end::client_gone;
-          co_return out;
+          out_.end = exchange_end::client_gone;
+          co_return head_step::ended;
         }
       }
     }
     if (head_error) {
       ups.close();
-      if (upload_error) head_error = upload_error;
+      if (sent.error) head_error = sent.error;
       const bool stale = lease.reused && !got_bytes && head_error != beast::error::timeout;
       // A stale pooled connection: the upstream closed it while our request was on the way.
       // Sent again once on a fresh one when RFC 9110 §9.2.2 allows: nothing of it had gone
       // out, or it may be repeated (idempotent, its body not consumed).
-      if (stale && attempt == 0 && (sent == 0 || replayable)) {
-        pool.count_retry(sent == 0 ? upstream_pool::retry_reason::not_sent
-                                   : upstream_pool::retry_reason::idempotent);
-        continue;
+      if (stale && attempt == 0 && (sent.sent == 0 || replayable_)) {
+        pool_.count_retry(sent.sent == 0 ? upstream_pool::retry_reason::not_sent
+                                         : upstream_pool::retry_reason::idempotent);
+        co_return head_step::retry;
       }
-      if (stale) pool.count_stale_failure();
+      if (stale) pool_.count_stale_failure();
       fail(head_failure(head_error), head_error);
-      co_return out;
+      co_return head_step::ended;
     }
-
     const response_head& res = rp->get();
     const unsigned status = res.result_int();
-    out.upstream_status = status;
+    out_.upstream_status = status;
     const auto head_time = steady::now() - sent_at;
-    out.upstream_ms = std::chrono::duration<double, std::milli>(head_time).count();
-    if (plan.on_response_head) plan.on_response_head(head_time);
-    plan.watch.head(res, status);
+    out_.upstream_ms = std::chrono::duration<double, std::milli>(head_time).count();
+    if (plan_.on_response_head) plan_.on_response_head(head_time);
+    plan_.watch.head(res, status);
+    co_return head_step::read;
+  }
 
-    // --- an upgrade: relay the 101, then tunnel ----------------------------------------------
-    if (status == 101) {
-      http1_client* h1 = c.http1();
-      if (!plan.upgrade || !h1) {
-        ups.close();
-        fail(upstream_failure::malformed, bhttp::error::bad_status);
-        co_return out;
-      }
-      client_hop hop;
-      hop.limited = plan.limited;
-      hop.upgrade = res[bhttp::field::upgrade];
-      if (hop.upgrade.empty()) hop.upgrade = "websocket";
-      hop.added_lines = plan.added_lines;
-      hop.fields = plan.response_fields;
-      render_client_response(head_text, res, hop);
-      const auto head = asio::buffer(head_text);
-      auto w = send_now(h1->stream, head);
-      if (w.pending) w = co_await send_rest(h1->stream, head, w, h1->write_timeout);
-      out.bytes_out += w.bytes;
-      if (!w.ec) {
-        out.status = status;
-        stats.tunnels_open.fetch_add(1, std::memory_order_relaxed);
-        stats.tunnels_total.fetch_add(1, std::memory_order_relaxed);
-        co_await tunnel(h1->stream, h1->buffer, ups, lease.buffer, plan.tunnel_idle_timeout);
-        stats.tunnels_open.fetch_sub(1, std::memory_order_relaxed);
-      }
-      out.end = exchange_end::tunnel_closed;
+  // --- an upgrade: relay the 101, then tunnel ------------------------------------------------
+  asio::awaitable<void> upgrade(upstream_lease& lease, const response_head& res) {
+    auto& ups = *lease.stream;
+    http1_client* h1 = c_.http1();
+    if (!plan_.upgrade || !h1) {
       ups.close();
-      out.keep_alive = false;
-      co_return out;
+      fail(upstream_failure::malformed, bhttp::error::bad_status);
+      co_return;
     }
+    client_hop hop;
+    hop.limited = plan_.limited;
+    hop.upgrade = res[bhttp::field::upgrade];
+    if (hop.upgrade.empty()) hop.upgrade = "websocket";
+    hop.added_lines = plan_.added_lines;
+    hop.fields = plan_.response_fields;
+    render_client_response(head_text_, res, hop);
+    const auto head = asio::buffer(head_text_);
+    auto w = send_now(h1->stream, head);
+    if (w.pending) w = co_await send_rest(h1->stream, head, w, h1->write_timeout);
+    out_.bytes_out += w.bytes;
+    if (!w.ec) {
+      out_.status = 101;
+      stats_.tunnels_open.fetch_add(1, std::memory_order_relaxed);
+      stats_.tunnels_total.fetch_add(1, std::memory_order_relaxed);
+      co_await tunnel(h1->stream, h1->buffer, ups, lease.buffer, plan_.tunnel_idle_timeout);
+      stats_.tunnels_open.fetch_sub(1, std::memory_order_relaxed);
+    }
+    out_.end = exchange_end::tunnel_closed;
+    ups.close();
+    out_.keep_alive = false;
+  }
 
-    // --- the response: head, then the body piece by piece ------------------------------------
-    const bool upstream_keep = rp->keep_alive();  // the parser's flags: Connection, need_eof()
+  // --- the response: head, then the body piece by piece --------------------------------------
+  asio::awaitable<void> body(upstream_lease& lease, response_head_parser& rp,
+                             const error_code& upload_error) {
+    auto& ups = *lease.stream;
+    const response_head& res = rp.get();
+    const unsigned status = res.result_int();
+    const bool upstream_keep = rp.keep_alive();  // the parser's flags: Connection, need_eof()
     const auto idle_for = upstream_pool::idle_lifetime(res[bhttp::field::keep_alive]);
-    const bool no_body = head_request || status == 204 || status == 304 || status / 100 == 1;
-    const bool close_delimited = !no_body && !rp->chunked() && !rp->content_length();
+    const bool no_body = head_request_ || status == 204 || status == 304 || status / 100 == 1;
+    const bool close_delimited = !no_body && !rp.chunked() && !rp.content_length();
     response_shape shape;
     shape.status = status;
     shape.no_body = no_body;
-    if (const auto length = rp->content_length(); length && !rp->chunked()) shape.length = *length;
-    shape.streamed = rp->chunked() || close_delimited;
-    shape.may_keep = out.body_read && !upload_error;
-    const bool keep = c.begin_response(res, shape, plan);
-
-    if (no_body || rp->is_done()) {
-      const auto w = co_await c.write(nullptr, 0, true);
-      out.bytes_out += w.bytes;
-      if (!w.ec) out.status = status;
-      if (w.ec) out.end = exchange_end::client_gone;
-      if (!w.ec && upstream_keep && lease.buffer.size() == 0 && !upload_error) {
-        pool.release(std::move(lease), idle_for);
+    if (const auto length = rp.content_length(); length && !rp.chunked()) shape.length = *length;
+    shape.streamed = rp.chunked() || close_delimited;
+    shape.may_keep = out_.body_read && !upload_error;
+    const bool keep = c_.begin_response(res, shape, plan_);
+    // The upstream connection goes back to the pool after a complete exchange that allows it.
+    const auto finish = [&] {
+      if (upstream_keep && lease.buffer.size() == 0 && !upload_error) {
+        pool_.release(std::move(lease), idle_for);
       } else {
-        ups.close();
+        ups.close();  // e.g. more bytes than the Content-Length announced
       }
-      out.keep_alive = keep && !w.ec;
-      co_return out;
+    };
+
+    if (no_body || rp.is_done()) {
+      const auto w = co_await c_.write(nullptr, 0, true);
+      out_.bytes_out += w.bytes;
+      if (w.ec) {
+        out_.end = exchange_end::client_gone;
+        ups.close();
+      } else {
+        out_.status = status;
+        finish();
+      }
+      out_.keep_alive = keep && !w.ec;
+      co_return;
     }
 
     if (lease.buffer.size() == 0) {
       // Nothing of the body has arrived yet (an event stream, a long poll): the head goes
       // first, so the client sees the response start now.
-      const auto w = co_await c.write(nullptr, 0, false);
-      out.bytes_out += w.bytes;
+      const auto w = co_await c_.write(nullptr, 0, false);
+      out_.bytes_out += w.bytes;
       if (w.ec) {
         ups.close();
-        out.end = exchange_end::client_gone;
-        co_return out;
+        out_.end = exchange_end::client_gone;
+        co_return;
       }
-      out.status = status;
+      out_.status = status;
     }
-    if (!block) block = buffers.take();
+    if (!block_) block_ = buffers_.take();
     lease.buffer.reserve(read_reserve);  // else Beast reads 512 bytes at a time
     for (;;) {
-      rp->window(block.get(), buffer_pool::block_size);
+      rp.window(block_.get(), buffer_pool::block_size);
       error_code rec;
-      if (!parse_buffered(lease.buffer, *rp, rec)) {
-        ups.expires_after(up.timeout);
-        rec = co_await read_more(ups, lease.buffer, *rp);
+      if (!parse_buffered(lease.buffer, rp, rec)) {
+        ups.expires_after(up_.timeout);
+        rec = co_await read_more(ups, lease.buffer, rp);
       }
       if (rec == bhttp::error::need_buffer) rec = {};
       if (rec == bhttp::error::end_of_stream && close_delimited) rec = {};  // EOF ends it
       if (rec) {
         ups.close();
-        const auto f = rec == bhttp::error::body_limit ? upstream_failure::too_large
-                                                       : upstream_failure::body_failed;
-        log_failure(f, up, rec);
-        pool.count_failure();
-        if (plan.on_failure) plan.on_failure(f, rec.message());
-        out.end = exchange_end::upstream_failed;
-        if (!c.head_sent()) {
-          const auto text = describe(f);
-          out.answer = problem(version, text.status, text.title, text.detail);
-        }
-        out.keep_alive = false;  // the client sees the connection close mid-body
-        co_return out;
+        fail(rec == bhttp::error::body_limit ? upstream_failure::too_large
+                                             : upstream_failure::body_failed,
+             rec);
+        co_return;
       }
-      const std::size_t got = buffer_pool::block_size - rp->window_left();
-      const bool done = rp->is_done();
-      if (got == 0 && !done) continue;                   // chunk framing only
-      if (got > 0) plan.watch.body({block.get(), got});  // observed, never held
-      const auto w = co_await c.write(block.get(), got, done);
-      out.bytes_out += w.bytes;
-      if (w.bytes > 0) out.status = status;
+      const std::size_t got = buffer_pool::block_size - rp.window_left();
+      const bool done = rp.is_done();
+      if (got == 0 && !done) continue;                     // chunk framing only
+      if (got > 0) plan_.watch.body({block_.get(), got});  // observed, never held
+      const auto w = co_await c_.write(block_.get(), got, done);
+      out_.bytes_out += w.bytes;
+      if (w.bytes > 0) out_.status = status;
       if (w.ec) {
         ups.close();  // the client is gone or too slow; the body is not read to its end
-        out.end = exchange_end::client_gone;
-        co_return out;
+        out_.end = exchange_end::client_gone;
+        co_return;
       }
       if (done) break;
     }
-    if (upstream_keep && lease.buffer.size() == 0 && !upload_error) {
-      pool.release(std::move(lease), idle_for);
-    } else {
-      ups.close();  // e.g. more bytes than the Content-Length announced
-    }
-    out.keep_alive = keep;
-    co_return out;
+    finish();
+    out_.keep_alive = keep;
   }
+
+  client_port& c_;
+  forward_plan& plan_;
+  upstream_pool& pool_;
+  buffer_pool& buffers_;
+  relay_stats& stats_;
+  const config::upstream& up_;
+  const unsigned version_;
+  const bool head_request_;
+  const bool has_body_;
+  const bool replayable_;
+  body_framing framing_ = body_framing::none;
+  std::string& head_text_;
+  relay_result out_;
+  std::unique_ptr<char[]> block_;  // the body block from buffers_, given back at the end
+  bool continued_ = false;         // `100 Continue` was sent (once, whatever the attempts)
+  // The first piece of the request body, read from the client but not sent (its write found
+  // the pooled connection closed): a retry sends it first.
+  std::optional<std::size_t> carried_;
+};
+
+}  // namespace
+
+asio::awaitable<relay_result> relay(client_port& c, forward_plan& plan, upstream_pool& pool,
+                                    buffer_pool& buffers, relay_stats& stats) {
+  relay_run run(c, plan, pool, buffers, stats);
+  co_return co_await run.run();
 }
 
 }  // namespace sluice::http
