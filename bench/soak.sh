@@ -44,7 +44,7 @@ MINUTES=30
 BINARY=build/sluice
 PLOT_DIR=bench
 RECORD=0
-usage() { sed -n '3,32p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 2 && /^#/ { sub(/^# ?/, ""); print; next } NR > 2 { exit }' "$0"; }
 while (($#)); do
   case $1 in
     --minutes) MINUTES=$2; shift 2 ;;
