@@ -5,6 +5,7 @@
 // redis store, a real redis-server on free loopback ports.
 
 #include "support/bucket_view.hpp"
+#include "support/eventually.hpp"
 #include "support/gateway_fixture.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"

@@ -47,8 +47,16 @@ struct bucket_view {
   /// stamp. Two numbers (a fixed window) read "<index>:<count>"; three read "<level> <stamp>
   /// <units per token>" (a token bucket), or joined by `sep` when given (':' for a sliding
   /// window). A state that is not packed (text) is returned as it is.
-  redis_reply get(const std::string& key, char sep = 0) const {
-    auto r = raw(key);
+  redis_reply get(const std::string& key, char sep = 0) const { return decode(raw(key), key, sep); }
+  /// The command raw() runs (GET of the key, or HGET of its group hash's field), to run it
+  /// inside a transaction (redis_server::transaction); decode() reads its reply as get() does.
+  std::vector<std::string> read_command(const std::string& key) const {
+    const auto at = where(key);
+    if (at.field.empty()) return {"GET", at.key};
+    return {"HGET", at.key, at.field};
+  }
+  /// A reply of read_command(`key`) in get()'s form.
+  redis_reply decode(redis_reply r, const std::string& key, char sep = 0) const {
     if (r.type != redis_reply::kind::string) return r;
     std::string_view bytes = r.str;
     if (!where(key).field.empty()) bytes.remove_prefix(std::min<std::size_t>(8, bytes.size()));
@@ -67,11 +75,7 @@ struct bucket_view {
     return r;
   }
   /// The stored value as it is: a key's value, or a hash field's packed expiry and state.
-  redis_reply raw(const std::string& key) const {
-    const auto at = where(key);
-    if (at.field.empty()) return server.command({"GET", at.key});
-    return server.command({"HGET", at.key, at.field});
-  }
+  redis_reply raw(const std::string& key) const { return server.command(read_command(key)); }
   /// The expiry stamp (ms of store time) of a hash field, or -1 (a key, or absent).
   long long field_expiry(const std::string& key) const {
     if (where(key).field.empty()) return -1;

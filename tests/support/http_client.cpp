@@ -5,6 +5,8 @@
 
 #include "support/http_client.hpp"
 
+#include "support/eventually.hpp"
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -76,7 +78,7 @@ struct http_connection::impl {
 http_connection::http_connection(std::uint16_t port, const std::string& source,
                                  std::chrono::milliseconds timeout)
     : impl_(std::make_unique<impl>()) {
-  impl_->timeout = timeout;
+  impl_->timeout = scaled(timeout);  // (SLUICE_TEST_TIME_FACTOR)
   const auto src = asio::ip::make_address(source);
   impl_->socket.open(src.is_v4() ? tcp::v4() : tcp::v6());
   impl_->socket.bind(tcp::endpoint{src, 0});
@@ -93,7 +95,7 @@ http_connection::http_connection(std::uint16_t port, const std::string& source,
 
 http_connection::http_connection(std::uint16_t port, std::chrono::milliseconds timeout)
     : impl_(std::make_unique<impl>()) {
-  impl_->timeout = timeout;
+  impl_->timeout = scaled(timeout);  // (SLUICE_TEST_TIME_FACTOR)
   const tcp::endpoint ep{asio::ip::make_address("127.0.0.1"), port};
   auto ec = impl_->run(
       [&](auto handler) {
@@ -161,7 +163,7 @@ client_response http_connection::request(std::string_view method, std::string_vi
 bool http_connection::closed_by_peer(std::chrono::milliseconds wait) {
   if (!impl_->socket.is_open()) return true;
   const auto saved = impl_->timeout;
-  const auto deadline = std::chrono::steady_clock::now() + wait;
+  const auto deadline = std::chrono::steady_clock::now() + scaled(wait);
   std::array<char, 4096> scratch{};
   bool closed = false;
   impl_->buffer.consume(impl_->buffer.size());

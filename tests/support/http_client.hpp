@@ -3,7 +3,8 @@
 /// @file
 /// A minimal synchronous HTTP/1.1 client for tests: one keep-alive TCP connection to a
 /// loopback port, raw or Beast requests, responses as plain values. Every operation has a
-/// deadline (it runs a private io_context for at most that long), so a test never hangs.
+/// deadline (it runs a private io_context for at most that long), so a test never hangs; the
+/// deadlines given here are multiplied by SLUICE_TEST_TIME_FACTOR (support/eventually.hpp).
 
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>

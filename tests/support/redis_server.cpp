@@ -3,6 +3,8 @@
 // started and stopped by pid, nothing off loopback).
 #include "support/redis_server.hpp"
 
+#include "support/eventually.hpp"
+
 #include <hiredis/hiredis.h>
 
 #include <arpa/inet.h>
@@ -149,15 +151,19 @@ void redis_server::spawn() {
 }
 
 bool redis_server::wait_ready(int timeout_ms) const {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < deadline) {
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) return false;  // exited (port taken?)
-    auto r = command({"PING"});
-    if (r.type == redis_reply::kind::status && r.str == "PONG") return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
+  bool exited = false;
+  const bool answered = eventually(
+      [&] {
+        int status = 0;
+        if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+          exited = true;  // (its port taken?)
+          return true;
+        }
+        const auto r = command({"PING"});
+        return r.type == redis_reply::kind::status && r.str == "PONG";
+      },
+      std::chrono::milliseconds(timeout_ms));
+  return answered && !exited;
 }
 
 redis_reply redis_server::command(const std::vector<std::string>& argv) const {
@@ -166,12 +172,23 @@ redis_reply redis_server::command(const std::vector<std::string>& argv) const {
 
 redis_reply redis_command(std::uint16_t port, const std::vector<std::string>& argv,
                           const std::string& password) {
-  redis_reply out;
+  return redis_commands(port, {argv}, password).front();
+}
+
+std::vector<redis_reply> redis_commands(std::uint16_t port,
+                                        const std::vector<std::vector<std::string>>& commands,
+                                        const std::string& password) {
+  std::vector<redis_reply> out(commands.size());
+  auto fail_from = [&](std::size_t i, const std::string& why) {
+    for (; i < out.size(); ++i) {
+      out[i].type = redis_reply::kind::io_error;
+      out[i].str = why;
+    }
+  };
   timeval tv{1, 0};
   redisContext* c = redisConnectWithTimeout("127.0.0.1", port, tv);
   if (c == nullptr || c->err) {
-    out.type = redis_reply::kind::io_error;
-    out.str = c ? c->errstr : "cannot allocate redis context";
+    fail_from(0, c ? c->errstr : "cannot allocate redis context");
     if (c) redisFree(c);
     return out;
   }
@@ -180,23 +197,43 @@ redis_reply redis_command(std::uint16_t port, const std::vector<std::string>& ar
     auto* a = static_cast<redisReply*>(redisCommand(c, "AUTH %s", password.c_str()));
     if (a) freeReplyObject(a);
   }
-  std::vector<const char*> ptrs;
-  std::vector<std::size_t> lens;
-  for (const auto& a : argv) {
-    ptrs.push_back(a.data());
-    lens.push_back(a.size());
+  for (const auto& argv : commands) {
+    std::vector<const char*> ptrs;
+    std::vector<std::size_t> lens;
+    for (const auto& a : argv) {
+      ptrs.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    redisAppendCommandArgv(c, static_cast<int>(argv.size()), ptrs.data(), lens.data());
   }
-  auto* r = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), ptrs.data(), lens.data()));
-  if (r == nullptr) {
-    out.type = redis_reply::kind::io_error;
-    out.str = c->errstr;
-  } else {
-    out = copy(r);
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    void* reply = nullptr;
+    if (redisGetReply(c, &reply) != REDIS_OK || reply == nullptr) {
+      fail_from(i, c->errstr);
+      break;
+    }
+    auto* r = static_cast<redisReply*>(reply);
+    out[i] = copy(r);
     freeReplyObject(r);
   }
   redisFree(c);
   return out;
+}
+
+std::vector<redis_reply> redis_server::transaction(
+    const std::vector<std::vector<std::string>>& commands) const {
+  std::vector<std::vector<std::string>> all;
+  all.reserve(commands.size() + 2);
+  all.push_back({"MULTI"});
+  all.insert(all.end(), commands.begin(), commands.end());
+  all.push_back({"EXEC"});
+  auto replies = redis_commands(port_, all, password_);
+  auto exec = std::move(replies.back());
+  if (exec.type == redis_reply::kind::array) return std::move(exec.elements);
+  for (const auto& r : replies) {
+    if (r.is_error()) return {r};  // the first refusal says why EXEC did not run
+  }
+  return {exec};
 }
 
 void redis_server::kill() {

@@ -36,6 +36,13 @@ std::uint16_t free_loopback_port();
 redis_reply redis_command(std::uint16_t port, const std::vector<std::string>& argv,
                           const std::string& password = {});
 
+/// Runs `commands` one after the other on one fresh connection (sent together, then their
+/// replies read in order); the replies, one per command. An I/O failure makes that reply and
+/// every later one kind::io_error.
+std::vector<redis_reply> redis_commands(std::uint16_t port,
+                                        const std::vector<std::vector<std::string>>& commands,
+                                        const std::string& password = {});
+
 /// A redis-server child process on 127.0.0.1:port().
 class redis_server {
  public:
@@ -62,6 +69,13 @@ class redis_server {
   /// server was started with --requirepass); I/O failures come back as kind::io_error with the
   /// message in `str`.
   redis_reply command(const std::vector<std::string>& argv) const;
+
+  /// Runs `commands` as one transaction (MULTI, the commands, EXEC on one connection): no
+  /// other client's command runs between them, and Redis reads its clock once for the whole
+  /// of it, so no key expires between them (a key a script wrote with a 1 ms expiry is still
+  /// there for the next command). Returns EXEC's replies, one per command; an EXEC that did
+  /// not run (a command refused while queued, an I/O error) returns one reply: its error.
+  std::vector<redis_reply> transaction(const std::vector<std::vector<std::string>>& commands) const;
 
   /// SIGKILLs the server and reaps it (the port stops answering at once).
   void kill();
