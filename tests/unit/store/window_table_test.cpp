@@ -7,6 +7,7 @@
 #include "sluice/store/memory_store.hpp"
 #include "support/bucket_view.hpp"
 #include "support/redis_server.hpp"
+#include "support/store_time.hpp"
 
 #include <gtest/gtest.h>
 
@@ -190,14 +191,19 @@ check_request make_request(const table_case& c, const std::string& prefix, std::
   return req;
 }
 
-std::optional<check_outcome> run_lua(test::redis_server& server, const check_request& req,
-                                     std::int64_t now_ms, std::string* error,
-                                     const lua::key_layout& layout) {
+// The EVAL of the script deciding `req` at store time `now_ms` under `layout`.
+std::vector<std::string> check_eval(const check_request& req, std::int64_t now_ms,
+                                    const lua::key_layout& layout) {
   std::vector<std::string> argv = {"EVAL", std::string(lua::check())};
   check_request timed = req;
   timed.now_ms_override = now_ms;
   lua::append_check_command(timed, layout, argv);
-  redis_reply r = server.command(argv);
+  return argv;
+}
+
+// The outcome in the script's reply `r` to check_eval(req, ...).
+std::optional<check_outcome> read_outcome(const redis_reply& r, const check_request& req,
+                                          std::string* error) {
   if (r.type != redis_reply::kind::array || r.elements.size() != 2 + 5 * req.limits.size()) {
     *error = "unexpected reply: " + r.str;
     return std::nullopt;
@@ -218,19 +224,38 @@ std::optional<check_outcome> run_lua(test::redis_server& server, const check_req
   return out;
 }
 
-// The stored state in the memory store's peek_state format.
-std::optional<std::string> redis_state(test::redis_server& server, const std::string& key,
-                                       algorithm a, const lua::key_layout& layout) {
+std::optional<check_outcome> run_lua(test::redis_server& server, const check_request& req,
+                                     std::int64_t now_ms, std::string* error,
+                                     const lua::key_layout& layout) {
+  return read_outcome(server.command(check_eval(req, now_ms, layout)), req, error);
+}
+
+// The command reading the stored state of `key` (LRANGE of a sliding log, never packed).
+std::vector<std::string> state_read(const test::bucket_view& view, const std::string& key,
+                                    algorithm a) {
+  if (a == sl) return {"LRANGE", key, "0", "-1"};
+  return view.read_command(key);
+}
+
+// A reply of state_read() in the memory store's peek_state format.
+std::optional<std::string> state_of(const test::bucket_view& view, const redis_reply& r,
+                                    const std::string& key, algorithm a) {
   if (a == sl) {
-    auto r = server.command({"LRANGE", key, "0", "-1"});
     if (r.elements.empty()) return std::nullopt;
     std::string out;
     for (const auto& e : r.elements) out += (out.empty() ? "" : ",") + e.str;
     return out;
   }
-  auto r = test::bucket_view{server, layout}.get(key, a == algorithm::token_bucket ? 0 : ':');
-  if (r.type == redis_reply::kind::nil) return std::nullopt;
-  return r.str;
+  auto d = view.decode(r, key, a == algorithm::token_bucket ? 0 : ':');
+  if (d.type == redis_reply::kind::nil) return std::nullopt;
+  return d.str;
+}
+
+// The stored state in the memory store's peek_state format.
+std::optional<std::string> redis_state(test::redis_server& server, const std::string& key,
+                                       algorithm a, const lua::key_layout& layout) {
+  const test::bucket_view view{server, layout};
+  return state_of(view, server.command(state_read(view, key, a)), key, a);
 }
 
 // Whether two token-bucket states "<level> <stamp> <units per token>" are the same bucket: the
@@ -381,22 +406,43 @@ TEST_F(window_table, peek_decides_as_the_step_and_writes_nothing) {
   }
 }
 
+// One clock: each step's state is read in the transaction that ran the script, and the keys
+// expire at the store time the script armed them for (test::store_time_keys), never on
+// Redis's own clock.
 TEST_F(window_table, stored_state_matches) {
   for (const auto& layout : {per_key, packed}) {
     const std::string name = "same-" + layout_name(layout);
+    const test::bucket_view view{*server_, layout};
     for (const auto& c : table()) {
       std::int64_t now = 0;
       store::memory_store mem([&now] { return now; });
+      test::store_time_keys keys(*server_);
       for (std::size_t s = 0; s < c.steps.size(); ++s) {
+        SCOPED_TRACE(c.name + " step " + std::to_string(s));
         now = epoch_ms + c.steps[s].t_ms;
         const auto req = make_request(c, name, c.steps[s].cost);
         mem.decide(req);
+        std::vector<std::vector<std::string>> reads;
+        std::vector<std::string> armed;
+        for (const auto& l : req.limits) {
+          reads.push_back(state_read(view, l.key, l.algorithm));
+          const bool log = l.algorithm == sl;
+          armed.push_back(view.where(l.key, log).key);
+        }
+        // (A hash field expires by its own store-time stamp; a key — a sliding log is one
+        // under either layout — by store_time_keys.)
+        keys.expire_until(now);
+        const auto replies = keys.step(check_eval(req, now, layout), reads, armed);
+        ASSERT_EQ(replies.size(), 1 + reads.size()) << replies.front().str;
         std::string error;
-        ASSERT_TRUE(run_lua(*server_, req, now, &error, layout)) << error;
+        const auto got = read_outcome(replies[0], req, &error);
+        ASSERT_TRUE(got) << error;
         for (std::size_t i = 0; i < req.limits.size(); ++i) {
           const auto& l = req.limits[i];
-          EXPECT_EQ(mem.peek_state(l.key), redis_state(*server_, l.key, l.algorithm, layout))
-              << c.name << " step " << s << " " << l.key;
+          EXPECT_EQ(mem.peek_state(l.key), state_of(view, replies[1 + i], l.key, l.algorithm))
+              << l.key;
+          if (!layout.packed || l.algorithm == sl)
+            keys.armed(armed[i], now, got->limits[i].reset_ms);
         }
       }
     }
