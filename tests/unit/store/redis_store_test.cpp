@@ -7,7 +7,9 @@
 #include "sluice/limiter/keys.hpp"
 #include "sluice/limiter/refusal_cache.hpp"
 #include "support/bucket_view.hpp"
+#include "support/eventually.hpp"
 #include "support/redis_server.hpp"
+#include "support/stopped_clock.hpp"
 
 #include <gtest/gtest.h>
 
@@ -579,9 +581,7 @@ TEST(redis_store, a_server_loading_its_dataset_is_waited_out) {
   bool saw_loading = false, ever_ready = false, decided = false;
   std::chrono::milliseconds took{0};
   std::thread checker([&] {
-    const auto begun = clock_type::now();
-    while (!loading() && clock_type::now() - begun < 5000ms) std::this_thread::sleep_for(5ms);
-    saw_loading = loading();
+    saw_loading = test::eventually([&] { return loading(); }, 5000ms);
     while (loading()) {
       auto r = check_once(ioc, s, req, 1000ms);
       if (!r.result || r.result->has_value()) ++decided_early;
@@ -855,10 +855,13 @@ TEST(redis_store, a_step_of_the_servers_clock_turns_no_check_stale) {
 }
 
 // The over-limit cache (limiter::refusal_cache) against the store's own answers, one table
-// row per algorithm and cost: after a refusal, a recalled outcome equals what the store
-// answers at the same moment (Remaining exactly; Reset, Retry-After and the next-token time
-// within the round trip), until the refused limit could change; then, or after a reload or
-// for another cost, the cache says ask the store.
+// row per algorithm and cost, on one clock. The store decides at simulated store times
+// (check_request::now_ms_override) on a redis-server whose own clock is stopped (no key
+// expires while the test runs, however slowly it runs), and the cache is asked at the same
+// offsets of its own clock. After a refusal, a recalled outcome equals what the store answers
+// at the same moment — Remaining, Reset, Retry-After and the next-token time, exactly — up to
+// the last millisecond before the refused limit could change; from then on, or after a reload
+// or for another cost, the cache says ask the store.
 TEST(redis_store, cached_refusals_equal_the_stores_answers) {
   struct row {
     const char* name;
@@ -871,21 +874,25 @@ TEST(redis_store, cached_refusals_equal_the_stores_answers) {
       {"fixed window 3/1s", config::algorithm::fixed_window, 3, 1000, 3, 1},
       {"sliding window 4/1s", config::algorithm::sliding_window, 4, 1000, 4, 1},
   };
-  test::redis_server server;
+  // The store's time: a whole number of every row's period, so each window starts here.
+  constexpr std::int64_t start_ms = 1'700'000'000'000;
+  test::stopped_clock redis_clock(SLUICE_CLOCK_STEP_PRELOAD, start_ms);
+  test::redis_server server({}, redis_clock.env());
   asio::io_context ioc;
   store::redis_store s(ioc.get_executor(), settings_for(server));
   s.start();
   ASSERT_TRUE(wait_connected(ioc, s));
+  // The cache's clock: store time start_ms + d is `sent + d`. (An hour ahead of the real
+  // steady clock: remember() keeps only a refusal that ends after the real now.)
+  const auto sent = clock_type::now() + 1h;
   for (const row& r : rows) {
     SCOPED_TRACE(r.name);
-    auto req = request(std::string("{rc}:") + r.name, r.n, r.period_ms, r.burst);
+    auto req = request(std::string("{rc}:") + r.name, r.n, r.period_ms, r.burst, start_ms);
     req.limits.front().algorithm = r.algorithm;
     req.limits.front().cost = r.cost;
     limiter::refusal_cache cache;
     limiter::check_outcome refused;
-    auto sent = clock_type::now();
     for (int i = 0; i < 50; ++i) {
-      sent = clock_type::now();
       auto got = check_once(ioc, s, req);
       ASSERT_TRUE(got.result && got.result->has_value());
       if (!(*got.result)->allowed) {
@@ -896,22 +903,25 @@ TEST(redis_store, cached_refusals_equal_the_stores_answers) {
     ASSERT_FALSE(refused.allowed);
     cache.remember(req.limits.front(), refused, 7, sent);
     const auto& lo = refused.limits.front();
-    const auto window = std::chrono::milliseconds(std::min(lo.retry_after_ms, lo.next_ms));
-    ASSERT_GT(window.count(), 0);
+    const std::int64_t window = std::min(lo.retry_after_ms, lo.next_ms);
+    ASSERT_GT(window, 0);
 
     limiter::check_outcome other_cost;
     auto costly = req;
     costly.limits.front().cost = r.cost + 1;
-    EXPECT_FALSE(cache.recall(costly, 7, clock_type::now(), other_cost)) << "another cost";
-    EXPECT_FALSE(cache.recall(req, 8, clock_type::now(), other_cost)) << "another generation";
+    EXPECT_FALSE(cache.recall(costly, 7, sent, other_cost)) << "another cost";
+    EXPECT_FALSE(cache.recall(req, 8, sent, other_cost)) << "another generation";
     cache.remember(req.limits.front(), refused, 7, sent);  // (the miss forgot it)
 
-    int compared = 0;
-    while (clock_type::now() + 20ms < sent + window) {
+    std::uint64_t compared = 0;
+    for (const std::int64_t d :
+         {0L, window / 5, 2 * window / 5, 3 * window / 5, 4 * window / 5, window - 1}) {
+      SCOPED_TRACE("at +" + std::to_string(d) + " ms");
       limiter::check_outcome recalled;
-      const auto at = clock_type::now();
-      ASSERT_TRUE(cache.recall(req, 7, at, recalled));
-      auto store_now = check_once(ioc, s, req);
+      ASSERT_TRUE(cache.recall(req, 7, sent + std::chrono::milliseconds(d), recalled));
+      auto at = req;
+      at.now_ms_override = start_ms + d;
+      auto store_now = check_once(ioc, s, at);
       ASSERT_TRUE(store_now.result && store_now.result->has_value());
       const auto& fresh = **store_now.result;
       EXPECT_FALSE(fresh.allowed) << "the store admitted inside the cached window";
@@ -920,20 +930,17 @@ TEST(redis_store, cached_refusals_equal_the_stores_answers) {
       EXPECT_FALSE(a.admits);
       EXPECT_EQ(a.limit, b.limit);
       EXPECT_EQ(a.remaining, b.remaining);
-      EXPECT_NEAR(a.reset_ms, b.reset_ms, 15);
-      EXPECT_NEAR(a.retry_after_ms, b.retry_after_ms, 15);
-      EXPECT_NEAR(a.next_ms, b.next_ms, 15);
+      EXPECT_EQ(a.reset_ms, b.reset_ms);
+      EXPECT_EQ(a.retry_after_ms, b.retry_after_ms);
+      EXPECT_EQ(a.next_ms, b.next_ms);
       // (The cache never claims a refusal lasts longer than the store says.)
-      EXPECT_LE(b.retry_after_ms, a.retry_after_ms + 15);
+      EXPECT_LE(b.retry_after_ms, a.retry_after_ms);
       ++compared;
-      std::this_thread::sleep_for(window / 5);
     }
-    EXPECT_GE(compared, 2);
-    std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::milliseconds>(
-        sent + window - clock_type::now() + 5ms));
     limiter::check_outcome late;
-    EXPECT_FALSE(cache.recall(req, 7, clock_type::now(), late)) << "kept past its window";
-    EXPECT_EQ(cache.hits(), static_cast<std::uint64_t>(compared));
+    EXPECT_FALSE(cache.recall(req, 7, sent + std::chrono::milliseconds(window), late))
+        << "kept past its window";
+    EXPECT_EQ(cache.hits(), compared);
   }
 }
 
