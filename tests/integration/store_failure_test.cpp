@@ -8,6 +8,7 @@
 // (fail_open, fail_closed, local) asserted through real HTTP, and recovery timed.
 
 #include "harness.hpp"
+#include "support/stopped_clock.hpp"
 #include "support/tcp_delay_proxy.hpp"
 
 #include <arpa/inet.h>
@@ -83,6 +84,7 @@ routes:
 struct fault_world {
   struct options {
     std::vector<std::string> redis_args;
+    std::vector<std::string> redis_env;  // added to redis-server's environment (a clock preload)
     bool proxied = false;
     unsigned workers = 1;          // c11: the 5 requests in flight share one store connection
     std::string address;           // overrides the store address ("" = the server or the proxy)
@@ -90,7 +92,7 @@ struct fault_world {
     std::string timeout = "50ms";  // store.timeout
   };
 
-  fault_world(const std::string& yaml, options o) : redis(o.redis_args) {
+  fault_world(const std::string& yaml, options o) : redis(o.redis_args, o.redis_env) {
     if (o.proxied) proxy = std::make_unique<tcp_delay_proxy>(redis.port());
     std::string address = o.address;
     if (address.empty()) {
@@ -391,7 +393,8 @@ TEST(store_failure, checks_queued_during_a_freeze_do_not_charge_after_it) {
   }
   std::this_thread::sleep_for(1500ms);  // well past every queued check's stale bound
   w.redis.resume();
-  std::this_thread::sleep_for(200ms);
+  // The two queued checks' answers come back after their deadlines, and are dropped.
+  EXPECT_EVENTUALLY(2s, w.stats().store.late_replies >= 2u);
   // The two queued checks charged nothing: 3 - 1 (before) - 1 (this one); had they run, this
   // request would find 0 tokens.
   expect_row(w.get("/v1/items"), 200, 3, 1, -1, -1, "after the freeze");
@@ -406,13 +409,9 @@ TEST(store_failure, idle_freeze_is_seen_by_readiness) {
   ASSERT_TRUE(w.gateway->gateway().wait_for_store(std::chrono::milliseconds(0)));
   w.redis.pause();
   const auto frozen = clock_type::now();
-  bool ready = true;
-  while (ready && since(frozen) < 3s) {
-    std::this_thread::sleep_for(50ms);
-    ready = w.gateway->gateway().wait_for_store(std::chrono::milliseconds(0));
-  }
-  EXPECT_FALSE(ready) << "still ready " << since(frozen).count() << " ms into the freeze";
-  EXPECT_LE(since(frozen), 2500ms);
+  EXPECT_EVENTUALLY(3s, !w.gateway->gateway().wait_for_store(std::chrono::milliseconds(0)))
+      << "still ready " << since(frozen).count() << " ms into the freeze";
+  EXPECT_LE(since(frozen), 2500ms);  // (the idle PING's period and deadline: a latency bound)
   w.redis.resume();
   EXPECT_TRUE(w.gateway->gateway().wait_for_store(std::chrono::milliseconds(3000)));
   expect_row(w.get("/v1/closed"), 200, 100, 99, -1, -1, "decided by the store again");
@@ -459,7 +458,11 @@ TEST(store_failure, killed_then_restarted_during_traffic) {
       std::this_thread::sleep_for(5ms);
     }
   });
-  std::this_thread::sleep_for(100ms);
+  // Traffic before the kill.
+  EXPECT_EVENTUALLY(2s, [&] {
+    std::lock_guard lock(m);
+    return background.size() >= 5u;
+  }());
   w.redis.kill();
   const auto closed_hits = w.upstream_hits("/v1/closed");
   for (int i = 0; i < 10; ++i) {
@@ -493,41 +496,65 @@ TEST(store_failure, killed_then_restarted_during_traffic) {
   EXPECT_EQ(slow, 0u);
   // Both workers reconnect; the one the recovery probe did not reach may take another
   // backoff step, so allow it up to a second more.
-  const auto until = clock_type::now() + 1000ms;
-  while (w.stats().store.reconnects < 2u && clock_type::now() < until)
-    std::this_thread::sleep_for(20ms);
-  EXPECT_GE(w.stats().store.reconnects, 2u);
+  EXPECT_EVENTUALLY(1000ms, w.stats().store.reconnects >= 2u);
 }
 
-// c10 part 1 (SCRIPT FLUSH: reloaded once, decided from the store's state) and part 3 (a
-// restart with AOF keeps the bucket: 429 with Remaining 0, never a 5xx or a refilled bucket).
-TEST(store_failure, c10_script_flush_then_restart_with_aof) {
-  // A deadline of 500 ms: with appendfsync always, the function library's reload is fsynced
-  // before the re-sent check runs, and a shared disk took longer than 50 ms (a fail-open).
+// c10 on one clock: redis-server runs on a stopped wall clock (test::stopped_clock) that the
+// test moves to each step's time, so the store decides every step at exactly the case's t —
+// the Retry-After is exact however slowly the machine runs the steps, and no key expires in
+// real time. With appendonly and appendfsync always (part 3 restarts it from its AOF). A
+// store deadline of 2 s (scaled by SLUICE_TEST_TIME_FACTOR): with appendfsync always, the
+// function library's reload is fsynced before the re-sent check runs, and a shared disk took
+// longer than 50 ms (a fail-open).
+fault_world::options c10_on_a_stopped_clock(const test::stopped_clock& clock) {
   auto o = redis_args({"--appendonly", "yes", "--appendfsync", "always"});
-  o.timeout = "500ms";
-  fault_world w(c10_rules, o);
+  o.redis_env = clock.env();
+  o.timeout = std::to_string(scaled(2000ms).count()) + "ms";
+  return o;
+}
+
+// The store time c10's t = 0 is at: a whole second (any time would do).
+constexpr std::int64_t c10_start_ms = 1'700'000'000'000;
+
+// c10 part 1: after SCRIPT FLUSH and FUNCTION FLUSH the check's code is loaded again once and
+// the check decided from the store's state (not by fail-open).
+TEST(store_failure, c10_script_flush_reloads_once_and_decides_from_the_store) {
+  test::stopped_clock clock(SLUICE_CLOCK_STEP_PRELOAD, c10_start_ms);
+  fault_world w(c10_rules, c10_on_a_stopped_clock(clock));
   const header_list a = {{"X-API-Key", "key-a"}};
-  schedule at;
+  auto at = [&](double t) { clock.set(c10_start_ms + static_cast<std::int64_t>(t * 1000)); };
   const auto loads = w.stats().store.script_loads;
   expect_row(get(w.port(), "/v1/items", a), 200, 3, 2, -1, -1, "t=0.0");
-  at.at(0.5);
+  at(0.5);
   // The check's code is lost: FUNCTION FLUSH (the store loads it as a function library; a
   // SCRIPT FLUSH, which the library does not need, as well).
   ASSERT_EQ(w.redis.command({"SCRIPT", "FLUSH"}).str, "OK");
   ASSERT_EQ(w.redis.command({"FUNCTION", "FLUSH"}).str, "OK");
-  at.at(1.0);
+  at(1.0);
   expect_row(get(w.port(), "/v1/items", a), 200, 3, 1, -1, -1, "t=1.0 after FUNCTION FLUSH");
   EXPECT_EQ(w.stats().store.script_loads, loads + 1);
   EXPECT_EQ(w.stats().fail_open, 0u) << "decided from the store's state, not by fail-open";
-  at.at(1.1);
+  at(1.1);
   expect_row(get(w.port(), "/v1/items", a), 200, 3, 0, -1, -1, "t=1.1");
-  at.at(1.2);
+  at(1.2);
   expect_row(get(w.port(), "/v1/items", a), 429, 3, 0, -1, 19, "t=1.2");
-  // Part 3.
+  EXPECT_EQ(w.stats().fail_open, 0u);
+  EXPECT_EQ(w.stats().upstream_errors, 0u);
+}
+
+// c10 part 3: a restart with AOF keeps the bucket: 429 with Remaining 0 and the same
+// Retry-After, never a 5xx or a refilled bucket.
+TEST(store_failure, c10_restart_with_aof_keeps_the_bucket) {
+  test::stopped_clock clock(SLUICE_CLOCK_STEP_PRELOAD, c10_start_ms);
+  fault_world w(c10_rules, c10_on_a_stopped_clock(clock));
+  const header_list a = {{"X-API-Key", "key-a"}};
+  for (long remaining : {2, 1, 0})
+    expect_row(get(w.port(), "/v1/items", a), 200, 3, remaining, -1, -1, "spending at t=0");
+  clock.set(c10_start_ms + 1200);
+  expect_row(get(w.port(), "/v1/items", a), 429, 3, 0, -1, 19, "t=1.2, before the restart");
   w.redis.restart();
-  ASSERT_TRUE(w.gateway->gateway().wait_for_store(2000ms));
-  expect_row(get(w.port(), "/v1/items", a), 429, 3, 0, -1, -1, "after the restart");
+  ASSERT_TRUE(w.gateway->gateway().wait_for_store(scaled(5000ms)));
+  expect_row(get(w.port(), "/v1/items", a), 429, 3, 0, -1, 19, "t=1.2, after the restart");
   EXPECT_EQ(w.stats().fail_open, 0u);
   EXPECT_EQ(w.stats().upstream_errors, 0u);
 }
@@ -620,11 +647,9 @@ TEST(store_failure, failover_behind_a_forwarder_is_followed) {
   fault_world w(c11_rules, o);
   redis_server replica({"--replicaof", "127.0.0.1", std::to_string(w.redis.port()),
                         "--repl-diskless-sync-delay", "0"});
-  const auto synced_by = clock_type::now() + 5s;
-  while (w.redis.command({"INFO", "replication"}).str.find("state=online") == std::string::npos) {
-    ASSERT_LT(clock_type::now(), synced_by) << "the replica never synced";
-    std::this_thread::sleep_for(20ms);
-  }
+  ASSERT_EVENTUALLY(
+      5s, w.redis.command({"INFO", "replication"}).str.find("state=online") != std::string::npos)
+      << "the replica never synced";
   ASSERT_EQ(w.get("/v1/closed").status, 200u);
   ASSERT_TRUE(w.gateway->gateway().wait_for_store(0ms));
 
@@ -641,37 +666,34 @@ TEST(store_failure, failover_behind_a_forwarder_is_followed) {
     }
   });
 
-  std::this_thread::sleep_for(300ms);  // traffic before the failover
+  EXPECT_EVENTUALLY(3s, open_total.load() >= 20);  // traffic before the failover
   ASSERT_FALSE(replica.command({"REPLICAOF", "NO", "ONE"}).is_error());
   ASSERT_FALSE(
       w.redis.command({"REPLICAOF", "127.0.0.1", std::to_string(replica.port())}).is_error());
   const auto demoted = clock_type::now();
-  bool ready = true;
-  while (ready && since(demoted) < 3s) {
-    w.get("/v1/closed");  // checks reach the demoted node and fail
-    std::this_thread::sleep_for(20ms);
-    ready = w.gateway->gateway().wait_for_store(0ms);
-  }
-  EXPECT_FALSE(ready) << "still ready " << since(demoted).count()
-                      << " ms after the primary was demoted";
+  EXPECT_TRUE(eventually_that(
+      "readiness gone after the primary was demoted",
+      [&] {
+        w.get("/v1/closed");  // checks reach the demoted node and fail
+        return !w.gateway->gateway().wait_for_store(0ms);
+      },
+      3s))
+      << "still ready " << since(demoted).count() << " ms after the primary was demoted";
   const auto stuck = w.stats().store;
   EXPECT_GE(stuck.error_replies[static_cast<std::size_t>(store::error_kind::readonly)], 1u);
   EXPECT_GE(stuck.wrong_node_drops, 1u) << "a connection to the demoted node was kept";
 
   w.proxy->set_target(replica.port());
   const auto moved = clock_type::now();
-  bool decided = false;
-  while (!decided && since(moved) < 3s) {
-    decided = w.get("/v1/closed").status == 200u;
-    if (!decided) std::this_thread::sleep_for(10ms);
-  }
+  const bool decided = eventually([&] { return w.get("/v1/closed").status == 200u; }, 3s);
   const auto took = since(moved);
   std::printf("decided by the new primary %lld ms after the forwarder moved\n",
               static_cast<long long>(took.count()));
   EXPECT_TRUE(decided);
   EXPECT_LT(took, 1000ms);
-  EXPECT_TRUE(w.gateway->gateway().wait_for_store(2000ms)) << "readiness did not come back";
-  std::this_thread::sleep_for(300ms);  // and traffic after it
+  EXPECT_TRUE(w.gateway->gateway().wait_for_store(scaled(2000ms))) << "readiness did not come back";
+  const int after = open_total.load();
+  EXPECT_EVENTUALLY(3s, open_total.load() >= after + 20);  // and traffic after it
   done = true;
   traffic.join();
   EXPECT_GT(open_total.load(), 20);
