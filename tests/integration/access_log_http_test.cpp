@@ -55,14 +55,14 @@ routes:
 /// The file's lines once it has `n` (the logging thread writes them), within 5 s.
 std::vector<std::string> wait_lines(const fs::path& file, std::size_t n) {
   std::vector<std::string> lines;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  do {
-    lines.clear();
-    std::ifstream in(file);
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    if (lines.size() >= n) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  } while (std::chrono::steady_clock::now() < deadline);
+  (void)eventually(
+      [&] {
+        lines.clear();
+        std::ifstream in(file);
+        for (std::string line; std::getline(in, line);) lines.push_back(line);
+        return lines.size() >= n;
+      },
+      std::chrono::seconds(5));
   return lines;
 }
 

@@ -116,10 +116,7 @@ TEST(accuracy_cluster, three_gateway_processes_on_a_three_master_cluster_within_
     ports.push_back(gateways.back()->port);
   }
   for (auto& gw : gateways) {
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (get(gw->admin_port, "/readyz").status != 200 &&
-           std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(20ms);
+    (void)eventually([&] { return get(gw->admin_port, "/readyz").status == 200u; }, 5s);
     ASSERT_EQ(get(gw->admin_port, "/readyz").status, 200u) << gw->log();
   }
 

@@ -47,12 +47,7 @@ std::int64_t ceil_s(std::int64_t ms) {
 /// Polls `done` every 10 ms for up to `limit`.
 template <class F>
 bool poll_until(F done, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
+  return eventually(done, limit);
 }
 
 constexpr const char* calendar_rules = R"(

@@ -13,6 +13,7 @@
 //   total never exceeds the budget; the SSE events reach the client as they are sent; a
 //   reservation header that is not a number is a 400 naming it.
 
+#include "support/eventually.hpp"
 #include "support/gateway_fixture.hpp"
 #include "support/http_client.hpp"
 #include "support/openai_upstream.hpp"
@@ -194,12 +195,13 @@ TEST_P(failed_logins, five_401s_then_429_for_that_ip_only) {
   // (The last exchange ends just after its client has the response: poll for its count.)
   observability::metrics_sample sample;
   std::map<std::string, std::uint64_t> by;
-  for (int i = 0; i < 200; ++i) {
-    sample = gw.gateway().sample();
-    for (const auto& [outcome, n] : sample.settlements) by[outcome] = n;
-    if (by["refunded"] == oks) break;
-    std::this_thread::sleep_for(10ms);
-  }
+  (void)eventually(
+      [&] {
+        sample = gw.gateway().sample();
+        for (const auto& [outcome, n] : sample.settlements) by[outcome] = n;
+        return by["refunded"] == oks;
+      },
+      2s);  // (asserted below)
   EXPECT_EQ(by["settled"], 6u);
   EXPECT_EQ(by["refunded"], oks);
   EXPECT_EQ(sample.settle_failures, 0u);
@@ -284,8 +286,7 @@ TEST_P(ai_tokens, reserve_then_settle_json_and_sse) {
   EXPECT_EQ(r.header("X-RateLimit-Remaining"), "9000");
   EXPECT_EQ(held(), 9600);
   held_units open{-1, -1};
-  for (int i = 0; i < 200 && (open = outstanding()) != held_units{0, 0}; ++i)
-    std::this_thread::sleep_for(10ms);
+  (void)eventually([&] { return (open = outstanding()) == held_units{0, 0}; }, 2s);
   EXPECT_EQ(open, (held_units{0, 0})) << "settled when the JSON answer ended";
 
   // SSE: 1000 reserved, 1500 used (500 charged on top). The events arrive as they are sent:
@@ -313,7 +314,7 @@ TEST_P(ai_tokens, reserve_then_settle_json_and_sse) {
   ASSERT_EQ(up.wait_charges(2).size(), 2u);
   // (Another connection: its settlement is sent when the stream ends; poll for it.)
   std::int64_t now = -1;
-  for (int i = 0; i < 200 && (now = held()) != 8100; ++i) std::this_thread::sleep_for(10ms);
+  (void)eventually([&] { return (now = held()) == 8100; }, 2s);
   EXPECT_EQ(now, 8100);
   EXPECT_EQ(outstanding(), (held_units{0, 0}));
 
@@ -419,12 +420,13 @@ TEST(ai_tokens_cluster, a_charge_split_over_two_masters_settles_on_each) {
   EXPECT_EQ(r.header("X-RateLimit-Limit"), "5000");
   EXPECT_EQ(r.header("X-RateLimit-Remaining"), "4000");
   std::int64_t key_left = -1, ip_left = -1;
-  for (int i = 0; i < 200; ++i) {
-    key_left = held("tokens");
-    ip_left = held(ip_limit);
-    if (key_left == 9600 && ip_left == 4600) break;
-    std::this_thread::sleep_for(10ms);
-  }
+  (void)eventually(
+      [&] {
+        key_left = held("tokens");
+        ip_left = held(ip_limit);
+        return key_left == 9600 && ip_left == 4600;
+      },
+      2s);  // (asserted below)
   EXPECT_EQ(key_left, 9600);
   EXPECT_EQ(ip_left, 4600);
 
@@ -432,12 +434,13 @@ TEST(ai_tokens_cluster, a_charge_split_over_two_masters_settles_on_each) {
   r = complete("4000", 4600);
   ASSERT_EQ(r.status, 200u) << r.body;
   EXPECT_EQ(r.header("X-RateLimit-Remaining"), "600");
-  for (int i = 0; i < 200; ++i) {
-    key_left = held("tokens");
-    ip_left = held(ip_limit);
-    if (key_left == 5000 && ip_left == 0) break;
-    std::this_thread::sleep_for(10ms);
-  }
+  (void)eventually(
+      [&] {
+        key_left = held("tokens");
+        ip_left = held(ip_limit);
+        return key_left == 5000 && ip_left == 0;
+      },
+      2s);  // (asserted below)
   EXPECT_EQ(key_left, 5000);
   EXPECT_EQ(ip_left, 0);
 

@@ -94,12 +94,9 @@ struct faked_world {
     write_rules();
     const double before = reload_timestamp(gateway->admin_port);
     gateway->signal(SIGHUP);
-    for (int i = 0; i < 200; ++i) {
-      const double t = reload_timestamp(gateway->admin_port);
-      if (t != before) return t;
-      std::this_thread::sleep_for(10ms);
-    }
-    return before;
+    double t = before;
+    (void)eventually([&] { return (t = reload_timestamp(gateway->admin_port)) != before; }, 2s);
+    return t;
   }
 
   /// One request: its status and X-RateLimit-Remaining.

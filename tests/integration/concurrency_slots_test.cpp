@@ -12,6 +12,7 @@
 // Serial: the kill's check is bounded by the stated time.
 
 #include "support/child_process.hpp"
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
@@ -48,12 +49,7 @@ using steady = std::chrono::steady_clock;
 /// Polls `pred` every 10 ms for at most `limit`; whether it became true.
 template <typename F>
 bool wait_until(F pred, std::chrono::milliseconds limit) {
-  const auto deadline = steady::now() + limit;
-  while (!pred()) {
-    if (steady::now() >= deadline) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
+  return eventually(pred, limit);  // (support/eventually.hpp: scaled, with a short backoff)
 }
 
 /// An upstream that holds every request for `hold` (or until let_go()), then answers 200 and

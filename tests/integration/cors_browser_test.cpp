@@ -95,13 +95,14 @@ TEST(cors_browser, a_page_on_another_origin_reads_the_429_and_its_retry_after) {
   const pid_t group = browser->pid();
 
   std::string report;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (report.empty() && std::chrono::steady_clock::now() < deadline && browser->running()) {
-    for (const auto& r : page_server.requests()) {
-      if (r.target == "/result") report = r.body;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  (void)eventually(
+      [&] {
+        for (const auto& r : page_server.requests()) {
+          if (r.target == "/result") report = r.body;
+        }
+        return !report.empty() || !browser->running();
+      },
+      std::chrono::seconds(60));
   ::kill(-group, SIGKILL);  // the browser and every process it started
   browser.reset();
   ASSERT_FALSE(report.empty()) << "no report from the page; chromium stderr:\n"

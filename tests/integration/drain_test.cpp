@@ -8,6 +8,7 @@
 // assert latency bounds, so they run alone.
 
 #include "support/child_process.hpp"
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/temp_dir.hpp"
 #include "support/upstream_server.hpp"
@@ -41,15 +42,10 @@ long long ms_since(steady::time_point t0) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count();
 }
 
-/// Polls `pred` every 5 ms for at most `limit`; whether it became true.
+/// Polls `pred` for at most `limit` (scaled: support/eventually.hpp); whether it became true.
 template <typename F>
 bool wait_until(F pred, std::chrono::milliseconds limit) {
-  const auto deadline = steady::now() + limit;
-  while (!pred()) {
-    if (steady::now() >= deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
+  return eventually(pred, limit);
 }
 
 /// A recording upstream and a `sluice` process forwarding every path to it.
@@ -352,13 +348,29 @@ TEST(drain, a_reload_during_traffic_drops_no_connection) {
     }
   });
 
-  std::this_thread::sleep_for(400ms);
+  // Each phase waits for its state, not for a time: 20 more answers on each kind of
+  // connection (traffic before, between and after the reloads), and the reload applied.
+  auto traffic_went_on = [&](const char* when) {
+    const int kept_before = kept_ok.load(), fresh_before = fresh_ok.load();
+    EXPECT_TRUE(eventually_that(std::string("20 more answers on each connection ") + when, [&] {
+      return kept_ok.load() >= kept_before + 20 && fresh_ok.load() >= fresh_before + 20;
+    }));
+  };
+  auto generation_now = [&] {
+    static const std::regex number(R"re("generation":(\d+))re");
+    const auto body = get(w.gateway->admin_port, "/admin/config").body;
+    std::smatch m;
+    return std::regex_search(body, m, number) ? std::stoll(m[1].str()) : -1LL;
+  };
+  traffic_went_on("before the reloads");
   w.write_rules("", "v2");
   w.gateway->signal(SIGHUP);
-  std::this_thread::sleep_for(400ms);
+  EXPECT_EVENTUALLY(5s, generation_now() == 2) << "the first SIGHUP did not reload";
+  traffic_went_on("after the first reload");
   w.write_rules("", "v3");
   w.gateway->signal(SIGHUP);
-  std::this_thread::sleep_for(400ms);
+  EXPECT_EVENTUALLY(5s, generation_now() == 3) << "the second SIGHUP did not reload";
+  traffic_went_on("after the second reload");
   stop = true;
   kept.join();
   fresh.join();

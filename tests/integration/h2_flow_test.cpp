@@ -25,6 +25,7 @@
 // Skipped when python3-h2 is missing (scripts/setup installs it).
 
 #include "support/child_process.hpp"
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
 #include "support/runtime_fixture.hpp"
@@ -64,12 +65,7 @@ bool have_h2() {
 /// Polls `pred` every 10 ms for at most `limit`; whether it became true.
 template <typename F>
 bool wait_until(F pred, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
+  return eventually(pred, limit);  // (support/eventually.hpp: scaled, with a short backoff)
 }
 
 /// The python upstream (h2_flow.py upstream); its output lists the requests it saw.

@@ -173,13 +173,14 @@ TEST(http2_browser, twenty_calls_share_one_http2_connection_and_the_page_reads_t
   const pid_t group = browser->pid();
 
   std::string report;
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (report.empty() && std::chrono::steady_clock::now() < deadline && browser->running()) {
-    for (const auto& r : upstream.requests()) {
-      if (r.target == "/result") report = r.body;
-    }
-    std::this_thread::sleep_for(100ms);
-  }
+  (void)eventually(
+      [&] {
+        for (const auto& r : upstream.requests()) {
+          if (r.target == "/result") report = r.body;
+        }
+        return !report.empty() || !browser->running();
+      },
+      60s);
   ::kill(-group, SIGKILL);  // the browser and every process it started
   browser.reset();
   ASSERT_FALSE(report.empty()) << "no report from the page; chromium stderr:\n"
@@ -233,14 +234,15 @@ TEST(http2_browser, twenty_calls_share_one_http2_connection_and_the_page_reads_t
             0);
   // Every call is logged as HTTP/2.0.
   std::vector<std::string> logged;
-  for (const auto until = std::chrono::steady_clock::now() + 10s;
-       logged.size() < 20 && std::chrono::steady_clock::now() < until;) {
-    logged.clear();
-    std::istringstream lines(read_all(log));
-    for (std::string l; std::getline(lines, l);)
-      if (l.find("\"GET /v1/items/") != std::string::npos) logged.push_back(l);
-    std::this_thread::sleep_for(50ms);
-  }
+  (void)eventually(
+      [&] {
+        logged.clear();
+        std::istringstream lines(read_all(log));
+        for (std::string l; std::getline(lines, l);)
+          if (l.find("\"GET /v1/items/") != std::string::npos) logged.push_back(l);
+        return logged.size() >= 20;
+      },
+      10s);
   for (const auto& l : logged) EXPECT_NE(l.find(" HTTP/2.0\" "), std::string::npos) << l;
   const std::size_t calls = logged.size();
   EXPECT_EQ(calls, 20u);

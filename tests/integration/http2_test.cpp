@@ -12,6 +12,7 @@
 // HTTP/2.0. Skipped when curl, h2load or openssl is missing (scripts/setup installs them).
 
 #include "support/child_process.hpp"
+#include "support/eventually.hpp"
 #include "support/redis_server.hpp"
 #include "support/runtime_fixture.hpp"
 #include "support/scripted_upstream.hpp"
@@ -329,15 +330,10 @@ std::string open_rules(const std::string& upstream_url, const std::string& extra
          "routes: [{name: all, match: {path_prefix: /}, upstream: api}]\n";
 }
 
-/// Waits up to 10 s for `pred`, polling.
+/// Waits up to 10 s (scaled) for `pred`, polling (support/eventually.hpp).
 template <class Pred>
-bool eventually(Pred pred) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return pred();
+bool within_10s(Pred pred) {
+  return test::eventually(pred, 10s);
 }
 
 /// An upstream that answers one request with a chunked body in two pieces: the first at once,
@@ -351,7 +347,7 @@ struct two_piece_upstream {
     s.write(
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
         "Transfer-Encoding: chunked\r\n\r\n6\r\nfirst\n\r\n");
-    eventually([this] { return go.load(); });
+    within_10s([this] { return go.load(); });
     finished = true;
     s.write("7\r\nsecond\n\r\n0\r\n\r\n");
   }};
@@ -366,7 +362,7 @@ TEST(http2, a_streamed_response_reaches_the_client_in_pieces) {
                       "http://127.0.0.1:" + std::to_string(gw.port()) + "/events"},
                      w.dir.path / "stream.out", w.dir.path / "stream.err");
   // The first piece is at the client while the upstream still holds the second.
-  EXPECT_TRUE(eventually([&] { return curl.out() == "first\n"; })) << curl.out() << curl.err();
+  EXPECT_TRUE(within_10s([&] { return curl.out() == "first\n"; })) << curl.out() << curl.err();
   EXPECT_FALSE(upstream.finished.load());
   upstream.go = true;
   EXPECT_EQ(curl.wait_exit(20s).value_or(-1), 0) << curl.err();
@@ -413,7 +409,7 @@ TEST(http2, an_https_upstream_is_reached_from_an_http2_client) {
                       w.dir.path / "https.out", w.dir.path / "https.err");
   std::smatch m;
   static const std::regex line(R"(port (\d+))");
-  ASSERT_TRUE(eventually([&] {
+  ASSERT_TRUE(within_10s([&] {
     const auto out = https.out();
     return std::regex_search(out, m, line);
   })) << https.err();
@@ -497,7 +493,7 @@ TEST(http2, two_requests_share_one_connection_and_log_http_2_0) {
   EXPECT_EQ(w.upstream.request_count(), 2u);
   // Both streams are logged with their protocol.
   std::vector<std::string> lines;
-  EXPECT_TRUE(eventually([&] {
+  EXPECT_TRUE(within_10s([&] {
     lines.clear();
     std::ifstream in(log);
     for (std::string l; std::getline(in, l);) lines.push_back(l);

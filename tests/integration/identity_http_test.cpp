@@ -242,12 +242,9 @@ routes:
   EXPECT_FALSE(before.has("X-RateLimit-Limit"));  // anonymous: no limits on this route
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::ofstream(path) << "key-a free\nkey-b free\n";
-  bool seen = false;
-  for (int i = 0; i < 30 && !seen; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    seen = w.get("/x", {{"X-API-Key", "key-b"}}).header("X-RateLimit-Limit") == "10";
-  }
-  EXPECT_TRUE(seen) << "key-b was not picked up within 3 s";
+  EXPECT_EVENTUALLY(std::chrono::seconds(3),
+                    w.get("/x", {{"X-API-Key", "key-b"}}).header("X-RateLimit-Limit") == "10")
+      << "key-b was not picked up";
   // A broken edit keeps the last good keys.
   std::ofstream(path) << "key-a gold\n";
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
@@ -405,12 +402,10 @@ routes:
                "identity: {api_key: {header: X-API-Key}, directory: {type: redis, hash: "
                "\"sluice:api_keys\"}}");
   ASSERT_EQ(w.gateway->reload(w.render(with)), "");
-  bool found = false;
-  for (int i = 0; i < 100 && !found; ++i) {  // the new connection is made on each worker
-    found = w.get("/x", {{"X-API-Key", "dir-key"}}).has("X-RateLimit-Limit");
-    if (!found) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_TRUE(found) << "the directory was not connected after the reload enabled it";
+  // (the new connection is made on each worker)
+  EXPECT_EVENTUALLY(std::chrono::seconds(2),
+                    w.get("/x", {{"X-API-Key", "dir-key"}}).has("X-RateLimit-Limit"))
+      << "the directory was not connected after the reload enabled it";
   EXPECT_EQ(clients(), 5);
 }
 

@@ -373,7 +373,11 @@ TEST_P(metrics_cases, counts_every_decision_exactly) {
   EXPECT_GT(loaded, now - 60);
   EXPECT_LE(loaded, now + 1);
   EXPECT_EQ(m.at("sluice_config_reloads_total{result=\"ok\"}"), 0);
-  std::this_thread::sleep_for(20ms);
+  // The wall clock past the load's time, so that the reload's is later.
+  ASSERT_EVENTUALLY(
+      1s,
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() >
+          loaded + 0.001);
   EXPECT_EQ(w.admin("POST", "/admin/reload").status, 200u);
   auto m2 = w.metrics();
   EXPECT_EQ(m2.at("sluice_config_generation"), 2);
@@ -421,13 +425,13 @@ TEST_P(metrics_cases, each_request_is_counted_under_its_client_protocol) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(w.get("/v1/open").status, 200u);
 
   scrape m;
-  for (const auto deadline = steady::now() + 5s; steady::now() < deadline;) {
-    m = w.metrics();
-    if (m.at(exchanges("open", "2xx", "http/1.1")) == 3 &&
-        m.at(exchanges("open", "2xx", "h2")) == 1)
-      break;
-    std::this_thread::sleep_for(10ms);
-  }
+  (void)eventually(
+      [&] {
+        m = w.metrics();
+        return m.at(exchanges("open", "2xx", "http/1.1")) == 3 &&
+               m.at(exchanges("open", "2xx", "h2")) == 1;
+      },
+      5s);  // (the counts are asserted below)
   EXPECT_EQ(m.at(req("search", "allowed", "http/1.1")), 2);
   EXPECT_EQ(m.at(req("search", "limited", "http/1.1")), 0);
   EXPECT_EQ(m.at(req("search", "allowed", "h2")), 1);
@@ -573,11 +577,12 @@ TEST(metrics_store_failure, frozen_then_killed_redis) {
 
   // Thawed: a half-open probe brings the store back.
   w.redis->resume();
-  const auto until = steady::now() + 5s;
-  while (t.n("open", "allowed") < 2 && steady::now() < until) {
-    t.get(w, "open");
-    std::this_thread::sleep_for(20ms);
-  }
+  (void)eventually(
+      [&] {
+        t.get(w, "open");
+        return t.n("open", "allowed") >= 2;
+      },
+      5s);
   ASSERT_EQ(t.n("open", "allowed"), 2) << "the store did not come back";
   const double reconnects = [&] {
     auto m = w.metrics();
@@ -603,12 +608,13 @@ TEST(metrics_store_failure, frozen_then_killed_redis) {
   EXPECT_EQ(t.n("local", "allowed"), 4);  // the local limiter admits (burst 100 x share)
   {
     // The worker notices the lost connection at once or on its next use.
-    auto m = w.metrics();
-    const auto seen = steady::now() + 3s;
-    while (m.at("sluice_store_connected") != 0 && steady::now() < seen) {
-      std::this_thread::sleep_for(20ms);
-      m = w.metrics();
-    }
+    scrape m;
+    (void)eventually(
+        [&] {
+          m = w.metrics();
+          return m.at("sluice_store_connected") == 0;
+        },
+        3s);
     EXPECT_EQ(m.at("sluice_store_connected"), 0);
     expect_matches(m, t, local_applied);
     EXPECT_EQ(m.at(policy("closed", "fail_closed")), 1 + 3);
@@ -618,12 +624,13 @@ TEST(metrics_store_failure, frozen_then_killed_redis) {
 
   // Restarted: the connection comes back, and the reconnect is counted.
   w.redis->restart();
-  const auto back = steady::now() + 5s;
   const int before = t.n("open", "allowed");
-  while (t.n("open", "allowed") == before && steady::now() < back) {
-    t.get(w, "open");
-    std::this_thread::sleep_for(20ms);
-  }
+  (void)eventually(
+      [&] {
+        t.get(w, "open");
+        return t.n("open", "allowed") != before;
+      },
+      5s);
   ASSERT_EQ(t.n("open", "allowed"), before + 1) << "the store did not come back";
   auto m = w.metrics();
   expect_matches(m, t, local_applied);
@@ -663,11 +670,12 @@ TEST(metrics_clients, durations_by_route_and_status_class_bytes_and_the_process)
   // An exchange is counted once its last byte is written, which may be just after the client
   // read it: poll until the last one is in, then every count is exact.
   scrape m;
-  for (const auto deadline = steady::now() + 5s; steady::now() < deadline;) {
-    m = w.metrics();
-    if (m.at(exchanges("", "4xx")) == 2 && m.at(exchanges("slow", "5xx")) == 1) break;
-    std::this_thread::sleep_for(10ms);
-  }
+  (void)eventually(
+      [&] {
+        m = w.metrics();
+        return m.at(exchanges("", "4xx")) == 2 && m.at(exchanges("slow", "5xx")) == 1;
+      },
+      5s);  // (the counts are asserted below)
   EXPECT_EQ(m.at(exchanges("search", "2xx")), 3);
   EXPECT_EQ(m.at(exchanges("search", "4xx")), 2);
   EXPECT_EQ(m.at(exchanges("open", "2xx")), 1);

@@ -146,11 +146,12 @@ void failed_logins_blocked_for_15_minutes_across_gateways(stepped_store& redis) 
   redis.step_to(redis.offset + 600);
   for (auto* gw : {&a, &b}) {
     client_response r;
-    for (int i = 0; i < 60; ++i) {
-      r = get(gw->port(), "/login");
-      if (r.status != 429u || std::stoll(r.header("Retry-After")) <= 300) break;
-      std::this_thread::sleep_for(50ms);
-    }
+    (void)eventually(
+        [&] {
+          r = get(gw->port(), "/login");
+          return r.status != 429u || std::stoll(r.header("Retry-After")) <= 300;
+        },
+        3s);
     ASSERT_EQ(r.status, 429u) << r.body;
     const long long retry = std::stoll(r.header("Retry-After"));
     EXPECT_GE(retry, 295);  // 300 s less the seconds the test took since the block started
@@ -207,11 +208,7 @@ void failed_logins_blocked_for_15_minutes_across_gateways(stepped_store& redis) 
   // within limiter::refusal_cache::block_recheck (1 s): poll for it.
   EXPECT_EQ(get(a.port(), "/login").status, 200u);
   client_response r;
-  for (int i = 0; i < 60; ++i) {
-    r = get(b.port(), "/login");
-    if (r.status == 200u) break;
-    std::this_thread::sleep_for(50ms);
-  }
+  (void)eventually([&] { return (r = get(b.port(), "/login")).status == 200u; }, 3s);
   EXPECT_EQ(r.status, 200u) << "the other gateway still refuses after the unblock";
   const auto again = a.admin("/admin/unblock?limit=failed_logins&ip=127.0.0.1", "POST");
   ASSERT_EQ(again.status, 200u);

@@ -135,13 +135,14 @@ TEST(prometheus, scrapes_the_admin_listener_and_evaluates_the_dashboard) {
   // Up to 30 s for the first scrapes to be stored (a start and two 1 s scrapes, usually).
   auto value_of = [&](const std::string& promql) { return value_at(port, promql); };
   std::optional<double> allowed;
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (std::chrono::steady_clock::now() < deadline && server.running()) {
-    allowed = value_of(R"(sum(sluice_requests_total{route="items",decision="allowed"}))");
-    if (allowed && value_of("up{job=\"sluice\"}") && value_of("count(sluice_config_generation)"))
-      break;
-    std::this_thread::sleep_for(200ms);
-  }
+  (void)eventually(
+      [&] {
+        if (!server.running()) return true;  // (reported below)
+        allowed = value_of(R"(sum(sluice_requests_total{route="items",decision="allowed"}))");
+        return allowed && value_of("up{job=\"sluice\"}") &&
+               value_of("count(sluice_config_generation)");
+      },
+      30s);
   ASSERT_TRUE(allowed) << "nothing scraped; prometheus stderr:\n"
                        << read_file(dir.path / "err.txt");
   EXPECT_EQ(*allowed, 5);
@@ -157,10 +158,8 @@ TEST(prometheus, scrapes_the_admin_listener_and_evaluates_the_dashboard) {
 
   // Every dashboard query, with Grafana's variables as Grafana would fill them, once three
   // scrapes are stored (a rate needs two samples in its window).
-  const auto three = std::chrono::steady_clock::now() + 15s;
-  while (std::chrono::steady_clock::now() < three &&
-         value_of(R"(count_over_time(up{job="sluice"}[1m]))").value_or(0) < 3)
-    std::this_thread::sleep_for(200ms);
+  (void)eventually(
+      [&] { return value_of(R"(count_over_time(up{job="sluice"}[1m]))").value_or(0) >= 3; }, 15s);
   const auto dashboard = json::parse(read_file(source_dir / "docker" / "grafana-dashboard.json"));
   std::size_t queries = 0, with_data = 0;
   for (const auto& panel : dashboard.at("panels").as_array()) {
@@ -201,19 +200,15 @@ TEST(prometheus, the_gateway_down_alert_fires_once_the_gateway_is_gone) {
     return false;
   };
   // Up first (scraped at least once), and the alert silent.
-  const auto up_by = std::chrono::steady_clock::now() + 30s;
-  while (std::chrono::steady_clock::now() < up_by && run.server->running() &&
-         value_at(run.port, R"(up{job="sluice"})") != 1.0)
-    std::this_thread::sleep_for(200ms);
+  (void)eventually(
+      [&] { return !run.server->running() || value_at(run.port, R"(up{job="sluice"})") == 1.0; },
+      30s);
   ASSERT_EQ(value_at(run.port, R"(up{job="sluice"})"), 1.0) << "never scraped; prometheus stderr:\n"
                                                             << read_file(run.dir.path / "err.txt");
   EXPECT_FALSE(firing("SluiceGatewayDown"));
 
   rt.reset();  // the gateway is gone: its admin listener closed
-  const auto fire_by = std::chrono::steady_clock::now() + 60s;
-  while (std::chrono::steady_clock::now() < fire_by && !firing("SluiceGatewayDown"))
-    std::this_thread::sleep_for(200ms);
-  EXPECT_TRUE(firing("SluiceGatewayDown")) << api(run.port, "/api/v1/alerts");
+  EXPECT_EVENTUALLY(60s, firing("SluiceGatewayDown")) << api(run.port, "/api/v1/alerts");
   EXPECT_EQ(value_at(run.port, R"(up{job="sluice"})"), 0.0);
 }
 

@@ -6,6 +6,7 @@
 // buckets spread over the masters, the 429s are exact, no store error of any kind and no
 // fail-open decision; the slot of a refused bucket moved to another master keeps its
 // refusal; a request with three limits on three masters is decided all or nothing.
+#include "support/eventually.hpp"
 #include "support/gateway_fixture.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_cluster.hpp"
@@ -144,10 +145,7 @@ class cluster_gateway : public ::testing::Test {
                                                                  {"LIMIT_C", three_[2]},
                                                                  {"LEASED", leased_}}),
                                           2);
-    const auto deadline = clock_type::now() + 5s;
-    while (!gateway_->gateway().stats().store.connected && clock_type::now() < deadline)
-      std::this_thread::sleep_for(10ms);
-    ASSERT_TRUE(gateway_->gateway().stats().store.connected);
+    ASSERT_EVENTUALLY(5s, gateway_->gateway().stats().store.connected);
     std::this_thread::sleep_for(300ms);  // the second worker's connections, too
   }
 

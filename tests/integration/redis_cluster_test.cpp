@@ -7,6 +7,7 @@
 #include "sluice/store/cluster_slots.hpp"
 
 #include "sluice/limiter/keys.hpp"
+#include "support/eventually.hpp"
 #include "support/redis_cluster.hpp"
 
 #include <gtest/gtest.h>
@@ -299,12 +300,9 @@ TEST(redis_cluster, a_failed_master_is_replaced_by_its_replica) {
 
   // The old master comes back as a replica of the promoted one.
   cluster.restart_node(*old_master);
-  bool rejoined = false;
-  for (int i = 0; i < 200 && !rejoined; ++i) {
-    rejoined = cluster.replicas_of(promoted) == std::vector<std::size_t>{*old_master};
-    if (!rejoined) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_TRUE(rejoined) << cluster.log(*old_master);
+  EXPECT_EVENTUALLY(std::chrono::seconds(10),
+                    cluster.replicas_of(promoted) == std::vector<std::size_t>{*old_master})
+      << cluster.log(*old_master);
 }
 
 }  // namespace

@@ -121,7 +121,10 @@ struct live_world {
 /// Waits until `generation()` reaches `want`; returns the milliseconds it took, or -1 after
 /// `limit`.
 template <typename F>
-long long wait_for(F generation, std::uint64_t want, std::chrono::milliseconds limit = 2000ms) {
+long long wait_for(F generation, std::uint64_t want, std::chrono::milliseconds budget = 2000ms) {
+  // (A latency is reported: polled every 2 ms, not with eventually()'s backoff. The budget
+  // is scaled by SLUICE_TEST_TIME_FACTOR.)
+  const auto limit = scaled(budget);
   const auto start = steady::now();
   while (steady::now() - start < limit) {
     if (generation() >= want) {
@@ -662,14 +665,13 @@ TEST_P(reload_cases, admin_endpoints) {
   if (GetParam() == store_kind::redis) {
     w.redis->kill();
     // The workers notice the lost connection on their next use or reconnect attempt.
-    const auto start = steady::now();
-    unsigned status = 200;
-    while (steady::now() - start < 3s && status == 200) {
-      (void)w.get("/v1/export", key_a);
-      status = w.admin("GET", "/readyz").status;
-      std::this_thread::sleep_for(20ms);
-    }
-    EXPECT_EQ(status, 503u);
+    EXPECT_TRUE(eventually_that(
+        "/readyz 503 once Redis is gone",
+        [&] {
+          (void)w.get("/v1/export", key_a);
+          return w.admin("GET", "/readyz").status == 503u;
+        },
+        3s));
     EXPECT_EQ(w.admin("GET", "/healthz").status, 200u);  // alive, though not ready
   }
 }
@@ -707,23 +709,21 @@ class sluice_process {
     return ss.str();
   }
 
-  /// Waits (10 s at most) for both "listening on" lines; false when they never came.
+  /// Waits (10 s at most, scaled) for both "listening on" lines; false when they never came.
   bool wait_listening() {
-    const auto start = steady::now();
-    while (steady::now() - start < 10s) {
-      const auto text = log();
-      const std::string gw_mark = " listening on 127.0.0.1:";
-      const std::string admin_mark = "admin listening on 127.0.0.1:";
-      const auto a = text.find(admin_mark);
-      const auto g = text.find(gw_mark);
-      if (a != std::string::npos && g != std::string::npos && g < a) {
-        port = static_cast<std::uint16_t>(std::stoul(text.substr(g + gw_mark.size())));
-        admin_port = static_cast<std::uint16_t>(std::stoul(text.substr(a + admin_mark.size())));
-        return true;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    return false;
+    return eventually(
+        [&] {
+          const auto text = log();
+          const std::string gw_mark = " listening on 127.0.0.1:";
+          const std::string admin_mark = "admin listening on 127.0.0.1:";
+          const auto a = text.find(admin_mark);
+          const auto g = text.find(gw_mark);
+          if (a == std::string::npos || g == std::string::npos || g >= a) return false;
+          port = static_cast<std::uint16_t>(std::stoul(text.substr(g + gw_mark.size())));
+          admin_port = static_cast<std::uint16_t>(std::stoul(text.substr(a + admin_mark.size())));
+          return true;
+        },
+        10s);
   }
 
   void signal(int sig) const { ::kill(pid_, sig); }
@@ -777,10 +777,7 @@ TEST_P(reload_cases, sighup_reloads_a_running_process_within_2s_and_keeps_counts
   // An invalid file on SIGHUP: refused, one log line, the config stays.
   write_in_place(file, w.render(counting_rules(0)));
   proc.signal(SIGHUP);
-  const auto start = steady::now();
-  while (steady::now() - start < 2s && proc.log().find("refused") == std::string::npos) {
-    std::this_thread::sleep_for(10ms);
-  }
+  EXPECT_EVENTUALLY(2s, proc.log().find("refused") != std::string::npos) << proc.log();
   const auto log = proc.log();
   EXPECT_NE(log.find("reload (SIGHUP): " + file.string() +
                      " refused, generation 2 stays in force: " + file.string() +

@@ -39,12 +39,7 @@ struct slow_world {
   /// Polls until `pred(clients())` holds, at most 2 s; whether it did.
   template <class F>
   bool wait_for(F pred) const {
-    const auto until = steady::now() + 2s;
-    while (!pred(clients())) {
-      if (steady::now() >= until) return false;
-      std::this_thread::sleep_for(5ms);
-    }
-    return true;
+    return eventually([&] { return pred(clients()); }, 2s);
   }
   world w;
 };

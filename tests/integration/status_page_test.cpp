@@ -232,14 +232,13 @@ TEST_P(status_top, rate_graphs_draw_each_route_that_saw_requests) {
   status_world w(GetParam());
   w.drive_all();
   std::string b;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  do {
-    b = w.rt.admin("/").body;
-    if (b.find("<tr data-route=\"items\">") != std::string::npos &&
-        b.find("<tr data-route=\"open\">") != std::string::npos)
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  } while (std::chrono::steady_clock::now() < deadline);
+  (void)eventually(
+      [&] {
+        b = w.rt.admin("/").body;
+        return b.find("<tr data-route=\"items\">") != std::string::npos &&
+               b.find("<tr data-route=\"open\">") != std::string::npos;
+      },
+      std::chrono::seconds(30));
   SCOPED_TRACE(b.substr(0, 8000));
   const auto items = b.find("<tr data-route=\"items\">");
   ASSERT_NE(items, std::string::npos);

@@ -7,6 +7,7 @@
 // sluice-test-support: gateway_fixture upstream_server http_client scripted_upstream
 // sluice-test-serial
 
+#include "support/eventually.hpp"
 #include "support/gateway_fixture.hpp"
 #include "support/http_client.hpp"
 #include "support/scripted_upstream.hpp"
@@ -825,7 +826,8 @@ TEST_F(streaming, late_bytes_after_a_response_poison_no_later_request) {
   auto first = exchange(port(), "GET /s/late-extra HTTP/1.1\r\nHost: x\r\n\r\n");
   ASSERT_TRUE(first);
   EXPECT_EQ(first->body, "hello");
-  std::this_thread::sleep_for(600ms);  // the extra response has arrived on the idle connection
+  // The extra response has arrived on the idle connection, and the pool dropped it.
+  EXPECT_EVENTUALLY(3s, gateway->gateway().sample().upstream.idle_stray >= 1u);
   for (int i = 0; i < 6; ++i) {
     auto ok = exchange(port(), "GET /s/ok HTTP/1.1\r\nHost: x\r\n\r\n");
     ASSERT_TRUE(ok);
@@ -838,10 +840,12 @@ TEST_F(streaming, late_bytes_after_a_response_poison_no_later_request) {
 TEST_F(streaming, upstream_closing_an_idle_connection_fails_no_request) {
   start(base_rules);
   for (int round = 0; round < 3; ++round) {
+    const auto closed_before = gateway->gateway().sample().upstream.idle_closed;
     auto first = exchange(port(), "GET /s/idle-close HTTP/1.1\r\nHost: x\r\n\r\n");
     ASSERT_TRUE(first);
     EXPECT_EQ(first->body, "ok");
-    std::this_thread::sleep_for(500ms);  // the upstream has closed it
+    // The upstream has closed it, and the pool dropped it.
+    EXPECT_EVENTUALLY(3s, gateway->gateway().sample().upstream.idle_closed > closed_before);
     auto post = exchange(port(), "POST /s/ok HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc");
     ASSERT_TRUE(post);
     EXPECT_EQ(post->status(), 200u) << "round " << round << ": " << post->body;

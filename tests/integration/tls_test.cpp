@@ -12,6 +12,7 @@
 // pid. Skipped when openssl, curl or Debian's python3 is missing (scripts/setup installs them).
 
 #include "support/child_process.hpp"
+#include "support/eventually.hpp"
 #include "support/runtime_fixture.hpp"
 #include "support/temp_dir.hpp"
 #include "support/test_ca.hpp"
@@ -158,18 +159,19 @@ class https_upstream {
       : child_({timeout_tool, "60", python, support_dir + "https_upstream.py", "--cert",
                 cert.cert.string(), "--key", cert.key.string()},
                dir / (tag("https-upstream") + ".out"), dir / (tag("https-upstream") + ".err")) {
-    const auto deadline = steady::now() + 10s;
     static const std::regex line(R"(port (\d+))");
-    while (steady::now() < deadline) {
-      std::smatch m;
-      const auto out = child_.out();
-      if (std::regex_search(out, m, line)) {
-        port = static_cast<std::uint16_t>(std::stoul(m[1]));
-        return;
-      }
-      if (!child_.running()) break;
-      std::this_thread::sleep_for(10ms);
-    }
+    (void)eventually(
+        [&] {
+          std::smatch m;
+          const auto out = child_.out();
+          if (std::regex_search(out, m, line)) {
+            port = static_cast<std::uint16_t>(std::stoul(m[1]));
+            return true;
+          }
+          return !child_.running();
+        },
+        10s);
+    if (port != 0) return;
     throw std::runtime_error("https_upstream.py did not start: " + child_.err());
   }
   std::uint16_t port = 0;
@@ -350,10 +352,7 @@ TEST(tls, a_reload_swaps_the_certificate_for_new_connections_and_keeps_open_ones
        std::to_string(gw.port()), "--cafile", w.ca.cert().string(), "--servername", "a.test",
        "--path", "/before", "--path", "/after", "--wait-for", flag.string()},
       w.dir.path / (t + ".out"), w.dir.path / (t + ".err"));
-  const auto deadline = steady::now() + 10s;
-  while (held.out().find("first") == std::string::npos && steady::now() < deadline)
-    std::this_thread::sleep_for(10ms);
-  ASSERT_NE(held.out().find("first"), std::string::npos) << held.err();
+  ASSERT_EVENTUALLY(10s, held.out().find("first") != std::string::npos) << held.err();
 
   install(renewed, w.a);
   const auto reload = gw.admin("/admin/reload", "POST");
@@ -765,14 +764,16 @@ TEST(tls, a_websocket_upgrade_is_tunnelled_over_tls) {
                       (w.dir.path / "counts").string(), "--lifetime", "55"},
                      w.dir.path / (t + ".out"), w.dir.path / (t + ".err"));
   std::uint16_t echo_port = 0;
-  const auto deadline = steady::now() + 10s;
   static const std::regex line(R"(port (\d+))");
-  while (echo_port == 0 && steady::now() < deadline) {
-    std::smatch m;
-    const auto text = echo.out();
-    if (std::regex_search(text, m, line)) echo_port = static_cast<std::uint16_t>(std::stoul(m[1]));
-    std::this_thread::sleep_for(10ms);
-  }
+  (void)eventually(
+      [&] {
+        std::smatch m;
+        const auto text = echo.out();
+        if (std::regex_search(text, m, line))
+          echo_port = static_cast<std::uint16_t>(std::stoul(m[1]));
+        return echo_port != 0;
+      },
+      10s);
   ASSERT_NE(echo_port, 0) << echo.err();
   std::string text = w.rules();
   text.replace(text.find(w.upstream.url()), w.upstream.url().size(),
@@ -826,9 +827,7 @@ TEST(tls, a_drain_lets_the_request_in_flight_finish_then_closes_with_close_notif
   auto client = std::async(std::launch::async, [&] {
     return w.connect(gw.port(), "a.test", {"--path", "/slow", "--read-close"});
   });
-  const auto deadline = steady::now() + 5s;
-  while (w.upstream.request_count() == 0 && steady::now() < deadline)
-    std::this_thread::sleep_for(5ms);
+  ASSERT_EVENTUALLY(5s, w.upstream.request_count() != 0u);
   ASSERT_EQ(w.upstream.request_count(), 1u);
   EXPECT_EQ(gw.gateway().drain(5s), 0u);
   const auto got = client.get();

@@ -9,6 +9,7 @@
 // `sluice_tunnels_open` / `sluice_tunnels_total` metrics on the admin listener.
 
 #include "support/child_process.hpp"
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/temp_dir.hpp"
 
@@ -55,19 +56,20 @@ class ws_echo {
 
   /// Waits (10 s at most) for its "port N" line.
   bool wait_port() {
-    const auto deadline = steady::now() + 10s;
-    while (steady::now() < deadline) {
-      static const std::regex line(R"(port (\d+))");
-      std::smatch m;
-      const auto out = child_.out();
-      if (std::regex_search(out, m, line)) {
-        port = static_cast<std::uint16_t>(std::stoul(m[1]));
-        return true;
-      }
-      if (!child_.running()) return false;
-      std::this_thread::sleep_for(10ms);
-    }
-    return false;
+    static const std::regex line(R"(port (\d+))");
+    bool found = false;
+    (void)eventually(
+        [&] {
+          std::smatch m;
+          const auto out = child_.out();
+          if (std::regex_search(out, m, line)) {
+            port = static_cast<std::uint16_t>(std::stoul(m[1]));
+            found = true;
+          }
+          return found || !child_.running();
+        },
+        10s);
+    return found;
   }
 
   /// HTTP requests the upstream read (upgrades or not), and handshakes it accepted.
@@ -198,12 +200,8 @@ struct ws_world {
 
   /// Polls /metrics (2 s at most) until `name` sums to `want`; its last value.
   std::optional<double> wait_metric(const std::string& name, double want) const {
-    const auto deadline = steady::now() + 2s;
-    auto v = metric(metrics(), name);
-    while (v != want && steady::now() < deadline) {
-      std::this_thread::sleep_for(20ms);
-      v = metric(metrics(), name);
-    }
+    std::optional<double> v;
+    (void)eventually([&] { return (v = metric(metrics(), name)) == want; }, 2s);
     return v;
   }
 
@@ -259,8 +257,8 @@ TEST(upgrade, websocket_echo_both_ways_with_a_1MiB_message) {
   EXPECT_NE(r.header("Upgrade").find("websocket"), std::string::npos);
   EXPECT_NE(r.header("Connection").find("pgrade"), std::string::npos) << r.header("Connection");
   raw.close();
-  const auto deadline = steady::now() + 2s;  // the upstream counts just after its 101
-  while (w.echo.handshakes() < 3 && steady::now() < deadline) std::this_thread::sleep_for(10ms);
+  // (the upstream counts just after its 101)
+  (void)eventually([&] { return w.echo.handshakes() >= 3; }, 2s);
   EXPECT_EQ(w.echo.handshakes(), 3);
 }
 

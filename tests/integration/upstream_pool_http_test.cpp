@@ -9,6 +9,7 @@
 // and is never sent twice, while a GET in its place is retried once; stray bytes on an idle
 // connection drop it from the pool and the next request works.
 
+#include "support/eventually.hpp"
 #include "support/gateway_fixture.hpp"
 #include "support/http_client.hpp"
 #include "support/scripted_upstream.hpp"
@@ -102,10 +103,7 @@ http::pool_stats pool_of(gateway_fixture& gw) {
 template <class Pred>
 http::pool_stats poll_pool(gateway_fixture& gw, Pred ready) {
   auto s = pool_of(gw);
-  for (int i = 0; i < 500 && !ready(s); ++i) {
-    std::this_thread::sleep_for(10ms);
-    s = pool_of(gw);
-  }
+  (void)eventually([&] { return ready(s = pool_of(gw)); }, std::chrono::seconds(5));
   return s;
 }
 
@@ -214,7 +212,7 @@ TEST(upstream_pool_http, stray_bytes_on_an_idle_connection_drop_it_and_the_next_
   std::atomic<bool> pooled{false};
   up.idle = [&pooled](raw_socket& s, std::size_t index) {
     if (index != 1) return;
-    for (int i = 0; i < 500 && !pooled.load(); ++i) std::this_thread::sleep_for(10ms);
+    (void)eventually([&pooled] { return pooled.load(); }, std::chrono::seconds(5));
     s.write("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
   };
   gateway_fixture gw(substitute(rules, {{"UPSTREAM_URL", up.url()}}), 1);

@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "support/eventually.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -72,15 +74,11 @@ class child_process {
   /// Whether the child is still running (reaps it when it has ended).
   bool running() { return pid_ > 0 && !poll(); }
 
-  /// Waits up to `limit` for the child to end: its exit status (128 + N when killed by signal
-  /// N), or nullopt while it still runs.
+  /// Waits up to `limit` (scaled by SLUICE_TEST_TIME_FACTOR) for the child to end: its exit
+  /// status (128 + N when killed by signal N), or nullopt while it still runs.
   std::optional<int> wait_exit(std::chrono::milliseconds limit) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-      if (poll()) return status_;
-      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
+    if (eventually([this] { return poll(); }, limit)) return status_;
+    return std::nullopt;
   }
 
   /// What the child wrote to stdout / stderr so far.
@@ -124,22 +122,25 @@ class sluice_process {
   /// Waits (10 s at most) for the gateway's and the admin listener's "listening on" lines and
   /// reads their ports; false when they did not come (the process may have refused its file).
   bool wait_listening() {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < deadline) {
-      const auto text = log();
-      const std::string gw_mark = " listening on 127.0.0.1:";
-      const std::string admin_mark = "admin listening on 127.0.0.1:";
-      const auto a = text.find(admin_mark);
-      const auto g = text.find(gw_mark);
-      if (a != std::string::npos && g != std::string::npos && g < a) {
-        port = static_cast<std::uint16_t>(std::stoul(text.substr(g + gw_mark.size())));
-        admin_port = static_cast<std::uint16_t>(std::stoul(text.substr(a + admin_mark.size())));
-        return true;
-      }
-      if (!child_.running()) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
+    bool listening = false, ended = false;
+    (void)eventually(
+        [&] {
+          const auto text = log();
+          const std::string gw_mark = " listening on 127.0.0.1:";
+          const std::string admin_mark = "admin listening on 127.0.0.1:";
+          const auto a = text.find(admin_mark);
+          const auto g = text.find(gw_mark);
+          if (a != std::string::npos && g != std::string::npos && g < a) {
+            port = static_cast<std::uint16_t>(std::stoul(text.substr(g + gw_mark.size())));
+            admin_port = static_cast<std::uint16_t>(std::stoul(text.substr(a + admin_mark.size())));
+            listening = true;
+          } else {
+            ended = !child_.running();
+          }
+          return listening || ended;
+        },
+        std::chrono::seconds(10));
+    return listening;
   }
 
   /// Everything the process logged (stdout, then stderr; the logs go to stderr).

@@ -40,9 +40,8 @@ struct echo_service {
     proc = std::make_unique<child_process>(
         std::vector<std::string>{grpc_python, grpc_echo_script, "server", std::to_string(port)},
         dir.path / "server.out", dir.path / "server.err");
-    for (int i = 0; i < 600 && proc->out().find("ready") == std::string::npos; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polls for `ready`
-    if (proc->out().find("ready") == std::string::npos)
+    if (!eventually([&] { return proc->out().find("ready") != std::string::npos; },
+                    std::chrono::seconds(30)))
       throw std::runtime_error("the echo service did not start: " + proc->err());
   }
   /// Calls the service has seen.

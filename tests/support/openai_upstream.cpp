@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "support/openai_upstream.hpp"
 
+#include "support/eventually.hpp"
+
 #include <boost/json.hpp>
 
 #include <fstream>
@@ -31,18 +33,19 @@ std::uint64_t number(const boost::json::object& o, std::string_view key) {
 openai_upstream::openai_upstream(const std::filesystem::path& dir, settings s)
     : record_(dir / "openai-charges.jsonl"),
       child_(command(record_, s), dir / "openai-upstream.out", dir / "openai-upstream.err") {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   static const std::regex line(R"(port (\d+))");
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::smatch m;
-    const auto out = child_.out();
-    if (std::regex_search(out, m, line)) {
-      port_ = static_cast<std::uint16_t>(std::stoul(m[1]));
-      return;
-    }
-    if (!child_.running()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  (void)eventually(
+      [&] {
+        std::smatch m;
+        const auto out = child_.out();
+        if (std::regex_search(out, m, line)) {
+          port_ = static_cast<std::uint16_t>(std::stoul(m[1]));
+          return true;
+        }
+        return !child_.running();
+      },
+      std::chrono::seconds(10));
+  if (port_ != 0) return;
   throw std::runtime_error("openai_upstream.py did not start: " + child_.err());
 }
 
@@ -77,12 +80,9 @@ std::vector<openai_charge> openai_upstream::charges() const {
 
 std::vector<openai_charge> openai_upstream::wait_charges(std::size_t n,
                                                          std::chrono::milliseconds limit) const {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    auto got = charges();
-    if (got.size() >= n || std::chrono::steady_clock::now() >= deadline) return got;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  std::vector<openai_charge> got;
+  (void)eventually([&] { return (got = charges()).size() >= n; }, limit);
+  return got;
 }
 
 std::uint64_t openai_upstream::total_charged() const {

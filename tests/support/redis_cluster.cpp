@@ -6,6 +6,7 @@
 #include "support/redis_cluster.hpp"
 
 #include "support/child_process.hpp"
+#include "support/eventually.hpp"
 #include "support/temp_dir.hpp"
 
 #include <cstdlib>
@@ -101,26 +102,26 @@ void redis_cluster::create_cluster() {
                              "): " + cli.out() + cli.err());
   // redis-cli returns once the nodes agree on the configuration; wait until every node also
   // says the cluster is ok and each replica has its master's data.
-  const auto deadline = steady::now() + 20s;
-  for (;;) {
-    bool ready = wait_consistent(0ms);
-    for (std::size_t i = 0; ready && i < size(); ++i) {
-      const auto info = command(i, {"CLUSTER", "INFO"});
-      ready = info_field(info, "cluster_known_nodes") == std::to_string(size());
-      const auto repl = command(i, {"INFO", "replication"});
-      if (info_field(repl, "role") == "slave")
-        ready = ready && info_field(repl, "master_link_status") == "up";
-      // Every node knows every master's replicas (CLUSTER SLOTS lists them per range; a node
-      // may know all nodes and slots before it learns who replicates whom).
-      const auto slots = command(i, {"CLUSTER", "SLOTS"});
-      for (const auto& range : slots.elements)
-        ready = ready && range.elements.size() == 3 + opts_.replicas_per_master;
-    }
-    if (ready) return;
-    if (steady::now() > deadline)
-      throw std::runtime_error("redis_cluster: the cluster did not become ready in 20 s");
-    std::this_thread::sleep_for(50ms);
-  }
+  const bool became_ready = eventually(
+      [&] {
+        bool ready = wait_consistent(0ms);
+        for (std::size_t i = 0; ready && i < size(); ++i) {
+          const auto info = command(i, {"CLUSTER", "INFO"});
+          ready = info_field(info, "cluster_known_nodes") == std::to_string(size());
+          const auto repl = command(i, {"INFO", "replication"});
+          if (info_field(repl, "role") == "slave")
+            ready = ready && info_field(repl, "master_link_status") == "up";
+          // Every node knows every master's replicas (CLUSTER SLOTS lists them per range; a node
+          // may know all nodes and slots before it learns who replicates whom).
+          const auto slots = command(i, {"CLUSTER", "SLOTS"});
+          for (const auto& range : slots.elements)
+            ready = ready && range.elements.size() == 3 + opts_.replicas_per_master;
+        }
+        return ready;
+      },
+      20s);
+  if (!became_ready)
+    throw std::runtime_error("redis_cluster: the cluster did not become ready in 20 s");
 }
 
 std::vector<std::uint16_t> redis_cluster::ports() const {
@@ -221,30 +222,34 @@ std::size_t redis_cluster::fail_over_master(std::size_t m, std::chrono::millisec
   const auto candidates = replicas_of(m);
   if (candidates.empty()) throw std::runtime_error("redis_cluster: the master has no replica");
   stop_node(m);
-  const auto deadline = steady::now() + limit;
-  while (steady::now() < deadline) {
-    std::optional<std::size_t> promoted;
-    bool agreed = true;
-    for (std::size_t i = 0; agreed && i < size(); ++i) {
-      if (!running(i)) continue;
-      const auto owners = slot_owners(i);
-      const auto info = command(i, {"CLUSTER", "INFO"});
-      if (owners.empty() || info_field(info, "cluster_state") != "ok") {
-        agreed = false;
-        break;
-      }
-      for (auto s : served) {
-        const auto owner = index_of_port(owners[s]);
-        if (!owner || *owner == m || (promoted && *owner != *promoted)) {
-          agreed = false;
-          break;
+  std::optional<std::size_t> took_over;
+  const bool done = eventually(
+      [&] {
+        std::optional<std::size_t> promoted;
+        bool agreed = true;
+        for (std::size_t i = 0; agreed && i < size(); ++i) {
+          if (!running(i)) continue;
+          const auto owners = slot_owners(i);
+          const auto info = command(i, {"CLUSTER", "INFO"});
+          if (owners.empty() || info_field(info, "cluster_state") != "ok") {
+            agreed = false;
+            break;
+          }
+          for (auto s : served) {
+            const auto owner = index_of_port(owners[s]);
+            if (!owner || *owner == m || (promoted && *owner != *promoted)) {
+              agreed = false;
+              break;
+            }
+            promoted = owner;
+          }
         }
-        promoted = owner;
-      }
-    }
-    if (agreed && promoted) return *promoted;
-    std::this_thread::sleep_for(50ms);
-  }
+        if (!agreed || !promoted) return false;
+        took_over = promoted;
+        return true;
+      },
+      limit);
+  if (done) return *took_over;
   throw std::runtime_error("redis_cluster: no replica took over in time");
 }
 
@@ -281,19 +286,19 @@ void redis_cluster::finish_slot_migration(std::uint16_t slot, std::size_t from, 
     if (m != to && m != from && running(m))
       expect_ok(command(m, {"CLUSTER", "SETSLOT", s, "NODE", node_id(to)}), "SETSLOT NODE");
   }
-  const auto deadline = steady::now() + 10s;
-  for (;;) {
-    bool agreed = true;
-    for (std::size_t i = 0; agreed && i < size(); ++i) {
-      if (!running(i)) continue;
-      const auto owners = slot_owners(i);
-      agreed = !owners.empty() && owners[slot] == port(to);
-    }
-    if (agreed) return;
-    if (steady::now() > deadline)
-      throw std::runtime_error("redis_cluster: the nodes did not agree on the moved slot");
-    std::this_thread::sleep_for(20ms);
-  }
+  const bool agreed_on_it = eventually(
+      [&] {
+        bool agreed = true;
+        for (std::size_t i = 0; agreed && i < size(); ++i) {
+          if (!running(i)) continue;
+          const auto owners = slot_owners(i);
+          agreed = !owners.empty() && owners[slot] == port(to);
+        }
+        return agreed;
+      },
+      10s);
+  if (!agreed_on_it)
+    throw std::runtime_error("redis_cluster: the nodes did not agree on the moved slot");
 }
 
 void redis_cluster::move_slot(std::uint16_t slot, std::size_t to) {
@@ -302,30 +307,29 @@ void redis_cluster::move_slot(std::uint16_t slot, std::size_t to) {
 }
 
 bool redis_cluster::wait_consistent(std::chrono::milliseconds limit) const {
-  const auto deadline = steady::now() + limit;
-  for (;;) {
-    bool ok = true;
-    std::vector<std::uint16_t> reference;
-    for (std::size_t i = 0; ok && i < size(); ++i) {
-      if (!running(i)) continue;
-      const auto info = command(i, {"CLUSTER", "INFO"});
-      if (info_field(info, "cluster_state") != "ok") {
-        ok = false;
-        break;
-      }
-      auto owners = slot_owners(i);
-      if (owners.empty()) {
-        ok = false;
-      } else if (reference.empty()) {
-        reference = std::move(owners);
-      } else {
-        ok = owners == reference;
-      }
-    }
-    if (ok) return true;
-    if (steady::now() >= deadline) return false;
-    std::this_thread::sleep_for(50ms);
-  }
+  return eventually(
+      [&] {
+        bool ok = true;
+        std::vector<std::uint16_t> reference;
+        for (std::size_t i = 0; ok && i < size(); ++i) {
+          if (!running(i)) continue;
+          const auto info = command(i, {"CLUSTER", "INFO"});
+          if (info_field(info, "cluster_state") != "ok") {
+            ok = false;
+            break;
+          }
+          auto owners = slot_owners(i);
+          if (owners.empty()) {
+            ok = false;
+          } else if (reference.empty()) {
+            reference = std::move(owners);
+          } else {
+            ok = owners == reference;
+          }
+        }
+        return ok;
+      },
+      limit);
 }
 
 std::string redis_cluster::log(std::size_t i) const {

@@ -4,12 +4,16 @@
 // channel, `SENTINEL FAILOVER`).
 #include "support/redis_sentinel.hpp"
 
+#include "support/eventually.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -38,12 +42,8 @@ redis_sentinel_group::redis_sentinel_group(options opts) : opts_(std::move(opts)
       std::vector<std::string>{"--replicaof", "127.0.0.1", std::to_string(primary_->port())});
   try {
     for (std::size_t i = 0; i < opts_.sentinels; ++i) spawn_sentinel(i);
-    const auto deadline = steady::now() + 20s;
-    while (!ready()) {
-      if (steady::now() > deadline)
-        throw std::runtime_error("redis_sentinel_group: the Sentinels were not ready in 20 s");
-      std::this_thread::sleep_for(50ms);
-    }
+    if (!eventually([&] { return ready(); }, 20s))
+      throw std::runtime_error("redis_sentinel_group: the Sentinels were not ready in 20 s");
   } catch (...) {
     for (std::size_t i = 0; i < pids_.size(); ++i) stop_sentinel(i);
     for (const auto& d : dirs_) std::filesystem::remove_all(d);
@@ -157,16 +157,15 @@ std::optional<std::uint16_t> redis_sentinel_group::master_port(std::size_t i) co
 }
 
 bool redis_sentinel_group::wait_master(std::uint16_t port, std::chrono::milliseconds limit) const {
-  const auto deadline = steady::now() + limit;
-  for (;;) {
-    bool all = true;
-    for (std::size_t i = 0; all && i < sentinels(); ++i) {
-      if (pids_[i] > 0) all = master_port(i) == port;
-    }
-    if (all) return true;
-    if (steady::now() >= deadline) return false;
-    std::this_thread::sleep_for(50ms);
-  }
+  return eventually(
+      [&] {
+        bool all = true;
+        for (std::size_t i = 0; all && i < sentinels(); ++i) {
+          if (pids_[i] > 0) all = master_port(i) == port;
+        }
+        return all;
+      },
+      limit);
 }
 
 std::uint16_t redis_sentinel_group::failover(std::chrono::milliseconds limit) {
@@ -180,13 +179,15 @@ std::uint16_t redis_sentinel_group::failover(std::chrono::milliseconds limit) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
   if (!wait_master(next.port(), left))
     throw std::runtime_error("redis_sentinel_group: the Sentinels did not switch in time");
-  while (steady::now() < deadline) {
-    const auto role = next.command({"ROLE"});
-    if (role.type == redis_reply::kind::array && !role.elements.empty() &&
-        role.elements[0].str == "master")
-      return next.port();
-    std::this_thread::sleep_for(20ms);
-  }
+  const bool promoted = eventually(
+      [&] {
+        const auto role = next.command({"ROLE"});
+        return role.type == redis_reply::kind::array && !role.elements.empty() &&
+               role.elements[0].str == "master";
+      },
+      std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()),
+               std::chrono::milliseconds(0)));
+  if (promoted) return next.port();
   throw std::runtime_error("redis_sentinel_group: the new master is not a master");
 }
 

@@ -10,6 +10,7 @@
 #include "sluice/http/response_head.hpp"
 #include "sluice/http/server.hpp"
 #include "sluice/http/upstream_pool.hpp"
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/redis_server.hpp"
 #include "support/upstream_server.hpp"
@@ -151,13 +152,12 @@ class hooked_session : public ::testing::Test {
   }
   // The ends recorded, once `n` are (the end is called after the last byte is written).
   std::vector<std::pair<exchange_end, unsigned>> ends(std::size_t n) {
-    for (int i = 0; i < 500; ++i) {
-      {
-        std::lock_guard lock(s->m);
-        if (s->ends.size() >= n) return s->ends;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    (void)test::eventually(
+        [&] {
+          std::lock_guard lock(s->m);
+          return s->ends.size() >= n;
+        },
+        std::chrono::milliseconds(2500));
     std::lock_guard lock(s->m);
     return s->ends;
   }

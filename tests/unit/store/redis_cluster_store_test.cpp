@@ -10,6 +10,7 @@
 #include "sluice/store/redis_cluster_store.hpp"
 
 #include "sluice/errc.hpp"
+#include "support/eventually.hpp"
 #include "support/redis_cluster.hpp"
 
 #include <gtest/gtest.h>
@@ -256,10 +257,7 @@ TEST_F(cluster_store, resharding_the_slot_of_a_hot_bucket_keeps_its_state) {
     }
     ioc_.run_for(300ms);  // the last check in flight completes
   });
-  auto wait_for = [&](int n) {
-    const auto deadline = clock_type::now() + 10s;
-    while (done.load() < n && clock_type::now() < deadline) std::this_thread::sleep_for(2ms);
-  };
+  auto wait_for = [&](int n) { (void)test::eventually([&] { return done.load() >= n; }, 10s); };
   wait_for(50);
   const int before = done.load();
   cluster_->move_slot(slot, to);
@@ -381,10 +379,7 @@ TEST_F(cluster_store, a_batch_with_a_moving_slot_is_decided_check_by_check) {
     }
     ioc_.run_for(300ms);  // the last checks in flight complete
   });
-  auto wait_for = [&](int n) {
-    const auto deadline = clock_type::now() + 10s;
-    while (done.load() < n && clock_type::now() < deadline) std::this_thread::sleep_for(2ms);
-  };
+  auto wait_for = [&](int n) { (void)test::eventually([&] { return done.load() >= n; }, 10s); };
   wait_for(30);
   cluster_->move_slot(slot, to);
   wait_for(done.load() + 30);
@@ -509,8 +504,7 @@ TEST(cluster_store_failover, a_promoted_replica_is_followed_within_a_second) {
     ioc.run_for(500ms);
   });
   const auto wait_for = [&](int n) {
-    const auto deadline = clock_type::now() + 10s;
-    while (done.load() < n && clock_type::now() < deadline) std::this_thread::sleep_for(2ms);
+    (void)test::eventually([&] { return done.load() >= n; }, 10s);
   };
   wait_for(100);
   const auto killed = clock_type::now();
