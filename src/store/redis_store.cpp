@@ -38,6 +38,7 @@
 #include "store/check_batch.hpp"
 #include "store/hiredis_asio.hpp"
 #include "store/sentinel_locator.hpp"
+#include "store/store_stats_mirror.hpp"
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -117,50 +118,6 @@ bool unhealthy_error(std::string_view text) {
   }
   return false;
 }
-
-// The store's counters, written on the worker's thread and read from any (store_stats is the
-// plain snapshot).
-struct atomic_stats {
-  std::atomic<std::uint64_t> checks{0}, timeouts{0}, errors{0}, unavailable{0}, script_loads{0},
-      reconnects{0}, late_replies{0}, connect_failures{0}, breaker_opens{0}, breaker_reopens{0},
-      breaker_half_opens{0}, breaker_closes{0}, clock_resends{0}, wrong_node_drops{0},
-      sentinel_unreachable{0}, sentinel_unknown_master{0}, master_switches{0}, sentinels_learned{0};
-  std::array<std::atomic<std::uint64_t>, error_kind_count> error_replies{};
-  std::array<std::atomic<std::uint64_t>, batch_size_buckets> batch_sizes{};
-  std::atomic<bool> connected{false};
-  std::atomic<breaker_state> breaker{breaker_state::closed};
-
-  store_stats snapshot() const {
-    store_stats s;
-    s.checks = checks.load(std::memory_order_relaxed);
-    s.timeouts = timeouts.load(std::memory_order_relaxed);
-    s.errors = errors.load(std::memory_order_relaxed);
-    s.unavailable = unavailable.load(std::memory_order_relaxed);
-    s.script_loads = script_loads.load(std::memory_order_relaxed);
-    s.reconnects = reconnects.load(std::memory_order_relaxed);
-    s.late_replies = late_replies.load(std::memory_order_relaxed);
-    s.connect_failures = connect_failures.load(std::memory_order_relaxed);
-    s.breaker_opens = breaker_opens.load(std::memory_order_relaxed);
-    s.breaker_reopens = breaker_reopens.load(std::memory_order_relaxed);
-    s.breaker_half_opens = breaker_half_opens.load(std::memory_order_relaxed);
-    s.breaker_closes = breaker_closes.load(std::memory_order_relaxed);
-    s.clock_resends = clock_resends.load(std::memory_order_relaxed);
-    s.wrong_node_drops = wrong_node_drops.load(std::memory_order_relaxed);
-    s.sentinel_unreachable = sentinel_unreachable.load(std::memory_order_relaxed);
-    s.sentinel_unknown_master = sentinel_unknown_master.load(std::memory_order_relaxed);
-    s.master_switches = master_switches.load(std::memory_order_relaxed);
-    s.sentinels_learned = sentinels_learned.load(std::memory_order_relaxed);
-    for (std::size_t i = 0; i < error_kind_count; ++i) {
-      s.error_replies[i] = error_replies[i].load(std::memory_order_relaxed);
-    }
-    for (std::size_t i = 0; i < batch_size_buckets; ++i) {
-      s.batch_sizes[i] = batch_sizes[i].load(std::memory_order_relaxed);
-    }
-    s.connected = connected.load(std::memory_order_relaxed);
-    s.breaker = breaker.load(std::memory_order_relaxed);
-    return s;
-  }
-};
 
 // How a completed check counts for the breaker.
 enum class verdict {
@@ -271,7 +228,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   std::uint64_t loads_sent = 0;  // SCRIPT LOADs queued, ever (orders NOSCRIPT retries)
   std::uint64_t generation = 0;  // connection attempts, ever (matches a connect timer to one)
   std::unordered_map<std::uint64_t, pending> inflight;
-  atomic_stats counters;
+  store_stats_mirror counters;
   // Breaker (worker thread only; `counters.breaker` mirrors its state for other threads).
   circuit_breaker breaker;
   std::uint64_t refused_while_open = 0;  // checks refused since it last opened (for the log)
