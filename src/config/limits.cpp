@@ -294,7 +294,7 @@ void loader::parse_concurrency(const map_view& m, limit_src& l) {
     if (auto d = duration(*e, sp, "slot_ttl", std::chrono::milliseconds{3'600'000})) {
       if (*d < std::chrono::milliseconds{1000}) {
         error(e->line, sp,
-              "slot_ttl " + format_ms(*d) +
+              "slot_ttl " + duration_text(*d) +
                   " is shorter than the minimum of 1s (slots are renewed every slot_ttl / 3)");
         l.usable = false;
       } else {

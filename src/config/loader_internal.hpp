@@ -10,6 +10,7 @@
 
 #include "config/file.hpp"
 #include "config/text.hpp"
+#include "sluice/config/duration_text.hpp"
 #include "sluice/config/key_file.hpp"
 
 #include <yaml-cpp/yaml.h>
@@ -47,8 +48,6 @@ int line_of(const YAML::Node& n, int fallback);
 std::string describe(const YAML::Node& n);
 
 std::string list_of(const std::vector<std::string>& names);
-
-std::string format_ms(std::chrono::milliseconds d);
 
 bool valid_limit_name(std::string_view s);
 
