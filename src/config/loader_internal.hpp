@@ -10,6 +10,7 @@
 
 #include "config/file.hpp"
 #include "config/text.hpp"
+#include "sluice/config/algorithm_kind.hpp"
 #include "sluice/config/duration_text.hpp"
 #include "sluice/config/key_file.hpp"
 
@@ -50,8 +51,6 @@ std::string describe(const YAML::Node& n);
 std::string list_of(const std::vector<std::string>& names);
 
 bool valid_limit_name(std::string_view s);
-
-bool is_window(algorithm a);
 
 /// The most slots a concurrency limit may hold (`max_in_flight`): a check reads a key's
 /// slots whole (O(max_in_flight)).

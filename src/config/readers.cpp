@@ -49,11 +49,6 @@ bool valid_limit_name(std::string_view s) {
   });
 }
 
-bool is_window(algorithm a) {
-  return a == algorithm::fixed_window || a == algorithm::sliding_window ||
-         a == algorithm::sliding_log || a == algorithm::calendar;
-}
-
 bool same_params(const limit_params& a, const limit_params& b) {
   return a.rate.count == b.rate.count && a.rate.period == b.rate.period && a.burst == b.burst &&
          a.rate.unit == b.rate.unit && a.rate.utc_offset_minutes == b.rate.utc_offset_minutes;
