@@ -34,6 +34,7 @@
 #include "store/posted_handler.hpp"
 
 #include "sluice/errc.hpp"
+#include "sluice/log_throttle.hpp"
 #include "sluice/store/lua_scripts.hpp"
 #include "store/check_batch.hpp"
 #include "store/hiredis_asio.hpp"
@@ -88,20 +89,6 @@ constexpr std::uintptr_t tag_initial_load = 2;
 constexpr std::uintptr_t tag_reload = 3;
 constexpr std::uintptr_t tag_role = 4;  // ROLE, on a master named by the Sentinels
 constexpr std::uint64_t first_check_id = 1 << 20;
-
-// At most one line per second per kind: these fire on the request path during an outage.
-class log_limiter {
- public:
-  bool allow() {
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_ < std::chrono::seconds(1)) return false;
-    last_ = now;
-    return true;
-  }
-
- private:
-  std::chrono::steady_clock::time_point last_{};
-};
 
 std::string_view reply_text(const redisReply* r) {
   return r && r->str ? std::string_view(r->str, r->len) : std::string_view();
@@ -234,10 +221,11 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   std::uint64_t refused_while_open = 0;  // checks refused since it last opened (for the log)
   std::string last_check_failure;        // why the last check failed (for the breaker's log line)
   std::mt19937_64 rng;
-  log_limiter error_log;
+  // At most one line per second per kind: these fire on the request path during an outage.
+  sluice::log_throttle error_log;
   std::optional<error_kind> logged_error;  // the kind of error reply last logged
   unsigned wrong_node_streak = 0;          // wrong-node drops since a check was last answered
-  log_limiter clock_log;
+  sluice::log_throttle clock_log;
   // Redis's clock (TIME, ms) minus this host's steady clock (ms), as last seen by a timely
   // reply: its decision time minus the moment it was sent (an upper bound of the true offset,
   // by at most the command timeout); learned again from every timely reply and from every
@@ -957,7 +945,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     auto it = inflight.find(id);
     if (it == inflight.end()) return;
     ++counters.timeouts;
-    if (error_log.allow()) {
+    if (error_log.admit()) {
       spdlog::warn("redis {}:{}: check missed its {} ms deadline", settings.host, settings.port,
                    settings.command_timeout.count());
     }
@@ -1033,7 +1021,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       if (kind == detail::answer_kind::refused) {
         ++counters.errors;
         ++counters.error_replies[static_cast<std::size_t>(error_kind::other)];
-        if (error_log.allow()) {
+        if (error_log.admit()) {
           spdlog::warn(
               "redis {}:{}: the check script refused a check's arguments (in a batch of "
               "{})",
@@ -1064,7 +1052,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   void malformed_reply(std::unordered_map<std::uint64_t, command>::iterator cit, std::size_t from,
                        std::size_t elements) {
     const std::size_t size = cit->second.checks.size();
-    if (error_log.allow()) {
+    if (error_log.admit()) {
       spdlog::warn("redis {}:{}: a reply of {} elements does not fit its call of {} check{}",
                    settings.host, settings.port, elements, size, size == 1 ? "" : "s");
     }
@@ -1122,14 +1110,14 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         c.stale_retried = true;
         counters.clock_resends += c.checks.size();
         c.argv[c.stale_arg] = std::to_string(stale_bound(c.sent_ms));
-        if (clock_log.allow()) {
+        if (clock_log.admit()) {
           spdlog::info(
               "redis {}:{}: the server's clock moved ({}); offset learned again, check re-sent",
               settings.host, settings.port, text);
         }
         if (send(cit->first, c)) return;
       }
-      if (error_log.allow()) {
+      if (error_log.admit()) {
         spdlog::warn("redis {}:{}: check refused as stale by the server ({})", settings.host,
                      settings.port, text);
       }
