@@ -21,6 +21,12 @@ class log_throttle {
   /// dropped since the last admitted one.
   bool admit(std::uint64_t& suppressed);
 
+  /// True when this event may be logged, for a line that does not say how many were dropped.
+  bool admit() {
+    std::uint64_t suppressed = 0;
+    return admit(suppressed);
+  }
+
  private:
   std::int64_t interval_ms_;
   std::atomic<std::int64_t> next_ms_{0};

@@ -4,6 +4,7 @@
 
 #include "sluice/app/gateway.hpp"
 
+#include "app/listen_endpoint.hpp"
 #include "request_path.hpp"
 #include "sluice/errc.hpp"
 
@@ -76,15 +77,6 @@ std::shared_ptr<const http::tls_bundle> tls_for(const config::rules& r,
     throw std::runtime_error(text);
   }
   return built;
-}
-
-std::pair<std::string, std::uint16_t> split_host_port(const std::string& text) {
-  auto colon = text.rfind(':');
-  if (colon == std::string::npos) throw std::runtime_error("bad listen address: " + text);
-  std::string host = text.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  return {host, static_cast<std::uint16_t>(std::stoul(text.substr(colon + 1)))};
 }
 
 }  // namespace
@@ -269,10 +261,10 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
   unsigned n = options.workers ? options.workers : rules->workers;
   if (n == 0) n = std::max(1u, std::thread::hardware_concurrency());
 
-  std::string host = rules->listen_host;
-  std::uint16_t port = rules->listen_port;
-  if (!options.listen.empty()) std::tie(host, port) = split_host_port(options.listen);
-  asio::ip::tcp::endpoint endpoint{asio::ip::make_address(host), port};
+  asio::ip::tcp::endpoint endpoint =
+      options.listen.empty()
+          ? asio::ip::tcp::endpoint{asio::ip::make_address(rules->listen_host), rules->listen_port}
+          : listen_endpoint(options.listen, "listen");
 
   store::redis_settings redis;
   if (rules->store.redis()) {

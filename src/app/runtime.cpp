@@ -9,6 +9,8 @@
 
 #include "sluice/rls/server.hpp"
 
+#include "app/listen_endpoint.hpp"
+
 #include "sluice/config/loader.hpp"
 #include "sluice/observability/admin.hpp"
 #include "sluice/observability/metrics.hpp"
@@ -26,16 +28,6 @@ namespace sluice::app {
 namespace {
 
 namespace asio = boost::asio;
-
-asio::ip::tcp::endpoint parse_endpoint(const std::string& text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos) throw std::runtime_error("bad admin address: " + text);
-  std::string host = text.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  return {asio::ip::make_address(host),
-          static_cast<std::uint16_t>(std::stoul(text.substr(colon + 1)))};
-}
 
 /// The settings a running gateway reads only at start-up (listen, admin, workers, and the
 /// store's connection and layout: everything but `store.local_share`) that differ between the
@@ -216,7 +208,7 @@ runtime::runtime(std::string config_file, std::shared_ptr<const config::rules> r
   impl_->file = std::move(config_file);
   impl_->options = options;
   if (!options.gateway.admin.empty()) {
-    impl_->admin_at = parse_endpoint(options.gateway.admin);
+    impl_->admin_at = listen_endpoint(options.gateway.admin, "admin");
   } else if (!rules->admin_host.empty()) {
     impl_->admin_at =
         asio::ip::tcp::endpoint{asio::ip::make_address(rules->admin_host), rules->admin_port};

@@ -30,7 +30,7 @@ void loader::check_capacity(const param_src& p, algorithm algo) {
                 " (use sliding_window or token_bucket)");
     return;
   }
-  if (is_window(algo)) return;
+  if (is_window_algorithm(algo)) return;
   const std::int64_t period = p.value.rate.period.count();
   const std::int64_t g = std::gcd(p.value.rate.count, period);
   const std::int64_t units = period / g;
@@ -65,7 +65,7 @@ param_src loader::params(const entry* rate_e, const entry* burst_e, const param_
   if (burst_e) {
     p.burst_path = join(path, "burst");
     p.burst_line = burst_e->line;
-    if (is_window(algo)) {
+    if (is_window_algorithm(algo)) {
       error(burst_e->line, p.burst_path,
             std::string("burst applies only to token_bucket; a ") + algorithm_name(algo) +
                 " limit admits the count of its rate per window");
@@ -294,7 +294,7 @@ void loader::parse_concurrency(const map_view& m, limit_src& l) {
     if (auto d = duration(*e, sp, "slot_ttl", std::chrono::milliseconds{3'600'000})) {
       if (*d < std::chrono::milliseconds{1000}) {
         error(e->line, sp,
-              "slot_ttl " + format_ms(*d) +
+              "slot_ttl " + duration_text(*d) +
                   " is shorter than the minimum of 1s (slots are renewed every slot_ttl / 3)");
         l.usable = false;
       } else {
@@ -504,7 +504,7 @@ void loader::check_cost(const limit_src& l, std::int64_t cost, const std::string
         l.value.charge.reserve_header.empty() ? l.value.charge.reserve : l.value.charge.reserve_max;
   auto check = [&](const param_src& p) {
     if (!p.usable) return;
-    if (is_window(l.value.algorithm)) {
+    if (is_window_algorithm(l.value.algorithm)) {
       if (p.value.rate.count > 0 && cost > p.value.rate.count)
         error(p.rate_line, p.rate_path,
               "cost " + std::to_string(cost) + " can never be admitted by rate " + p.rate_text +

@@ -10,6 +10,8 @@
 
 #include "config/file.hpp"
 #include "config/text.hpp"
+#include "sluice/config/algorithm_kind.hpp"
+#include "sluice/config/duration_text.hpp"
 #include "sluice/config/key_file.hpp"
 
 #include <yaml-cpp/yaml.h>
@@ -48,11 +50,7 @@ std::string describe(const YAML::Node& n);
 
 std::string list_of(const std::vector<std::string>& names);
 
-std::string format_ms(std::chrono::milliseconds d);
-
 bool valid_limit_name(std::string_view s);
-
-bool is_window(algorithm a);
 
 /// The most slots a concurrency limit may hold (`max_in_flight`): a check reads a key's
 /// slots whole (O(max_in_flight)).

@@ -43,24 +43,10 @@ std::string list_of(const std::vector<std::string>& names) {
   return out;
 }
 
-std::string format_ms(std::chrono::milliseconds d) {
-  const auto ms = d.count();
-  if (ms % 86'400'000 == 0) return std::to_string(ms / 86'400'000) + "d";
-  if (ms % 3'600'000 == 0) return std::to_string(ms / 3'600'000) + "h";
-  if (ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
-  return std::to_string(ms) + "ms";
-}
-
 bool valid_limit_name(std::string_view s) {
   return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
   });
-}
-
-bool is_window(algorithm a) {
-  return a == algorithm::fixed_window || a == algorithm::sliding_window ||
-         a == algorithm::sliding_log || a == algorithm::calendar;
 }
 
 bool same_params(const limit_params& a, const limit_params& b) {
@@ -278,7 +264,7 @@ std::optional<std::chrono::milliseconds> loader::duration(const entry& e, const 
       break;
   }
   error(e.line, path,
-        std::string(field) + " " + *s + " is longer than the maximum of " + format_ms(max));
+        std::string(field) + " " + *s + " is longer than the maximum of " + duration_text(max));
   return std::nullopt;
 }
 
@@ -344,11 +330,12 @@ std::optional<rate> loader::rate_value(const entry& e, const std::string& path,
       error(e.line, path, "rate " + *s + ": the period is shorter than 1ms");
       return std::nullopt;
     case text::rate_error::long_period:
-      error(e.line, path, "rate " + *s + ": the period is longer than " + format_ms(max_period));
+      error(e.line, path,
+            "rate " + *s + ": the period is longer than " + duration_text(max_period));
       return std::nullopt;
   }
   if (r.value.period > max_period) {
-    error(e.line, path, "rate " + *s + ": the period is longer than " + format_ms(max_period));
+    error(e.line, path, "rate " + *s + ": the period is longer than " + duration_text(max_period));
     return std::nullopt;
   }
   if (r.value.count == 0)

@@ -4,6 +4,8 @@
 
 #include "config/text.hpp"
 
+#include "sluice/config/duration_text.hpp"
+
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -185,6 +187,23 @@ duration_result parse_duration(std::string_view s) {
   if (number.value > max_exact_integer / scale) return {duration_error::too_large, {}};
   return {duration_error::none, std::chrono::milliseconds{number.value * scale}};
 }
+
+}  // namespace sluice::config::text
+
+namespace sluice::config {
+
+std::string duration_text(std::chrono::milliseconds d) {
+  const auto ms = d.count();
+  if (ms % 86'400'000 == 0) return std::to_string(ms / 86'400'000) + "d";
+  if (ms % 3'600'000 == 0) return std::to_string(ms / 3'600'000) + "h";
+  if (ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+}  // namespace sluice::config
+
+namespace sluice::config::text {
 
 size_result parse_size(std::string_view s) {
   if (s == "unlimited") return {size_error::none, ~std::uint64_t{0}};

@@ -32,25 +32,13 @@
 //   the end of one period's N and the start of the next's, so up to 2N.
 #include "sluice/limiter/guarantee.hpp"
 
+#include "sluice/config/duration_text.hpp"
 #include "sluice/limiter/calendar.hpp"
 
 namespace sluice::limiter {
-namespace {
-
-std::string duration_text(std::chrono::milliseconds d) {
-  const auto ms = d.count();
-  if (ms % 86'400'000 == 0) return std::to_string(ms / 86'400'000) + "d";
-  if (ms % 3'600'000 == 0) return std::to_string(ms / 3'600'000) + "h";
-  if (ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
-  return std::to_string(ms) + "ms";
-}
-
-}  // namespace
-
 std::string guarantee(config::algorithm a, const config::limit_params& p) {
   const std::string n = std::to_string(p.rate.count);
-  const std::string w = duration_text(p.rate.period);
+  const std::string w = config::duration_text(p.rate.period);
   const std::string rate = n + "/" + w;
   switch (a) {
     case config::algorithm::token_bucket:
@@ -90,7 +78,7 @@ std::string guarantee(config::algorithm a, const config::limit_params& p) {
       return "exact across instances while gateways live: at most " + n +
              " requests (and tunnels) of one key in flight at once; the slots of a gateway "
              "that dies without releasing them (killed, crashed) come back within slot_ttl " +
-             w + " of its last renewal (renewed every " + duration_text(p.rate.period / 3) +
+             w + " of its last renewal (renewed every " + config::duration_text(p.rate.period / 3) +
              "); a gateway cut off from the store for longer than " + w +
              " loses its slots while its requests still run, so others may then be admitted "
              "beyond " +
@@ -162,7 +150,7 @@ std::string charge_caveat(const config::limit& l) {
 
 std::string block_caveat(const config::limit& l) {
   if (l.block.count() <= 0) return {};
-  const std::string d = duration_text(l.block);
+  const std::string d = config::duration_text(l.block);
   std::string out = "; penalty box (block " + d +
                     "): a key this limit refuses is refused by it "
                     "for " +
@@ -189,15 +177,15 @@ std::string hot_key_caveats(const config::limit& l, const config::limit_params& 
   }
   if (l.shards > 1) {
     out += "; split into " + std::to_string(l.shards) + " shards of rate " +
-           std::to_string(b.rate.count) + "/" + duration_text(b.rate.period) + " and burst " +
-           std::to_string(b.burst) +
+           std::to_string(b.rate.count) + "/" + config::duration_text(b.rate.period) +
+           " and burst " + std::to_string(b.burst) +
            ", each request charged to one at random: never above the limit (the shards add up "
            "to at most it), but a request may be refused while other shards hold tokens (up to " +
            std::to_string(static_cast<std::int64_t>(l.shards - 1) * b.burst) + ")";
   }
   if (l.lease > 0) {
     out += "; with token leases of up to " + std::to_string(l.lease) +
-           " tokens per worker (lease_time " + duration_text(l.lease_time) + "): at most " +
+           " tokens per worker (lease_time " + config::duration_text(l.lease_time) + "): at most " +
            std::to_string(l.lease) +
            " x workers x instances units above that in any interval (tokens a worker took "
            "ahead and spends itself); tokens a lease leaves unused go back with that worker's "

@@ -8,6 +8,7 @@
 
 #include "sluice/observability/admin.hpp"
 
+#include "sluice/config/duration_text.hpp"
 #include "sluice/http/problem.hpp"
 #include "sluice/http/server.hpp"
 #include "sluice/limiter/calendar.hpp"
@@ -46,15 +47,6 @@ namespace asio = boost::asio;
 namespace bhttp = boost::beast::http;
 namespace json = boost::json;
 
-std::string duration_text(std::chrono::milliseconds d) {
-  const auto ms = d.count();
-  if (ms % 86'400'000 == 0) return std::to_string(ms / 86'400'000) + "d";
-  if (ms % 3'600'000 == 0) return std::to_string(ms / 3'600'000) + "h";
-  if (ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
-  return std::to_string(ms) + "ms";
-}
-
 std::string by_text(const config::limit& l) {
   switch (l.by) {
     case config::identity_kind::api_key:
@@ -88,7 +80,7 @@ json::object params_json(const config::limit_params& p) {
   o["rate"] = std::to_string(p.rate.count) + "/" +
               (p.rate.unit != config::calendar_unit::none
                    ? std::string(limiter::calendar_unit_name(p.rate.unit))
-                   : duration_text(p.rate.period));
+                   : config::duration_text(p.rate.period));
   o["burst"] = p.burst != 0 ? p.burst : p.rate.count;
   return o;
 }

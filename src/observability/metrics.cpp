@@ -22,13 +22,18 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <array>
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 namespace sluice::observability {
 
@@ -164,6 +169,85 @@ void add_histogram(MetricFamily& f, const histogram_counts& h,
   m.histogram.sample_count = cumulative;  // equal to the +Inf bucket, as the format requires
   m.histogram.sample_sum = h.sum_seconds;
   f.metric.push_back(std::move(m));
+}
+
+// ---- the store's families, from its counter list (store/store_counters.hpp) ----------------
+
+/// A row's label value: a fixed string (a member counted alone) or one per element (an array).
+struct store_label_value {
+  explicit constexpr store_label_value(const char* text) : fixed(text) {}
+  explicit constexpr store_label_value(std::string_view (*label_of)(std::size_t)) : of(label_of) {}
+  std::string at(std::size_t k) const { return of != nullptr ? std::string(of(k)) : fixed; }
+  const char* fixed = "";
+  std::string_view (*of)(std::size_t) = nullptr;
+};
+
+/// The counts of a counter type of the list: 1, or an array's size.
+template <class T>
+constexpr std::size_t counts_in = 1;
+template <std::size_t N>
+constexpr std::size_t counts_in<std::array<std::uint64_t, N>> = N;
+
+constexpr std::uint64_t count_at(std::uint64_t v, std::size_t) {
+  return v;
+}
+template <std::size_t N>
+constexpr std::uint64_t count_at(const std::array<std::uint64_t, N>& a, std::size_t k) {
+  return a[k];
+}
+
+/// One row of SLUICE_STORE_COUNTERS as /metrics shows it.
+struct store_row {
+  const char* family;
+  const char* help;  ///< "" = a further sample of the family of the row above
+  store::exposed_as exposed;
+  const char* label;  ///< "" = no label
+  store_label_value value;
+  std::size_t width;  ///< samples: 1, or an array's size
+  std::uint64_t (*count)(const store::store_stats&, std::size_t);  ///< element k of the member
+};
+
+#define SLUICE_STORE_ROW(member, type, exposed, family, label, value, help) \
+  store_row{family,                                                         \
+            help,                                                           \
+            store::exposed_as::exposed,                                     \
+            label,                                                          \
+            store_label_value(value),                                       \
+            counts_in<type>,                                                \
+            [](const store::store_stats& st, std::size_t k) { return count_at(st.member, k); }},
+const store_row store_rows[] = {SLUICE_STORE_COUNTERS(SLUICE_STORE_ROW)};
+#undef SLUICE_STORE_ROW
+
+/// The rows by member name, to name a range of them.
+enum class store_row_id : std::size_t {
+#define SLUICE_STORE_ROW_ID(member, ...) member,
+  SLUICE_STORE_COUNTERS(SLUICE_STORE_ROW_ID)
+#undef SLUICE_STORE_ROW_ID
+      end
+};
+
+/// Adds the families of rows [from, to) of the store's counter list, with `st`'s values.
+void add_store_families(std::vector<MetricFamily>& out, const store::store_stats& st,
+                        store_row_id from, store_row_id to) {
+  std::uint64_t above = 0;  // the count of the row above (exposed_as::counter_plus_above)
+  for (auto r = static_cast<std::size_t>(from); r < static_cast<std::size_t>(to); ++r) {
+    const store_row& row = store_rows[r];
+    const bool gauge = row.exposed == store::exposed_as::gauge;
+    if (*row.help != '\0')
+      out.push_back(family(row.family, row.help, gauge ? MetricType::Gauge : MetricType::Counter));
+    for (std::size_t k = 0; k < row.width; ++k) {
+      std::uint64_t n = row.count(st, k);
+      if (row.exposed == store::exposed_as::counter_plus_above) n += above;
+      std::vector<ClientMetric::Label> labels;
+      if (*row.label != '\0') labels.push_back({row.label, row.value.at(k)});
+      if (gauge) {
+        add_gauge(out.back(), d(n), std::move(labels));
+      } else {
+        add_counter(out.back(), d(n), std::move(labels));
+      }
+    }
+    above = row.count(st, 0);
+  }
 }
 
 std::vector<MetricFamily> families(const metrics_sample& s) {
@@ -410,108 +494,9 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
     out.push_back(std::move(f));
   }
 
-  // The counter store.
-  const auto& st = s.store;
-  out.push_back(
-      counter("sluice_store_checks_total", "Checks decided by the counter store.", d(st.checks)));
-  out.push_back(counter("sluice_store_timeouts_total",
-                        "Store checks that missed their deadline (store.timeout).",
-                        d(st.timeouts)));
-  out.push_back(counter("sluice_store_errors_total",
-                        "Store checks that failed with an error reply, a protocol error or a "
-                        "disconnection.",
-                        d(st.errors)));
-  out.push_back(counter("sluice_store_unavailable_total",
-                        "Store checks refused at once (not connected, or the breaker is open).",
-                        d(st.unavailable)));
-  out.push_back(counter("sluice_store_late_replies_total",
-                        "Store replies that arrived after their check's deadline (dropped).",
-                        d(st.late_replies)));
-  out.push_back(counter("sluice_store_reconnects_total",
-                        "Store connections established after the first one.", d(st.reconnects)));
-  out.push_back(counter("sluice_store_connect_failures_total",
-                        "Store connection attempts that failed.", d(st.connect_failures)));
-  out.push_back(counter("sluice_store_script_loads_total",
-                        "SCRIPT LOADs sent (at connection and after NOSCRIPT).",
-                        d(st.script_loads)));
-  out.push_back(counter("sluice_store_breaker_opens_total",
-                        "Times a store connection's circuit breaker opened from closed.",
-                        d(st.breaker_opens)));
-  {
-    auto f = family("sluice_store_breaker_transitions_total",
-                    "Circuit breaker state changes of the store connections, by the state "
-                    "entered (open: from closed or after a failed probe; half_open: the "
-                    "cool-down ended; closed: the probe was answered).",
-                    MetricType::Counter);
-    add_counter(f, d(st.breaker_opens + st.breaker_reopens), {{"to", "open"}});
-    add_counter(f, d(st.breaker_half_opens), {{"to", "half_open"}});
-    add_counter(f, d(st.breaker_closes), {{"to", "closed"}});
-    out.push_back(std::move(f));
-  }
-  out.push_back(gauge("sluice_store_buckets",
-                      "Bucket entries the memory store holds (at most store.max_buckets; 0 on "
-                      "Redis).",
-                      d(st.buckets)));
-  out.push_back(counter("sluice_store_evictions_total",
-                        "Live buckets the memory store evicted at store.max_buckets (expired "
-                        "ones are dropped first and not counted).",
-                        d(st.evictions)));
-  {
-    auto f = family("sluice_store_error_replies_total",
-                    "Error replies from the store, by kind (the Redis error prefix).",
-                    MetricType::Counter);
-    for (std::size_t k = 0; k < store::error_kind_count; ++k) {
-      add_counter(
-          f, d(st.error_replies[k]),
-          {{"kind", std::string(store::error_kind_name(static_cast<store::error_kind>(k)))}});
-    }
-    out.push_back(std::move(f));
-  }
-  out.push_back(counter("sluice_store_wrong_node_drops_total",
-                        "Store connections dropped and made again after READONLY, LOADING or "
-                        "MASTERDOWN (the address may lead to a new primary).",
-                        d(st.wrong_node_drops)));
-  {
-    auto f = family("sluice_store_sentinel_lookup_failures_total",
-                    "Master lookups through Redis Sentinel that found no master, by reason "
-                    "(unreachable: no Sentinel answered; unknown_master: those that answered "
-                    "do not know the master name).",
-                    MetricType::Counter);
-    add_counter(f, d(st.sentinel_unreachable), {{"reason", "unreachable"}});
-    add_counter(f, d(st.sentinel_unknown_master), {{"reason", "unknown_master"}});
-    out.push_back(std::move(f));
-  }
-  out.push_back(counter("sluice_store_master_switches_total",
-                        "+switch-master announcements of the store's master received from Redis "
-                        "Sentinel (the connection then moves to the new master).",
-                        d(st.master_switches)));
-  out.push_back(counter("sluice_store_sentinels_learned_total",
-                        "redis-sentinel: Sentinels learned through SENTINEL SENTINELS beyond the "
-                        "configured ones (each worker learns them; summed over workers).",
-                        d(st.sentinels_learned)));
-  {
-    auto f = family("sluice_store_cluster_topology_refreshes_total",
-                    "redis-cluster: slot map refreshes, by result (ok: a node gave the map; "
-                    "failed: no node did).",
-                    MetricType::Counter);
-    add_counter(f, d(st.topology_refreshes), {{"result", "ok"}});
-    add_counter(f, d(st.topology_failures), {{"result", "failed"}});
-    out.push_back(std::move(f));
-  }
-  out.push_back(counter("sluice_store_split_checks_total",
-                        "redis-cluster: checks whose limits live in several hash slots, decided "
-                        "in two steps (peek on every slot, then commit).",
-                        d(st.split_checks)));
-  {
-    auto f = family("sluice_store_split_charged_unadmitted_total",
-                    "redis-cluster: split checks that left a slot charged for a request not "
-                    "admitted, by reason (commit_refused: another request took the tokens "
-                    "between the steps; commit_failed: a node failed in the second step).",
-                    MetricType::Counter);
-    add_counter(f, d(st.split_commit_refusals), {{"reason", "commit_refused"}});
-    add_counter(f, d(st.split_partial_commits), {{"reason", "commit_failed"}});
-    out.push_back(std::move(f));
-  }
+  // The counter store: the families of its counter list (store/store_counters.hpp), in the
+  // order /metrics has always had, the request path's own store families among them.
+  add_store_families(out, s.store, store_row_id::checks, store_row_id::clock_resends);
   out.push_back(counter("sluice_concurrency_slots_lost_total",
                         "Held concurrency slots a renewal found expired (counted at each "
                         "renewal): the store was out of reach for longer than slot_ttl.",
@@ -540,10 +525,7 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
     add_counter(f, d(s.tokens_returned), {{"kind", "returned"}});
     out.push_back(std::move(f));
   }
-  out.push_back(counter("sluice_store_clock_resends_total",
-                        "Checks re-sent once after a STALE answer to a timely check (the "
-                        "store's clock moved).",
-                        d(st.clock_resends)));
+  add_store_families(out, s.store, store_row_id::clock_resends, store_row_id::batch_sizes);
   out.push_back(gauge("sluice_store_connected",
                       "Store connections (one per worker; the memory store counts as one) "
                       "connected now.",
@@ -559,17 +541,7 @@ std::vector<MetricFamily> families(const metrics_sample& s) {
               {{"state", "half_open"}});
     out.push_back(std::move(f));
   }
-  {
-    auto f = family("sluice_store_script_calls_total",
-                    "Script calls sent to Redis, by the checks each decided (a batch: the checks "
-                    "started in one turn of a worker's loop, at most store.max_batch).",
-                    MetricType::Counter);
-    static constexpr std::array<const char*, store::batch_size_buckets> sizes{
-        "1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", "65+"};
-    for (std::size_t k = 0; k < sizes.size(); ++k)
-      add_counter(f, d(st.batch_sizes[k]), {{"checks", sizes[k]}});
-    out.push_back(std::move(f));
-  }
+  add_store_families(out, s.store, store_row_id::batch_sizes, store_row_id::end);
   {
     auto f = family("sluice_store_check_duration_seconds",
                     "Time from sending a check to the store to its outcome (decided, failed or "

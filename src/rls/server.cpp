@@ -10,6 +10,7 @@
 
 #include "sluice/rls/plan.hpp"
 
+#include "sluice/config/loader.hpp"
 #include "sluice/errc.hpp"
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
@@ -169,9 +170,7 @@ void server::start() {
   // the rate limit service's full name while the server runs (NOT_SERVING from Shutdown on).
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  const std::string addr = impl_->host.find(':') != std::string::npos
-                               ? "[" + impl_->host + "]:" + std::to_string(impl_->port)
-                               : impl_->host + ":" + std::to_string(impl_->port);
+  const std::string addr = config::listen_address{impl_->host, impl_->port}.to_string();
   int bound = 0;
   builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &bound);
   // SO_REUSEPORT off: a second process must not silently share the port.

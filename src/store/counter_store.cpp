@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // counter_store's settle (counter_store.hpp): a settle is a check_request marked settle, so it
 // travels every store's check path — the memory store's locks, the Redis pipeline with its
-// deadline, stale bound and NOSCRIPT reload, the cluster's routing by slot.
+// deadline, stale bound and NOSCRIPT reload, the cluster's routing by slot. And store_stats'
+// sum, made from the counter list (store_counters.hpp), so no counter is left out of it.
 #include "sluice/store/counter_store.hpp"
 
 #include "sluice/errc.hpp"
+
+#include <array>
 
 namespace sluice::store {
 
@@ -33,38 +36,35 @@ boost::asio::awaitable<boost::system::result<limiter::check_outcome>> counter_st
   co_return co_await check(std::move(req));
 }
 
-}  // namespace sluice::store
+// ---- store_stats: its sum, made from the counter list (store_counters.hpp) -----------------
 
-namespace sluice::store {
+namespace {
+
+void add(std::uint64_t& into, std::uint64_t n) noexcept {
+  into += n;
+}
+
+template <std::size_t N>
+void add(std::array<std::uint64_t, N>& into, const std::array<std::uint64_t, N>& n) noexcept {
+  for (std::size_t k = 0; k < N; ++k) into[k] += n[k];
+}
+
+}  // namespace
 
 void store_stats::add_counts(const store_stats& o) noexcept {
-  checks += o.checks;
-  timeouts += o.timeouts;
-  errors += o.errors;
-  unavailable += o.unavailable;
-  script_loads += o.script_loads;
-  reconnects += o.reconnects;
-  late_replies += o.late_replies;
-  connect_failures += o.connect_failures;
-  breaker_opens += o.breaker_opens;
-  breaker_reopens += o.breaker_reopens;
-  breaker_half_opens += o.breaker_half_opens;
-  breaker_closes += o.breaker_closes;
-  buckets += o.buckets;
-  evictions += o.evictions;
-  clock_resends += o.clock_resends;
-  wrong_node_drops += o.wrong_node_drops;
-  sentinel_unreachable += o.sentinel_unreachable;
-  sentinel_unknown_master += o.sentinel_unknown_master;
-  master_switches += o.master_switches;
-  sentinels_learned += o.sentinels_learned;
-  topology_refreshes += o.topology_refreshes;
-  topology_failures += o.topology_failures;
-  split_checks += o.split_checks;
-  split_commit_refusals += o.split_commit_refusals;
-  split_partial_commits += o.split_partial_commits;
-  for (std::size_t k = 0; k < error_kind_count; ++k) error_replies[k] += o.error_replies[k];
-  for (std::size_t k = 0; k < batch_size_buckets; ++k) batch_sizes[k] += o.batch_sizes[k];
+#define SLUICE_STORE_STATS_ADD(member, ...) add(member, o.member);
+  SLUICE_STORE_COUNTERS(SLUICE_STORE_STATS_ADD)
+#undef SLUICE_STORE_STATS_ADD
+}
+
+std::string_view error_kind_label(std::size_t k) {
+  return error_kind_name(static_cast<error_kind>(k));
+}
+
+std::string_view batch_size_label(std::size_t k) {
+  static constexpr std::array<std::string_view, batch_size_buckets> labels{
+      "1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", "65+"};
+  return labels[k];
 }
 
 }  // namespace sluice::store

@@ -36,6 +36,7 @@
 // So a created entry costs O(eviction_samples) at the bound, never a scan of the whole store.
 #include "sluice/store/memory_store.hpp"
 
+#include "sluice/config/algorithm_kind.hpp"
 #include "sluice/errc.hpp"
 
 #include <boost/container/small_vector.hpp>
@@ -82,10 +83,10 @@ struct entry {
   bool block = false;  // a penalty box's block (limiter::block_key() of its bucket's key)
 };
 
-// The algorithms whose state is window_counts (a calendar's `previous` is its zone tag).
-bool is_window(config::algorithm a) {
-  return a == config::algorithm::fixed_window || a == config::algorithm::sliding_window ||
-         a == config::algorithm::calendar;
+// The algorithms whose state is window_counts: the window algorithms but the sliding log,
+// which keeps its stamps (a calendar's `previous` is its zone tag).
+bool keeps_window_counts(config::algorithm a) {
+  return config::is_window_algorithm(a) && a != config::algorithm::sliding_log;
 }
 
 struct shard {
@@ -312,7 +313,7 @@ struct memory_store::impl {
           sh.buckets.erase(it);  // lazy expiry
         }
       }
-      if (is_window(l.algorithm)) {
+      if (keeps_window_counts(l.algorithm)) {
         std::int64_t now_eff = now;
         const auto counts = limiter::current_counts(found ? &found->counts : nullptr, l.bucket,
                                                     l.algorithm, now, now_eff);
@@ -426,7 +427,7 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
       r.counts = limiter::calendar_counts(found ? &found->counts : nullptr, l.bucket, now, r.period,
                                           r.now_eff);
       admits[i] = r.counts.current + l.cost <= l.bucket.window_limit;
-    } else if (is_window(l.algorithm)) {
+    } else if (keeps_window_counts(l.algorithm)) {
       r.counts = limiter::current_counts(found ? &found->counts : nullptr, l.bucket, l.algorithm,
                                          now, r.now_eff);
       admits[i] = limiter::window_admits(r.counts, l.bucket, l.algorithm, r.now_eff, l.cost);
@@ -462,7 +463,7 @@ limiter::check_outcome memory_store::decide(const limiter::check_request& req) {
     auto& sh = impl_->shards[idx[i]];
     auto& r = rs[i];
     const bool debit = l.shadow ? admits[i] : out.allowed;
-    if (is_window(l.algorithm)) {
+    if (keeps_window_counts(l.algorithm)) {
       limiter::window_counts after = r.counts;
       if (debit) after.current += l.cost;
       auto o = l.algorithm == config::algorithm::calendar

@@ -14,6 +14,7 @@
 #include "sluice/errc.hpp"
 #include "sluice/store/lua_scripts.hpp"
 #include "store/hiredis_asio.hpp"
+#include "store/store_stats_mirror.hpp"
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -258,10 +259,12 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
   std::optional<std::string> logged_topology_failure;  // the failure last logged
   std::weak_ptr<topology_query> current_query;         // cancelled by stop()
 
+  // The cluster's own store counters (checks refused before a node, topology, split checks):
+  // stats() adds them to its nodes'.
+  store_stats_mirror own;
+  // The cluster's own counters beyond store_stats (cluster()).
   struct atomic_counters {
-    std::atomic<std::uint64_t> topology_refreshes{0}, topology_failures{0}, moved{0}, asks{0},
-        split_checks{0}, commit_refusals{0}, partial_commits{0}, masters{0}, covered{0},
-        unavailable{0};
+    std::atomic<std::uint64_t> moved{0}, asks{0}, masters{0}, covered{0};
   } counters;
 
   // ---- connections ---------------------------------------------------------------------------
@@ -404,7 +407,7 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
            std::shared_ptr<std::string> why) {
     if (stopped) return;
     if (i >= list->size()) {
-      ++counters.topology_failures;
+      ++own.topology_failures;
       if (logged_topology_failure != *why) {
         spdlog::warn("redis cluster: no node gave a slot map ({}); retrying", *why);
         logged_topology_failure = *why;
@@ -426,7 +429,7 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
               spdlog::info("redis cluster: slot map from {}: {} masters, {} slots covered",
                            to.to_string(), r->masters().size(), r->covered_slots());
             }
-            ++self->counters.topology_refreshes;
+            ++self->own.topology_refreshes;
             self->apply(std::move(*r));
             self->refresh_done(false);
             return;
@@ -464,7 +467,7 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
     bool asking = false;
     for (unsigned attempt = 0;; ++attempt) {
       if (!target) {
-        ++counters.unavailable;
+        ++own.unavailable;
         want_refresh();
         co_return errc::store_unavailable;
       }
@@ -562,7 +565,7 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
     auto self = shared_from_this();
     const auto deadline = std::chrono::steady_clock::now() + settings.node.command_timeout;
     if (stopped || !have_map) {
-      ++counters.unavailable;
+      ++own.unavailable;
       want_refresh();
       co_return errc::store_unavailable;
     }
@@ -571,7 +574,7 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
     for (const auto& l : req.limits) keys.push_back(lua::redis_key(l, settings.node.layout));
     const auto routing = route_keys(map, keys);
     if (!routing.uncovered.empty()) {
-      ++counters.unavailable;
+      ++own.unavailable;
       want_refresh();
       co_return errc::store_unavailable;
     }
@@ -592,7 +595,7 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
       }
     }
     if (groups.size() == 1) co_return co_await call(groups[0].slot, std::move(req), deadline);
-    ++counters.split_checks;
+    ++own.split_checks;
 
     check_outcome out;
     out.limits.resize(req.limits.size());
@@ -666,7 +669,7 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
     }
     if (auto ec = first_error(second)) {
       if (std::any_of(second.begin(), second.end(), [](const auto& r) { return r && r->allowed; }))
-        ++counters.partial_commits;
+        ++own.split_partial_commits;
       co_await give_back_slots(req, groups, sent, second, deadline);
       co_return ec;
     }
@@ -676,7 +679,7 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
       if (!second[s]->allowed) out.allowed = false;
     }
     if (!out.allowed) {
-      ++counters.commit_refusals;
+      ++own.split_commit_refusals;
       co_await give_back_slots(req, groups, sent, second, deadline);
     }
     co_return out;
@@ -748,6 +751,8 @@ void redis_cluster_store::stop() {
   impl_->stop();
 }
 
+// The counters of the connections closed so far, of the nodes' connections and the cluster's
+// own, each summed by store_stats::add_counts (every counter of the list, store_counters.hpp).
 store_stats redis_cluster_store::stats() const {
   std::lock_guard lock(impl_->nodes_mutex);
   store_stats s = impl_->retired;
@@ -764,13 +769,7 @@ store_stats redis_cluster_store::stats() const {
       worst = n.breaker;
     }
   }
-  const auto& c = impl_->counters;
-  s.unavailable += c.unavailable.load(std::memory_order_relaxed);
-  s.topology_refreshes = c.topology_refreshes.load(std::memory_order_relaxed);
-  s.topology_failures = c.topology_failures.load(std::memory_order_relaxed);
-  s.split_checks = c.split_checks.load(std::memory_order_relaxed);
-  s.split_commit_refusals = c.commit_refusals.load(std::memory_order_relaxed);
-  s.split_partial_commits = c.partial_commits.load(std::memory_order_relaxed);
+  s.add_counts(impl_->own.snapshot());
   s.connected = connected;
   s.breaker = worst;
   return s;
@@ -787,14 +786,15 @@ std::uint64_t redis_cluster_store::connection_epoch() const {
 
 cluster_stats redis_cluster_store::cluster() const {
   const auto& c = impl_->counters;
+  const auto& own = impl_->own;
   cluster_stats s;
-  s.topology_refreshes = c.topology_refreshes.load(std::memory_order_relaxed);
-  s.topology_failures = c.topology_failures.load(std::memory_order_relaxed);
+  s.topology_refreshes = own.topology_refreshes.load(std::memory_order_relaxed);
+  s.topology_failures = own.topology_failures.load(std::memory_order_relaxed);
   s.moved = c.moved.load(std::memory_order_relaxed);
   s.asks = c.asks.load(std::memory_order_relaxed);
-  s.split_checks = c.split_checks.load(std::memory_order_relaxed);
-  s.commit_refusals = c.commit_refusals.load(std::memory_order_relaxed);
-  s.partial_commits = c.partial_commits.load(std::memory_order_relaxed);
+  s.split_checks = own.split_checks.load(std::memory_order_relaxed);
+  s.commit_refusals = own.split_commit_refusals.load(std::memory_order_relaxed);
+  s.partial_commits = own.split_partial_commits.load(std::memory_order_relaxed);
   s.masters = c.masters.load(std::memory_order_relaxed);
   s.covered_slots = c.covered.load(std::memory_order_relaxed);
   return s;

@@ -34,10 +34,12 @@
 #include "store/posted_handler.hpp"
 
 #include "sluice/errc.hpp"
+#include "sluice/log_throttle.hpp"
 #include "sluice/store/lua_scripts.hpp"
 #include "store/check_batch.hpp"
 #include "store/hiredis_asio.hpp"
 #include "store/sentinel_locator.hpp"
+#include "store/store_stats_mirror.hpp"
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -88,20 +90,6 @@ constexpr std::uintptr_t tag_reload = 3;
 constexpr std::uintptr_t tag_role = 4;  // ROLE, on a master named by the Sentinels
 constexpr std::uint64_t first_check_id = 1 << 20;
 
-// At most one line per second per kind: these fire on the request path during an outage.
-class log_limiter {
- public:
-  bool allow() {
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_ < std::chrono::seconds(1)) return false;
-    last_ = now;
-    return true;
-  }
-
- private:
-  std::chrono::steady_clock::time_point last_{};
-};
-
 std::string_view reply_text(const redisReply* r) {
   return r && r->str ? std::string_view(r->str, r->len) : std::string_view();
 }
@@ -117,50 +105,6 @@ bool unhealthy_error(std::string_view text) {
   }
   return false;
 }
-
-// The store's counters, written on the worker's thread and read from any (store_stats is the
-// plain snapshot).
-struct atomic_stats {
-  std::atomic<std::uint64_t> checks{0}, timeouts{0}, errors{0}, unavailable{0}, script_loads{0},
-      reconnects{0}, late_replies{0}, connect_failures{0}, breaker_opens{0}, breaker_reopens{0},
-      breaker_half_opens{0}, breaker_closes{0}, clock_resends{0}, wrong_node_drops{0},
-      sentinel_unreachable{0}, sentinel_unknown_master{0}, master_switches{0}, sentinels_learned{0};
-  std::array<std::atomic<std::uint64_t>, error_kind_count> error_replies{};
-  std::array<std::atomic<std::uint64_t>, batch_size_buckets> batch_sizes{};
-  std::atomic<bool> connected{false};
-  std::atomic<breaker_state> breaker{breaker_state::closed};
-
-  store_stats snapshot() const {
-    store_stats s;
-    s.checks = checks.load(std::memory_order_relaxed);
-    s.timeouts = timeouts.load(std::memory_order_relaxed);
-    s.errors = errors.load(std::memory_order_relaxed);
-    s.unavailable = unavailable.load(std::memory_order_relaxed);
-    s.script_loads = script_loads.load(std::memory_order_relaxed);
-    s.reconnects = reconnects.load(std::memory_order_relaxed);
-    s.late_replies = late_replies.load(std::memory_order_relaxed);
-    s.connect_failures = connect_failures.load(std::memory_order_relaxed);
-    s.breaker_opens = breaker_opens.load(std::memory_order_relaxed);
-    s.breaker_reopens = breaker_reopens.load(std::memory_order_relaxed);
-    s.breaker_half_opens = breaker_half_opens.load(std::memory_order_relaxed);
-    s.breaker_closes = breaker_closes.load(std::memory_order_relaxed);
-    s.clock_resends = clock_resends.load(std::memory_order_relaxed);
-    s.wrong_node_drops = wrong_node_drops.load(std::memory_order_relaxed);
-    s.sentinel_unreachable = sentinel_unreachable.load(std::memory_order_relaxed);
-    s.sentinel_unknown_master = sentinel_unknown_master.load(std::memory_order_relaxed);
-    s.master_switches = master_switches.load(std::memory_order_relaxed);
-    s.sentinels_learned = sentinels_learned.load(std::memory_order_relaxed);
-    for (std::size_t i = 0; i < error_kind_count; ++i) {
-      s.error_replies[i] = error_replies[i].load(std::memory_order_relaxed);
-    }
-    for (std::size_t i = 0; i < batch_size_buckets; ++i) {
-      s.batch_sizes[i] = batch_sizes[i].load(std::memory_order_relaxed);
-    }
-    s.connected = connected.load(std::memory_order_relaxed);
-    s.breaker = breaker.load(std::memory_order_relaxed);
-    return s;
-  }
-};
 
 // How a completed check counts for the breaker.
 enum class verdict {
@@ -271,16 +215,17 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   std::uint64_t loads_sent = 0;  // SCRIPT LOADs queued, ever (orders NOSCRIPT retries)
   std::uint64_t generation = 0;  // connection attempts, ever (matches a connect timer to one)
   std::unordered_map<std::uint64_t, pending> inflight;
-  atomic_stats counters;
+  store_stats_mirror counters;
   // Breaker (worker thread only; `counters.breaker` mirrors its state for other threads).
   circuit_breaker breaker;
   std::uint64_t refused_while_open = 0;  // checks refused since it last opened (for the log)
   std::string last_check_failure;        // why the last check failed (for the breaker's log line)
   std::mt19937_64 rng;
-  log_limiter error_log;
+  // At most one line per second per kind: these fire on the request path during an outage.
+  sluice::log_throttle error_log;
   std::optional<error_kind> logged_error;  // the kind of error reply last logged
   unsigned wrong_node_streak = 0;          // wrong-node drops since a check was last answered
-  log_limiter clock_log;
+  sluice::log_throttle clock_log;
   // Redis's clock (TIME, ms) minus this host's steady clock (ms), as last seen by a timely
   // reply: its decision time minus the moment it was sent (an upper bound of the true offset,
   // by at most the command timeout); learned again from every timely reply and from every
@@ -1000,7 +945,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     auto it = inflight.find(id);
     if (it == inflight.end()) return;
     ++counters.timeouts;
-    if (error_log.allow()) {
+    if (error_log.admit()) {
       spdlog::warn("redis {}:{}: check missed its {} ms deadline", settings.host, settings.port,
                    settings.command_timeout.count());
     }
@@ -1076,7 +1021,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       if (kind == detail::answer_kind::refused) {
         ++counters.errors;
         ++counters.error_replies[static_cast<std::size_t>(error_kind::other)];
-        if (error_log.allow()) {
+        if (error_log.admit()) {
           spdlog::warn(
               "redis {}:{}: the check script refused a check's arguments (in a batch of "
               "{})",
@@ -1107,7 +1052,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   void malformed_reply(std::unordered_map<std::uint64_t, command>::iterator cit, std::size_t from,
                        std::size_t elements) {
     const std::size_t size = cit->second.checks.size();
-    if (error_log.allow()) {
+    if (error_log.admit()) {
       spdlog::warn("redis {}:{}: a reply of {} elements does not fit its call of {} check{}",
                    settings.host, settings.port, elements, size, size == 1 ? "" : "s");
     }
@@ -1165,14 +1110,14 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         c.stale_retried = true;
         counters.clock_resends += c.checks.size();
         c.argv[c.stale_arg] = std::to_string(stale_bound(c.sent_ms));
-        if (clock_log.allow()) {
+        if (clock_log.admit()) {
           spdlog::info(
               "redis {}:{}: the server's clock moved ({}); offset learned again, check re-sent",
               settings.host, settings.port, text);
         }
         if (send(cit->first, c)) return;
       }
-      if (error_log.allow()) {
+      if (error_log.admit()) {
         spdlog::warn("redis {}:{}: check refused as stale by the server ({})", settings.host,
                      settings.port, text);
       }

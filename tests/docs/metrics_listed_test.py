@@ -5,8 +5,9 @@
 
     metrics_listed_test.py SOURCE_DIR
 
-The families are the "sluice_..." and "process_..." string literals of src/observability/metrics.cpp (each
-family is named once there); the guide's are the metric names in the first column of the
+The families are the "sluice_..." and "process_..." string literals of src/observability/metrics.cpp
+and of the store's counter list, include/sluice/store/store_counters.hpp (which metrics.cpp
+exposes); the guide's are the metric names in the first column of the
 tables of its "## Metrics" section. Prints the difference and exits 1 if there is one.
 """
 import os
@@ -19,8 +20,10 @@ def main():
         print(__doc__, file=sys.stderr)
         return 2
     root = sys.argv[1]
-    with open(os.path.join(root, "src/observability/metrics.cpp"), encoding="utf-8") as f:
-        exposed = set(re.findall(r'"((?:sluice|process)_[a-z0-9_]+)"', f.read()))
+    exposed = set()
+    for source in ("src/observability/metrics.cpp", "include/sluice/store/store_counters.hpp"):
+        with open(os.path.join(root, source), encoding="utf-8") as f:
+            exposed.update(re.findall(r'"((?:sluice|process)_[a-z0-9_]+)"', f.read()))
     with open(os.path.join(root, "docs/operating.md"), encoding="utf-8") as f:
         guide = f.read()
     start = guide.find("\n## Metrics\n")

@@ -6,6 +6,7 @@
 /// hiredis async on the worker's io_context); Redis Cluster implements the same interface.
 
 #include "sluice/limiter/check.hpp"
+#include "sluice/store/store_counters.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -24,7 +25,6 @@ namespace sluice::store {
 /// Breaker state of a store connection (see issue "When Redis is slow, down or restarted").
 enum class breaker_state { closed, open, half_open };
 
-/// Counters a store keeps for the metrics room. Monotonic unless noted.
 /// The kinds of error reply a Redis store counts (sluice_store_error_replies_total{kind}):
 /// the Redis error prefixes that matter to a check, and `other`.
 /// Source: https://redis.io/docs/reference/protocol-spec/#simple-errors
@@ -71,48 +71,30 @@ constexpr std::size_t batch_bucket(std::size_t checks) noexcept {
   return b;
 }
 
+/// Counts by error_kind (store_stats::error_replies).
+using error_counts = std::array<std::uint64_t, error_kind_count>;
+/// Script calls by batch_bucket() (store_stats::batch_sizes).
+using batch_counts = std::array<std::uint64_t, batch_size_buckets>;
+
+/// The label of error_replies' element `k`: error_kind_name() of kind `k`.
+std::string_view error_kind_label(std::size_t k);
+
+/// The label of batch_sizes' element `k`: the checks per call it counts ("1", "2", "3-4",
+/// "5-8", "9-16", "17-32", "33-64", "65+").
+std::string_view batch_size_label(std::size_t k);
+
+/// Counters a store keeps for the metrics room: one member per row of SLUICE_STORE_COUNTERS
+/// (store_counters.hpp, where each is described), then the gauges that do not add up.
+/// Monotonic unless noted.
 struct store_stats {
-  std::uint64_t checks = 0;              ///< checks decided by the store
-  std::uint64_t timeouts = 0;            ///< checks that missed their deadline
-  std::uint64_t errors = 0;              ///< error replies, protocol errors, disconnects mid-check
-  std::uint64_t unavailable = 0;         ///< checks refused at once (not connected / breaker open)
-  std::uint64_t script_loads = 0;        ///< SCRIPT LOADs (start-up and after NOSCRIPT)
-  std::uint64_t reconnects = 0;          ///< connections established after the first
-  std::uint64_t late_replies = 0;        ///< replies that arrived after their deadline (dropped)
-  std::uint64_t connect_failures = 0;    ///< connection attempts that failed (refused, timed out,
-                                         ///< name not resolved, AUTH or SCRIPT LOAD refused)
-  std::uint64_t breaker_opens = 0;       ///< times the breaker opened from closed
-  std::uint64_t breaker_reopens = 0;     ///< half-open -> open: the probe failed
-  std::uint64_t breaker_half_opens = 0;  ///< open -> half-open: the cool-down ended, a probe goes
-  std::uint64_t breaker_closes = 0;      ///< half-open -> closed: the probe was answered
-  std::uint64_t buckets = 0;        ///< gauge, memory store: bucket entries held (≤ max_buckets)
-  std::uint64_t evictions = 0;      ///< memory store: live buckets evicted at max_buckets
-  std::uint64_t clock_resends = 0;  ///< checks re-sent once after a STALE answer to a timely
-                                    ///< check (the store's clock moved; offset relearned)
-  std::uint64_t wrong_node_drops = 0;  ///< connections dropped after READONLY/LOADING/MASTERDOWN
-  /// Sentinel store: master lookups that found no master because no Sentinel answered (each
-  /// lookup asks every Sentinel in turn), or because those that answered do not know the
-  /// master name.
-  std::uint64_t sentinel_unreachable = 0, sentinel_unknown_master = 0;
-  std::uint64_t master_switches = 0;  ///< Sentinel store: `+switch-master` of our master followed
-  /// Sentinel store: Sentinels learned through `SENTINEL SENTINELS` beyond the configured ones
-  /// (each worker learns them for itself; summed over workers).
-  std::uint64_t sentinels_learned = 0;
-  /// Cluster store: slot maps read and applied, and refreshes where no node gave one.
-  std::uint64_t topology_refreshes = 0, topology_failures = 0;
-  /// Cluster store: checks whose limits live in several slots (decided in two steps); of
-  /// those, the ones that left a slot charged for a request not admitted: a commit refused
-  /// after every peek admitted (a race), or a commit failed on a node after another slot's
-  /// went through.
-  std::uint64_t split_checks = 0, split_commit_refusals = 0, split_partial_commits = 0;
-  std::array<std::uint64_t, error_kind_count> error_replies{};  ///< by error_kind
-  /// Redis stores: script calls by the checks each decided (batch_bucket()).
-  std::array<std::uint64_t, batch_size_buckets> batch_sizes{};
+#define SLUICE_STORE_STATS_MEMBER(member, type, ...) type member{};
+  SLUICE_STORE_COUNTERS(SLUICE_STORE_STATS_MEMBER)
+#undef SLUICE_STORE_STATS_MEMBER
   bool connected = false;                         ///< gauge
   breaker_state breaker = breaker_state::closed;  ///< gauge
 
-  /// Adds every counter of `o` (and the bucket gauge) to these; `connected` and `breaker`,
-  /// which do not add up, are left to the caller.
+  /// Adds every counter of the list of `o` (and the bucket gauge) to these; `connected` and
+  /// `breaker`, which do not add up, are left to the caller.
   void add_counts(const store_stats& o) noexcept;
 };
 
