@@ -9,8 +9,10 @@
 #
 #   bench/accuracy.sh [BUILD_DIR=build] [T=10] [C=32] [M=4] [RUNS=greedy,even,edge]
 #
-# RUNS is a comma list of greedy, even, edge, cluster, lease, shards, calendar, settle and
-# concurrency (each described below), e.g. `bench/accuracy.sh build 10 32 4 settle,concurrency`.
+# RUNS is a comma list of greedy, even, edge, cluster, lease, lease-stall, shards, calendar,
+# settle and concurrency (each described below), given as the fifth argument or as the
+# environment variable RUNS (the argument wins when both are given): e.g.
+# `bench/accuracy.sh build 10 32 4 settle,concurrency` or `RUNS=cluster,lease,shards bench/accuracy.sh`.
 #
 # Each gateway runs one worker; every window is 1 s. Traffic (sluice-accuracy --mode):
 # - greedy: closed-loop clients, as fast as answers come, a random key and route per request;
@@ -32,6 +34,13 @@
 #   exact modes: ratio <= 1.00, the sliding counter's cold start excepted);
 # - lease: the token bucket (20/1s, burst 10) with `lease: 4`, greedy: the overshoot in units
 #   next to the stated bound, lease × workers × instances = 4 × 1 × 3 = 12;
+# - lease-stall: leases filled, then stalled: the token bucket at 200/1s (burst 100) with
+#   `lease: 10` (lease_time 250 ms, the default), the driver's --mode stall: rounds of 1.5 s in
+#   which each gateway first takes a lease of every key (one request of cost 1 each: 9 tokens
+#   held ahead), all clients stay quiet for 200 ms (the bucket refills the 30 tokens the leases
+#   took in 150 ms; the leases are still live), send greedy for 300 ms (the held tokens are
+#   spent on top of the bucket's full burst), then rest 1 s. The overshoot in units next to the
+#   stated bound, 10 × 1 × 3 = 30 (what the gateways can hold ahead is 3 × 9 = 27);
 # - shards: one `by: global` token bucket (30/1s, burst 15) with `shards: 3`, greedy, every
 #   admission measured as one key; the stated bound: never above the limit (0 units); the same
 #   limit without shards first, for comparison.
@@ -54,32 +63,29 @@
 #   key, K = 3 gateways, C clients, the upstream holding each answer 200 ms (a client pauses
 #   10 ms after a 429); the upstream samples its in-flight count at every arrival: the maximum
 #   must stay at most 4; the mean, admitted and refused are reported.
-# Each settle or concurrency run that breaks its bound (driver exit 1) or measures nothing
-# (exit 3) is reported and the script goes on; it exits with the first such status at the end.
+# Each lease, lease-stall, shards, settle or concurrency run that breaks its bound (driver
+# exit 1) or measures nothing (exit 3) is reported and the script goes on; it exits with the
+# first such status at the end. Any other run that measures nothing stops the script (exit 3).
 # `lease` and `shards` are rules-file fields; a build whose loader does not know one says so
 # and skips that run (the message names the loader's error).
 # Output: one line per run from sluice-accuracy. C must be a multiple of M (even traffic).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+[[ ${1:-} == -h || ${1:-} == --help ]] && bench_help "$0"
 BUILD=${1:-build}
 T=${2:-10}
 C=${3:-32}
 M=${4:-4}
-RUNS=${5:-greedy,even,edge}
+RUNS=${5:-${RUNS:-greedy,even,edge}}
 SLUICE=$BUILD/sluice
 DRIVER=$BUILD/sluice-accuracy
 [[ -x $SLUICE && -x $DRIVER ]] || { echo "build sluice and sluice-accuracy in $BUILD first" >&2; exit 1; }
 (( C % M == 0 )) || { echo "C ($C) must be a multiple of M ($M)" >&2; exit 1; }
 
-source "$(dirname "$0")/lib.sh"
 BENCH_WORK=$(mktemp -d)
 BENCH_PIDS=()
-GW_PIDS=()
-cleanup() {
-  for p in "${GW_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  bench_stop_all
-  rm -rf "$BENCH_WORK"
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 WORK=$BENCH_WORK
 if [[ ,$RUNS, == *,greedy,* || ,$RUNS, == *,even,* || ,$RUNS, == *,edge,* || ,$RUNS, == *,settle,* ||
       ,$RUNS, == *,concurrency,* ]]; then
@@ -118,7 +124,8 @@ run() {
     redis-cli -p "$RPORT" FLUSHALL >/dev/null
     store="{type: redis, address: \"127.0.0.1:$RPORT\", timeout: 100ms}"
   fi
-  GW_PIDS=()
+  # The gateways are BENCH_PIDS from here on (stopped on exit), taken off it after the run.
+  local base=${#BENCH_PIDS[@]} gw_pids=()
   for i in $(seq "$k"); do
     local port
     port=$(bench_free_port)
@@ -133,8 +140,9 @@ routes:
   - {name: heavy, match: {path_prefix: /b}, upstream: api, cost: 3, on_store_failure: fail_closed, limits: [$limit]}
 YAML
     "$SLUICE" --config "$WORK/gw$i.yaml" --log-level warn >"$WORK/gw$i.log" 2>&1 &
-    GW_PIDS+=($!)
-    bench_wait_port "$port"
+    gw_pids+=($!)
+    BENCH_PIDS+=($!)
+    bench_wait_port "$port" "$!"
     gateways+="${gateways:+,}127.0.0.1:$port"
   done
   [[ $mode == even ]] && extra+=(--offered 2.5 --start-phase-ms 600)
@@ -166,8 +174,8 @@ YAML
     for p in "${CLUSTER_PORTS[@]}"; do per+="${per:+/}$(sort -u "$WORK/keys.$p" 2>/dev/null | wc -l)"; done
     echo "  keys per master $per${fields:+ ($fields)}"
   fi
-  for p in "${GW_PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  GW_PIDS=()
+  for p in "${gw_pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  BENCH_PIDS=("${BENCH_PIDS[@]:0:base}")
   return "$status"
 }
 
@@ -190,7 +198,7 @@ fi
 # `#<g>` ends, and CRC16 is linear, so their slots stay as far apart for every name);
 # client-0 .. client-7's are on all three.
 M_CLUSTER=${M_CLUSTER:-8}
-if [[ ,$RUNS, == *,cluster,* || ,$RUNS, == *,lease,* || ,$RUNS, == *,shards,* ]]; then
+if [[ ,$RUNS, == *,cluster,* || ,$RUNS, == *,lease,* || ,$RUNS, == *,lease-stall,* || ,$RUNS, == *,shards,* ]]; then
   (( C % M_CLUSTER == 0 )) || { echo "C ($C) must be a multiple of M_CLUSTER ($M_CLUSTER)" >&2; exit 1; }
   M=$M_CLUSTER
 fi
@@ -199,22 +207,43 @@ if [[ ,$RUNS, == *,cluster,* ]]; then
   for algo in token_bucket sliding_log fixed_window sliding_window; do run "$algo" 3 greedy 20 cluster; done
   run sliding_window 3 even 100 cluster
 fi
+BENCH_STATUS=0
+# A run whose bound broke (1) or that measured nothing (3): reported, the script goes on.
+bounded_run() {
+  local rc=0
+  run "$@" || rc=$?
+  if ((rc)); then
+    echo "  FAILED: exit $rc ($( ((rc == 3)) && echo "measured nothing" || echo "bound broken"))"
+    ((BENCH_STATUS)) || BENCH_STATUS=$rc
+  fi
+}
 LEASE=4
 if [[ ,$RUNS, == *,lease,* ]]; then
   if bench_supports lease "{name: l, by: \"header:X-Client\", rate: 20/1s, burst: 10, lease: $LEASE}"; then
     need_cluster
     # Stated bound: lease × workers × instances units above the limit in any window.
-    run token_bucket 3 greedy 20 cluster "" "lease: $LEASE" --bound-units $(( LEASE * 1 * 3 ))
+    bounded_run token_bucket 3 greedy 20 cluster "" "lease: $LEASE" --bound-units $(( LEASE * 1 * 3 ))
   else
     echo "lease: skipped: this build's rules loader does not accept \`lease: $LEASE\` on a token bucket ($BENCH_UNSUPPORTED_WHY)"
+  fi
+fi
+if [[ ,$RUNS, == *,lease-stall,* ]]; then
+  STALL_LEASE=10
+  if bench_supports lease "{name: l, by: \"header:X-Client\", rate: 200/1s, burst: 100, lease: $STALL_LEASE}"; then
+    need_cluster
+    # Stated bound: lease × workers × instances units above the limit in any interval.
+    bounded_run token_bucket 3 stall 200 cluster "" "lease: $STALL_LEASE" \
+      --stall-quiet-ms 200 --stall-burst-ms 300 --stall-rest-ms 1000 --bound-units $(( STALL_LEASE * 1 * 3 ))
+  else
+    echo "lease-stall: skipped: this build's rules loader does not accept \`lease: $STALL_LEASE\` on a token bucket ($BENCH_UNSUPPORTED_WHY)"
   fi
 fi
 if [[ ,$RUNS, == *,shards,* ]]; then
   if bench_supports shards "{name: s, by: global, rate: 30/1s, burst: 15, shards: 3}"; then
     need_cluster
-    run token_bucket 3 greedy 30 cluster global "" --global 1 --bound-units 0
+    bounded_run token_bucket 3 greedy 30 cluster global "" --global 1 --bound-units 0
     # Stated bound: never above the limit.
-    run token_bucket 3 greedy 30 cluster global "shards: 3" --global 1 --bound-units 0
+    bounded_run token_bucket 3 greedy 30 cluster global "shards: 3" --global 1 --bound-units 0
   else
     echo "shards: skipped: this build's rules loader does not accept \`shards: 3\` on a by: global limit ($BENCH_UNSUPPORTED_WHY)"
   fi
@@ -240,16 +269,6 @@ if [[ ,$RUNS, == *,calendar,* ]]; then
     RPORT=$SAVED_RPORT
   fi
 fi
-BENCH_STATUS=0
-# A run whose bound broke (1) or that measured nothing (3): reported, the script goes on.
-bounded_run() {
-  local rc=0
-  run "$@" || rc=$?
-  if ((rc)); then
-    echo "  FAILED: exit $rc ($( ((rc == 3)) && echo "measured nothing" || echo "bound broken"))"
-    ((BENCH_STATUS)) || BENCH_STATUS=$rc
-  fi
-}
 if [[ ,$RUNS, == *,settle,* ]]; then
   SETTLE_N=${SETTLE_N:-1000}
   SETTLE_RESERVE=50

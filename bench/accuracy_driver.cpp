@@ -5,7 +5,8 @@
 //                   --algorithm token_bucket|fixed_window|sliding_window|sliding_log|
 //                               calendar|concurrency
 //                   --rate N --period-ms P [--burst B] [--clients C] [--keys M] [--seconds T]
-//                   [--mode greedy|even|edge] [--offered X] [--edge-ms E]
+//                   [--mode greedy|even|edge|stall] [--offered X] [--edge-ms E]
+//                   [--stall-quiet-ms Q] [--stall-burst-ms D] [--stall-rest-ms R]
 //                   [--warmup-ms W] [--start-phase-ms S] [--dump FILE]
 //                   [--global 1] [--bound-units U] [--calendar-boundary-ms B]
 //                   [--settle-reserve R --settle-costs LO-HI] [--hold-ms H]
@@ -26,6 +27,14 @@
 //   the gateways, so every gateway decides every key.
 // - `edge`: adversarial traffic for window algorithms: clients send (as in greedy) only in the
 //   last E ms of each aligned window (all of a window's requests at its end).
+// - `stall`: leases filled, then stalled (token leasing's worst case): rounds of Q + D + R ms
+//   from the common start. At a round's start client g (g < the number of gateways; client c
+//   talks to gateway c mod K) sends one request of cost 1 for each key in turn, so every
+//   gateway takes a lease of every key; then nobody sends until Q ms into the round (the
+//   gateways hold their leases unspent while the bucket refills: pick Q longer than the refill
+//   of K leases and shorter than `lease_time`); then every client sends as in greedy for D ms
+//   (the gateways spend what they hold while the bucket gives its burst again: the other
+//   gateways take the rest); then nobody sends for R ms (leases end, the bucket fills).
 // Every client starts at the same instant; with --start-phase-ms S that instant is S ms into an
 // aligned window of P on the host's real-time clock (the store's clock on loopback: Redis TIME
 // and the memory store read the same clock), so a run's cold start is reproducible.
@@ -68,8 +77,8 @@
 // `in_flight_mean` over the samples, and the admitted and refused counts. --hold-ms H: the
 // upstream holds every answer H ms (a slow upstream); --refused-pause-ms Q: a client waits Q ms
 // after a 429 before its next request.
-// Exit status: 0 with a line measured (and, for settle and concurrency, within the bound); 1
-// when a settle or concurrency run broke its bound; 3 when the run measured nothing (no request
+// Exit status: 0 with a line measured (and, for settle, concurrency and --bound-units, within
+// the bound); 1 when a run broke its bound; 3 when the run measured nothing (no request
 // sent, none admitted, no admission recorded at the upstream; a calendar run whose keys were not
 // admitted on both sides of B), with the reason on stderr; 2 for bad options.
 
@@ -184,6 +193,7 @@ struct options {
   int clients = 16, keys = 4, seconds = 5;
   std::string mode = "greedy";
   std::int64_t edge_ms = 100;
+  std::int64_t stall_quiet_ms = 200, stall_burst_ms = 300, stall_rest_ms = 1000;  // stall
   double offered = 2.5;
   std::int64_t warmup_ms = -1;                // -1: two windows
   std::int64_t start_phase_ms = -1;           // -1: start at once
@@ -244,6 +254,12 @@ int main(int argc, char** argv) {
       o.offered = std::stod(v);
     } else if (k == "--edge-ms") {
       o.edge_ms = std::stoll(v);
+    } else if (k == "--stall-quiet-ms") {
+      o.stall_quiet_ms = std::stoll(v);
+    } else if (k == "--stall-burst-ms") {
+      o.stall_burst_ms = std::stoll(v);
+    } else if (k == "--stall-rest-ms") {
+      o.stall_rest_ms = std::stoll(v);
     } else if (k == "--warmup-ms") {
       o.warmup_ms = std::stoll(v);
     } else if (k == "--start-phase-ms") {
@@ -275,8 +291,14 @@ int main(int argc, char** argv) {
     std::cerr << "sluice-accuracy: --gateways and --upstream-port are required\n";
     return 2;
   }
-  if (o.mode != "greedy" && o.mode != "even" && o.mode != "edge") {
-    std::cerr << "sluice-accuracy: --mode is greedy, even or edge\n";
+  if (o.mode != "greedy" && o.mode != "even" && o.mode != "edge" && o.mode != "stall") {
+    std::cerr << "sluice-accuracy: --mode is greedy, even, edge or stall\n";
+    return 2;
+  }
+  if (o.mode == "stall" && (o.stall_quiet_ms < 1 || o.stall_burst_ms < 1 || o.stall_rest_ms < 0 ||
+                            o.clients < static_cast<int>(o.gateways.size()) || o.keys < 1)) {
+    std::cerr << "sluice-accuracy: --mode stall needs --stall-quiet-ms and --stall-burst-ms "
+                 "above 0, --stall-rest-ms at least 0 and a client per gateway at least\n";
     return 2;
   }
   if (o.mode == "even" && (o.keys < 1 || o.clients % o.keys != 0 || !(o.offered > 0))) {
@@ -350,11 +372,46 @@ int main(int argc, char** argv) {
       asio::connect(sock, resolver.resolve(gw.first, gw.second), ec);
       beast::flat_buffer buf;
       std::vector<send_record> mine;
+      std::int64_t took_round = -1;  // stall: the last round whose leases this client took
+      int take_next = 0;             // stall: the next key it takes a lease of in this round
       std::this_thread::sleep_until(start);
       for (std::int64_t n = 0; !ec && steady::now() < deadline; ++n) {
         int key = 0;
         bool heavy = false;
-        if (even) {
+        if (o.mode == "stall") {
+          // The round's phase: take (client < K, one request per key), quiet, burst, rest.
+          const bool taker = static_cast<std::size_t>(c) < o.gateways.size();
+          const std::int64_t round_ms = o.stall_quiet_ms + o.stall_burst_ms + o.stall_rest_ms;
+          bool send = false;
+          while (!send && steady::now() < deadline) {
+            const auto since =
+                std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - start)
+                    .count();
+            const std::int64_t round = since / round_ms, off = since % round_ms;
+            const auto at = [&](std::int64_t ms) {
+              return start + std::chrono::milliseconds(round * round_ms + ms);
+            };
+            if (off < o.stall_quiet_ms) {
+              if (taker && took_round != round) {
+                key = take_next++;
+                if (take_next == o.keys) {
+                  take_next = 0;
+                  took_round = round;
+                }
+                send = true;  // cost 1: the lease holds N - 1 tokens ahead
+              } else {
+                std::this_thread::sleep_until(std::min(at(o.stall_quiet_ms), deadline));
+              }
+            } else if (off < o.stall_quiet_ms + o.stall_burst_ms) {
+              key = static_cast<int>(rng() % static_cast<std::uint64_t>(o.keys));
+              heavy = rng() % 4 == 0;
+              send = true;
+            } else {
+              std::this_thread::sleep_until(std::min(at(round_ms), deadline));
+            }
+          }
+          if (!send) break;
+        } else if (even) {
           // The key's j-th request, j = turn + n·(clients per key), at start + j·gap.
           const std::int64_t j = turn + n * per_key_clients;
           std::this_thread::sleep_until(start + std::chrono::microseconds(j * gap_us));
@@ -586,5 +643,6 @@ int main(int argc, char** argv) {
       r.steady_worst_key.c_str(), where(r.steady_worst_window).c_str(), max_gap, r.overshoot_units,
       r.steady_overshoot_units, bound.c_str());
   std::fflush(stdout);
-  std::_Exit(0);  // detached upstream threads may still be blocked in read
+  // Detached upstream threads may still be blocked in read: _Exit. A stated bound broken: 1.
+  std::_Exit(o.bound_units >= 0 && r.overshoot_units > o.bound_units ? 1 : 0);
 }

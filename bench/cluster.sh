@@ -66,15 +66,7 @@ source bench/lib.sh
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 BENCH_WORK=$(mktemp -d -t sluice-cluster.XXXXXX)
 BENCH_PIDS=()
-cleanup() {
-  local rc=$?
-  trap - EXIT
-  bench_stop_all
-  rm -rf "$BENCH_WORK"
-  ((rc == 124)) && echo "cluster.sh: stopped by its time guard" >&2
-  exit "$rc"
-}
-trap cleanup EXIT
+trap 'bench_guarded_exit cluster.sh' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 KEYS=10000

@@ -115,7 +115,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 BENCH_WORK="$(mktemp -d -t sluice-compare-h2.XXXXXX)"
 chmod 755 "$BENCH_WORK" # nginx's workers run as nobody and need to reach their temp dirs
 BENCH_PIDS=()
-trap 'bench_stop_all; rm -rf "$BENCH_WORK"' EXIT
+trap bench_cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 OUT=$BENCH_WORK
@@ -132,7 +132,7 @@ start() { # name command...: in the background, output to $OUT/<name>.log
   BENCH_PIDS+=("$!")
 }
 listening() { # name port: until it accepts a connection, or die naming the system
-  bench_wait_port "$2" "${PID[$1]}" || { tail -20 "$OUT/$1.log" >&2; die "$1 never listened on 127.0.0.1:$2"; }
+  bench_wait_port "$2" "${PID[$1]}" "$OUT/$1.log" || die "$1 never listened on 127.0.0.1:$2"
 }
 
 # A throwaway certificate for 127.0.0.1 (P-256, one day), shared by nginx and sluice.

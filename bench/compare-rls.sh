@@ -63,7 +63,7 @@ for t in h2load wrk protoc redis-server nginx taskset; do command -v "$t" >/dev/
 BENCH_WORK="$(mktemp -d -t sluice-compare-rls.XXXXXX)"
 chmod 755 "$BENCH_WORK"
 BENCH_PIDS=()
-trap 'bench_stop_all; rm -rf "$BENCH_WORK"' EXIT
+trap bench_cleanup EXIT
 OUT=$BENCH_WORK
 
 read -r -a CPUS <<<"$(bench_cpus)"

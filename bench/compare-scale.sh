@@ -115,14 +115,7 @@ BENCH_WORK="$(mktemp -d -t sluice-compare-scale.XXXXXX)"
 chmod 755 "$BENCH_WORK" # nginx's workers run as nobody and need to reach their temp dirs
 OUT=$BENCH_WORK
 BENCH_PIDS=()
-on_exit() {
-  local rc=$?
-  bench_stop_all
-  rm -rf "$BENCH_WORK"
-  if ((rc == 124 || rc == 143)); then echo "compare-scale: stopped by the time guard or a signal" >&2; fi
-  exit "$rc"
-}
-trap on_exit EXIT
+trap 'bench_guarded_exit compare-scale' EXIT
 
 read -r -a CPUS <<<"$(bench_cpus)"
 ((${#CPUS[@]} >= 2)) || die "these modes need 2 CPUs"
@@ -141,9 +134,7 @@ start() { # name command...: in the background, output to $OUT/<name>.log
   BENCH_PIDS+=("$!")
 }
 listening() { # name: until PORT[name] accepts, while PID[name] lives
-  bench_wait_port "${PORT[$1]}" "${PID[$1]}" && return 0
-  tail -20 "$OUT/$1.log" >&2 || true
-  die "$1 never listened on 127.0.0.1:${PORT[$1]}"
+  bench_wait_port "${PORT[$1]}" "${PID[$1]}" "$OUT/$1.log" || die "$1 never listened on 127.0.0.1:${PORT[$1]}"
 }
 
 # Limits never reached. keys: state kept for an hour per key (sluice 1/1h, nginx 1r/m).

@@ -247,53 +247,17 @@ fi
 
 # --- processes, ports, cleanup ----------------------------------------------------------------
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-OUT="$(mktemp -d -t sluice-compare.XXXXXX)"
+BENCH_WORK="$(mktemp -d -t sluice-compare.XXXXXX)"
+OUT=$BENCH_WORK
 chmod 755 "$OUT" # nginx's workers run as nobody and need to reach their temp dirs
-pids=()
-cleanup() {
-  local rc=$? p
-  trap - EXIT INT TERM
-  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill "${pids[$i]}" 2>/dev/null || true; done
-  for _ in $(seq 50); do
-    local alive=0
-    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    ((alive)) || break
-    sleep 0.1
-  done
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$OUT"
-  ((rc == 124 || rc == 143)) && echo "compare: stopped by the time guard or a signal" >&2
-  exit "$rc"
-}
-trap cleanup EXIT
+BENCH_PIDS=()
+trap 'bench_guarded_exit compare' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-USED_PORTS=" "
-free_port() {
-  local p
-  for _ in $(seq 50); do
-    p=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
-      shuf -i 20000-60000 -n 1)
-    [[ $USED_PORTS == *" $p "* ]] && continue
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
-    USED_PORTS+="$p "
-    echo "$p"
-    return 0
-  done
-  die "no free port found"
-}
-
-wait_port() { # port pid name
-  for _ in $(seq 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    kill -0 "$2" 2>/dev/null || { tail -20 "$OUT/$3.log" >&2 || true; die "$3 exited before listening on $1"; }
-    sleep 0.05
-  done
-  tail -20 "$OUT/$3.log" >&2 || true
-  die "$3 never listened on 127.0.0.1:$1"
-}
+# listening NAME: until the system NAME listens on PORT[NAME] (bench_wait_port), else its log's
+# tail and a clear end.
+listening() { bench_wait_port "${PORT[$1]}" "${PID[$1]}" "$OUT/$1.log" || die "$1 never listened on 127.0.0.1:${PORT[$1]}"; }
 
 declare -A PID PORT ADMIN
 start() { # name command...: runs it in the background, output to $OUT/<name>.log
@@ -301,7 +265,7 @@ start() { # name command...: runs it in the background, output to $OUT/<name>.lo
   shift
   "$@" >"$OUT/$name.log" 2>&1 &
   PID[$name]=$!
-  pids+=("$!")
+  BENCH_PIDS+=("$!")
 }
 
 
@@ -315,33 +279,33 @@ fi
 HEADERS_YAML="[x-ratelimit, ietf]"
 ((QUOTA_HEADERS)) || HEADERS_YAML="[]"
 
-PORT[upstream]=$(free_port)
+PORT[upstream]=$(bench_free_port)
 mkdir -p "$OUT/upstream-tmp"
 bench_fill "$TPL/upstream-nginx.conf" "$OUT/upstream.conf" DIR="$OUT" PORT="${PORT[upstream]}"
 start upstream nginx -e "$OUT/upstream-error.log" -c "$OUT/upstream.conf" -p "$OUT"
 PORT[direct]=${PORT[upstream]}
 
 if uses_redis; then
-  PORT[redis]=$(free_port)
+  PORT[redis]=$(bench_free_port)
   start redis redis-server --port "${PORT[redis]}" --bind 127.0.0.1 --save "" --appendonly no \
     --dir "$OUT" --logfile "$OUT/redis-server.log"
 fi
 if has_system nginx; then
-  PORT[nginx]=$(free_port)
+  PORT[nginx]=$(bench_free_port)
   mkdir -p "$OUT/nginx-limit-tmp"
   bench_fill "$TPL/nginx-limit.conf" "$OUT/nginx-limit.conf" DIR="$OUT" PORT="${PORT[nginx]}" \
     UPSTREAM_PORT="${PORT[upstream]}" NGINX_RATE="$NGINX_RATE" NGINX_BURST="$NGINX_BURST"
   start nginx nginx -e "$OUT/nginx-limit-error.log" -c "$OUT/nginx-limit.conf" -p "$OUT"
 fi
 if has_system haproxy; then
-  PORT[haproxy]=$(free_port)
+  PORT[haproxy]=$(bench_free_port)
   bench_fill "$TPL/haproxy.cfg" "$OUT/haproxy.cfg" PORT="${PORT[haproxy]}" \
     UPSTREAM_PORT="${PORT[upstream]}" HAPROXY_RATE="$HAPROXY_RATE"
   haproxy -c -q -f "$OUT/haproxy.cfg" || die "haproxy refuses its config"
   start haproxy haproxy -db -f "$OUT/haproxy.cfg"
 fi
-wait_port "${PORT[upstream]}" "${PID[upstream]}" upstream
-if uses_redis; then wait_port "${PORT[redis]}" "${PID[redis]}" redis; fi
+listening upstream
+if uses_redis; then listening redis; fi
 
 sluice_rules() { # name store-yaml [limit fields]
   bench_fill "$TPL/sluice.yaml" "$OUT/$1.yaml" PORT="${PORT[$1]}" ADMIN_PORT="${ADMIN[$1]}" \
@@ -354,8 +318,8 @@ sluice_rules() { # name store-yaml [limit fields]
 }
 for s in $SLUICE_SYSTEMS; do
   has_system "$s" || continue
-  PORT[$s]=$(free_port)
-  ADMIN[$s]=$(free_port)
+  PORT[$s]=$(bench_free_port)
+  ADMIN[$s]=$(bench_free_port)
 done
 if has_system sluice-memory; then sluice_rules sluice-memory "{type: memory}"; fi
 if has_system sluice-redis; then
@@ -368,7 +332,7 @@ fi
 if has_system sluice-unbatched; then
   sluice_rules sluice-unbatched "{type: redis, address: 127.0.0.1:${PORT[redis]}, timeout: 50ms, max_batch: 1}"
 fi
-for s in "${SYSTEM_LIST[@]}"; do [[ $s == direct ]] || wait_port "${PORT[$s]}" "${PID[$s]}" "$s"; done
+for s in "${SYSTEM_LIST[@]}"; do [[ $s == direct ]] || listening "$s"; done
 for s in $SLUICE_SYSTEMS; do
   has_system "$s" || continue
   for _ in $(seq 100); do

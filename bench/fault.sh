@@ -13,9 +13,14 @@
 # SLUICE_BENCH_WORKERS sets the gateway's workers (default 2).
 # SLUICE_BUILD names a build directory that already holds sluice and sluice-echo-upstream
 # (default: scripts/setup builds build/).
+# A phase in which wrk completed no request, or a phase before a fault in which none answered
+# 2xx, fails the script (exit 3).
 # Usage: bench/fault.sh [connections per route=8]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+[[ ${1:-} == -h || ${1:-} == --help ]] && bench_help "$0"
 CONNS="${1:-8}"
 PRE=7; OUT_S=5; POST=8  # wrk takes whole seconds
 BUILD="${SLUICE_BUILD:-build}"
@@ -24,27 +29,21 @@ TIMEOUT="${SLUICE_BENCH_TIMEOUT:-5ms}"
 dpkg-query -W -f='${Status}' wrk 2>/dev/null | grep -q "install ok installed" ||
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
 
-OUT="$(mktemp -d -t sluice-fault.XXXXXX)"
-pids=()
+BENCH_WORK="$(mktemp -d -t sluice-fault.XXXXXX)"
+OUT=$BENCH_WORK
+BENCH_PIDS=()
 REDIS_PID=""
-cleanup() {
-  [ -n "$REDIS_PID" ] && kill -CONT "$REDIS_PID" 2>/dev/null || true
-  for p in "${pids[@]}" $REDIS_PID; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$OUT"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+# A frozen Redis is thawed first, so that it can take its SIGTERM.
+trap '[ -n "$REDIS_PID" ] && kill -CONT "$REDIS_PID" 2>/dev/null; bench_cleanup' EXIT
 now() { date +%s.%N; }
 
-UP=$(free_port); RP=$(free_port); GP=$(free_port)
-"$BUILD"/sluice-echo-upstream --listen 127.0.0.1:$UP --threads 1 & pids+=($!)
+UP=$(bench_free_port); RP=$(bench_free_port); GP=$(bench_free_port)
+"$BUILD"/sluice-echo-upstream --listen 127.0.0.1:$UP --threads 1 & BENCH_PIDS+=($!)
 start_redis() {
   redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT" \
     --logfile "$OUT/redis.log" &
   REDIS_PID=$!
+  BENCH_PIDS+=($!)
 }
 start_redis
 
@@ -74,9 +73,9 @@ routes:
     limits: [{name: probe_key, by: api_key, rate: 1/1h, burst: 100000000}]
 YAML
 
-wait_port $UP; wait_port $RP
-"$BUILD"/sluice --config "$OUT/rules.yaml" --log-level info 2>"$OUT/gateway.log" & GW=$!; pids+=($GW)
-wait_port $GP
+bench_wait_port $UP; bench_wait_port $RP
+"$BUILD"/sluice --config "$OUT/rules.yaml" --log-level info 2>"$OUT/gateway.log" & GW=$!; BENCH_PIDS+=("$GW")
+bench_wait_port $GP $GW "$OUT/gateway.log"
 
 wrk_run() {  # name route seconds
   wrk -t1 -c"$CONNS" -d"$3s" --timeout 1s --latency -s bench/status.lua \
@@ -92,6 +91,8 @@ report() {
   quota=$(awk '$1=="quota_fields" {print $2}' "$f")
   p99=$(awk '$1=="99%" {print $2}' "$f")
   tmo=$(sed -n 's/.*Socket errors:.*timeout \([0-9]*\).*/\1/p' "$f"); tmo=${tmo:-0}
+  ((${total:-0} > 0)) || { cat "$f" >&2; bench_measured_nothing fault.sh "$1: wrk completed no request"; }
+  [[ $1 != *-before-* ]] || ((ok > 0)) || bench_measured_nothing fault.sh "$1: no request answered 2xx before the fault"
   printf '  %-16s %8s req  2xx %6.2f%%  503 %-7s other-5xx %-4s with-quota %-7s p99 %-9s timeouts>1s %s\n' \
     "$1" "$total" "$(awk -v a="$ok" -v t="$total" 'BEGIN {print t ? 100*a/t : 0}')" "$s503" "$s5xx" "$quota" "$p99" "$tmo"
 }

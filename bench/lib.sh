@@ -2,8 +2,10 @@
 # shellcheck shell=bash
 # Helpers shared by the bench scripts (sourced, not run): free loopback ports, waiting for a
 # port, CPU ticks of a process tree, the CPUs a script may use, config templates, h2load's
-# figures, and a real Redis Cluster started and stopped by pid. Every wait has a bound. The caller sets BENCH_PIDS=() and stops them on exit
-# (bench_stop_all); BENCH_WORK is its temporary directory.
+# figures, and a real Redis Cluster started and stopped by pid. Every wait has a bound. The
+# caller sets BENCH_PIDS=() and stops them on exit (bench_stop_all, or `trap bench_cleanup
+# EXIT`, which also removes BENCH_WORK, its temporary directory). A run that measured nothing
+# ends with bench_measured_nothing (exit 3), never with a row of zeros.
 
 # A free 127.0.0.1 port: the kernel's pick for port 0, on which nothing listens now.
 bench_free_port() {
@@ -18,18 +20,21 @@ bench_free_port() {
   return 1
 }
 
-# bench_wait_port PORT [PID]: until 127.0.0.1:PORT accepts a connection (10 s at most), or
-# at once when process PID (the server that should listen there) has exited.
+# bench_wait_port PORT [PID] [LOG]: until 127.0.0.1:PORT accepts a connection (10 s at most),
+# or at once when process PID (the server that should listen there) has exited; on failure the
+# last 20 lines of LOG (the server's output) go to stderr.
 bench_wait_port() {
   for _ in $(seq 200); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
     if [[ -n ${2:-} ]] && ! kill -0 "$2" 2>/dev/null; then
       echo "port $1 never opened: process $2 exited" >&2
+      if [[ -n ${3:-} ]]; then tail -20 "$3" >&2 || true; fi
       return 1
     fi
     sleep 0.05
   done
   echo "port $1 never opened" >&2
+  if [[ -n ${3:-} ]]; then tail -20 "$3" >&2 || true; fi
   return 1
 }
 
@@ -89,6 +94,38 @@ bench_h2load_percentiles() {
       for (i = 1; i <= n; i++) { r = int(NR * p[i] / 100 + 0.5); if (r < 1) r = 1; if (r > NR) r = NR
         printf "%s%s", (i > 1 ? " " : ""), v[r] }
       print "" }'
+}
+
+# bench_help SCRIPT: prints the script's leading comment (its usage) and exits 0.
+bench_help() {
+  awk 'NR == 1 { next } /^#/ { if ($0 ~ /SPDX-License-Identifier|shellcheck/) next
+      sub(/^# ?/, ""); print; next } { exit }' "$1"
+  exit 0
+}
+
+# bench_measured_nothing SCRIPT WHAT: says on stderr that the run measured nothing and why
+# (no request completed, no bucket made, no decision counted...), and exits 3. Call it from the
+# script's own shell, not from a $(...) substitution.
+bench_measured_nothing() {
+  echo "$1: measured nothing: $2" >&2
+  exit 3
+}
+
+# bench_cleanup: bench_stop_all, then removes BENCH_WORK when set; for `trap bench_cleanup EXIT`.
+bench_cleanup() {
+  bench_stop_all
+  if [[ -n ${BENCH_WORK:-} ]]; then rm -rf "$BENCH_WORK"; fi
+}
+
+# bench_guarded_exit NAME: for `trap 'bench_guarded_exit NAME' EXIT` in a script that runs under
+# its own time guard (timeout): bench_cleanup, and a line saying the guard or a signal stopped
+# NAME when the status is 124 or 143; the script's status is kept.
+bench_guarded_exit() {
+  local rc=$?
+  trap - EXIT INT TERM
+  bench_cleanup
+  if ((rc == 124 || rc == 143)); then echo "$1: stopped by the time guard or a signal" >&2; fi
+  exit "$rc"
 }
 
 # Stops every pid in BENCH_PIDS (last started first), SIGKILL after 5 s.

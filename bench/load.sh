@@ -7,10 +7,14 @@
 #            and a route limit, bursts of 1,000,000 that are never reached) -> upstream
 # SLUICE_BENCH_WORKERS sets the gateway's workers (default 1: on 2 cores wrk, redis and the
 # upstream need the rest). SLUICE_BENCH_LAYOUT sets store.layout (hash, the default, or key).
-# Prints requests/s, p99 latency, non-2xx and socket errors for each, and the ratios.
+# Prints requests/s, p99 latency, non-2xx and socket errors for each, and the ratios. A path on
+# which wrk completed no request, or none answered 2xx, fails the script (exit 3).
 # Usage: bench/load.sh [seconds=10] [connections=50]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+[[ ${1:-} == -h || ${1:-} == --help ]] && bench_help "$0"
 DURATION="${1:-10}"
 CONNS="${2:-50}"
 KEYS="${SLUICE_BENCH_KEYS:-10000}"
@@ -20,18 +24,14 @@ for p in wrk nginx-light; do
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null; }
 done
 
-OUT="$(mktemp -d -t sluice-bench.XXXXXX)"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$OUT"; }
-trap cleanup EXIT
+BENCH_WORK="$(mktemp -d -t sluice-bench.XXXXXX)"
+OUT=$BENCH_WORK
+BENCH_PIDS=()
+trap bench_cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
-  shuf -i 20000-60000 -n 1; }
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
-
-UP=$(free_port); RP=$(free_port); GP=$(free_port); NP=$(free_port)
-build/sluice-echo-upstream --listen 127.0.0.1:$UP --threads 1 & pids+=($!)
-redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT" --logfile "$OUT/redis.log" & pids+=($!)
+UP=$(bench_free_port); RP=$(bench_free_port); GP=$(bench_free_port); NP=$(bench_free_port)
+build/sluice-echo-upstream --listen 127.0.0.1:$UP --threads 1 & BENCH_PIDS+=($!)
+redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT" --logfile "$OUT/redis.log" & BENCH_PIDS+=($!)
 
 {
   echo "listen: 127.0.0.1:$GP"
@@ -65,19 +65,22 @@ http {
 }
 NGINX
 
-wait_port $UP; wait_port $RP
-build/sluice --config "$OUT/rules.yaml" --log-level warn & pids+=($!)
-nginx -c "$OUT/nginx.conf" -p "$OUT" & pids+=($!)
-wait_port $GP; wait_port $NP
+bench_wait_port $UP; bench_wait_port $RP
+build/sluice --config "$OUT/rules.yaml" --log-level warn & BENCH_PIDS+=($!)
+nginx -c "$OUT/nginx.conf" -p "$OUT" & BENCH_PIDS+=($!)
+bench_wait_port $GP; bench_wait_port $NP
 
 run() {  # name port
   local name=$1 port=$2
   SLUICE_BENCH_KEYS=$KEYS wrk -t2 -c"$CONNS" -d"${DURATION}s" --latency -s bench/keys.lua \
     "http://127.0.0.1:$port/v1/items" > "$OUT/$name.txt" 2>&1
-  local rps p99 non2xx sock
+  local rps p99 non2xx sock total
+  total=$(awk '/ requests in / {print $1}' "$OUT/$name.txt")
+  ((${total:-0} > 0)) || { cat "$OUT/$name.txt" >&2; bench_measured_nothing load.sh "$name: wrk completed no request"; }
   rps=$(awk '/Requests\/sec/ {print $2}' "$OUT/$name.txt")
   p99=$(awk '$1=="99%" {print $2}' "$OUT/$name.txt")
   non2xx=$(awk '/Non-2xx/ {print $NF}' "$OUT/$name.txt"); non2xx=${non2xx:-0}
+  ((non2xx < total)) || bench_measured_nothing load.sh "$name: none of $total requests answered 2xx"
   sock=$(awk -F'[ ,]+' '/Socket errors/ {print $4"/"$6"/"$8"/"$10}' "$OUT/$name.txt"); sock=${sock:-0/0/0/0}
   printf '%-8s %12s req/s   p99 %-9s non-2xx %-6s socket errors (connect/read/write/timeout) %s\n' \
     "$name" "$rps" "$p99" "$non2xx" "$sock"

@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Memory per key in Redis for each algorithm (issue 5): 1,000,000 keys created by calling the
-# embedded check script directly (EVALSHA through `redis-cli --pipe`), then
-# (INFO memory used_memory after − before) / keys.
+# Memory per bucket in Redis for each algorithm (issue 5): KEYS buckets (default 1,000,000)
+# created through the product's own Redis store (sluice-bench-redis-check, bench/redis_check.cpp:
+# the gateway's keys, layout and script call), one check per bucket, then
+# (INFO memory used_memory after − before) / buckets.
 #
-#   bench/memory.sh [BUILD_DIR=build] [KEYS=1000000]
+#   bench/memory.sh [BUILD_DIR=build] [KEYS=1000000] [ALGORITHMS=token_bucket,fixed_window,sliding_window,sliding_log]
 #
-# Buckets look like the gateway's: sl:{free_minute|k|rkey-0000001} (limit name, identity
-# kind, API key), under both layouts: `key` (one Redis key per bucket) and `hash` (the
-# default: the bucket is field rkey-0000001 of the group hash sl:{free_minute|k|#<g>}, with
-# g = FNV-1a-64 mod 65,536, as src/limiter/keys.cpp computes it). Every limit is 100/1d (so
-# nothing expires during the run); each bucket gets one request of cost 1 (the sliding log
-# then holds one stamp; a second figure, on a tenth of the keys with 100 stamps each, shows
-# its per-unit cost). "bytes/bucket" divides by the number of buckets, not of Redis keys.
+# Buckets look like the gateway's for an API key: sl:{free_minute|k|rkey-0000001} (limit
+# name, identity kind, API key), under both layouts: `key` (one Redis key per bucket) and
+# `hash` (the default: the bucket is field rkey-0000001 of the group hash
+# sl:{free_minute|k|#<g>}, 65,536 groups per limit, as src/limiter/keys.cpp computes it).
+# Every limit is 100/1d (the driver's `keep`: a bucket with one unit taken lives at least
+# 14 minutes, the time a token bucket takes to get that unit back, so every bucket made is
+# still there at the end of a case); each bucket gets one check of cost 1 (the sliding log then
+# holds one stamp; a second figure, on a tenth of the keys with a check of cost 100 each, shows
+# its per-stamp cost). "bytes/bucket" divides by the buckets found in Redis afterwards (the
+# fields of the group hashes, or the keys), which must be KEYS: a case that made no bucket, or
+# fewer than it checked, fails the script (exit 3 or 1) instead of printing a zero.
 #
 #   bench/memory.sh --memory-store [BUILD_DIR=build] [MAX_BUCKETS...]
 #
@@ -22,8 +27,16 @@
 # (default 3) rounds of SLUICE_BENCH_ROUND_SECONDS (default 9) each; after each round: gateway RSS, the
 # sluice_store_buckets gauge, sluice_store_evictions_total, req/s and p99. Once per
 # MAX_BUCKETS given (default: 1099511627776, i.e. no bound in practice, then 1000000, the
-# default, then 250000).
+# default, then 250000). A round in which wrk completed no request, or a bound after whose
+# rounds the gateway holds no bucket, fails the script (exit 3).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+[[ ${1:-} == -h || ${1:-} == --help ]] && bench_help "$0"
+BENCH_WORK=$(mktemp -d)
+BENCH_PIDS=()
+trap bench_cleanup EXIT
+
 if [[ ${1:-} == --memory-store ]]; then
   shift
   BUILD=${1:-build}
@@ -33,14 +46,11 @@ if [[ ${1:-} == --memory-store ]]; then
   SECS=${SLUICE_BENCH_ROUND_SECONDS:-9}
   ROUNDS=${SLUICE_BENCH_ROUNDS:-3}
   command -v wrk >/dev/null || { echo "memory.sh: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
-  free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-  wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
-  DIR=$(mktemp -d)
-  pids=()
-  trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$DIR"' EXIT
-  UP=$(free_port)
-  "$BUILD"/sluice-echo-upstream --listen 127.0.0.1:$UP --threads 1 & pids+=($!)
-  wait_port "$UP"
+  DIR=$BENCH_WORK
+  UP=$(bench_free_port)
+  "$BUILD"/sluice-echo-upstream --listen 127.0.0.1:$UP --threads 1 &
+  BENCH_PIDS+=($!)
+  bench_wait_port "$UP" "$!"
   # Every request a fresh X-Client value: round, wrk thread, counter.
   cat >"$DIR/fresh.lua" <<'LUA'
 local round = os.getenv("SLUICE_BENCH_ROUND") or "0"
@@ -59,8 +69,8 @@ LUA
   rss_mb() { awk '/^VmRSS:/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
   printf '%-15s %5s %8s %10s %10s %9s %8s\n' max_buckets round rss_MB buckets evictions req/s p99
   for bound in "${BOUNDS[@]}"; do
-    GP=$(free_port)
-    AP=$(free_port)
+    GP=$(bench_free_port)
+    AP=$(bench_free_port)
     cat >"$DIR/rules.yaml" <<YAML
 listen: 127.0.0.1:$GP
 admin: 127.0.0.1:$AP
@@ -73,89 +83,87 @@ routes:
     upstream: api
     limits: [{name: items_client, by: "header:X-Client", rate: 10/1h, burst: 10}]
 YAML
-    "$BUILD"/sluice --config "$DIR/rules.yaml" --no-watch --log-level warn & GW=$!
-    pids+=($GW)
-    wait_port "$GP"
+    "$BUILD"/sluice --config "$DIR/rules.yaml" --no-watch --log-level warn &
+    GW=$!
+    BENCH_PIDS+=("$GW")
+    bench_wait_port "$GP" "$GW"
     printf '%-15s %5s %8s %10s %10s %9s %8s\n' "$bound" 0 "$(rss_mb $GW)" "$(metric sluice_store_buckets)" \
       "$(metric sluice_store_evictions_total)" - -
     for round in $(seq "$ROUNDS"); do
       SLUICE_BENCH_ROUND=$round timeout $((SECS + 10)) wrk -t2 -c50 -d"${SECS}s" --latency \
         -s "$DIR/fresh.lua" "http://127.0.0.1:$GP/v1/items" >"$DIR/wrk.out"
+      done_n=$(awk '/ requests in / {print $1}' "$DIR/wrk.out")
+      ((${done_n:-0} > 0)) ||
+        { cat "$DIR/wrk.out" >&2; bench_measured_nothing memory.sh "max_buckets $bound, round $round: wrk completed no request"; }
       rps=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' "$DIR/wrk.out")
       p99=$(awk '$1 == "99%" {print $2}' "$DIR/wrk.out")
       printf '%-15s %5s %8s %10s %10s %9s %8s\n' "$bound" "$round" "$(rss_mb $GW)" \
         "$(metric sluice_store_buckets)" "$(metric sluice_store_evictions_total)" "$rps" "$p99"
     done
+    buckets=$(metric sluice_store_buckets)
+    ((${buckets:-0} > 0)) || bench_measured_nothing memory.sh "max_buckets $bound: the gateway holds no bucket after $ROUNDS rounds"
     kill -TERM "$GW"
     wait "$GW" 2>/dev/null || true
   done
   exit 0
 fi
+
 BUILD=${1:-build}
 KEYS=${2:-1000000}
-SCRIPT=$(mktemp)
-# The check script is the concatenation the build embeds (CMakeLists.txt, sluice_embed_lua).
-SRC=$(cd "$(dirname "$0")/.." && pwd)
-for part in common token_bucket window fixed_window sliding_window sliding_log check; do
-  cat "$SRC/lua/$part.lua"; echo
-done >"$SCRIPT"
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
-DIR=$(mktemp -d)
-redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" >"$DIR/redis.log" 2>&1 &
-PID=$!
-trap 'kill $PID 2>/dev/null || true; rm -rf "$DIR" "$SCRIPT"' EXIT
-for _ in $(seq 100); do redis-cli -p "$PORT" PING >/dev/null 2>&1 && break; sleep 0.05; done
-SHA=$(redis-cli -p "$PORT" -x SCRIPT LOAD <"$SCRIPT")
-
-used() { redis-cli -p "$PORT" INFO memory | tr -d '\r' | awk -F: '/^used_memory:/{print $2}'; }
-
-measure() {  # measure NAME LAYOUT ALGO_ID A B C COST_PER_KEY [KEYS]
-  local name=$1 layout=$2 id=$3 a=$4 b=$5 c=$6 units=$7 keys=${8:-$KEYS}
-  redis-cli -p "$PORT" FLUSHALL >/dev/null
-  sleep 0.5
-  local before after
-  before=$(used)
-  python3 - "$SHA" "$keys" "$layout" "$id" "$a" "$b" "$c" "$units" <<'PY' | redis-cli -p "$PORT" --pipe >/dev/null
-import sys
-sha, keys, layout, algo, a, b, c, units = sys.argv[1], int(sys.argv[2]), *sys.argv[3:9]
-def fnv1a64(text):
-    h = 0xcbf29ce484222325
-    for byte in text.encode():
-        h = ((h ^ byte) * 0x100000001b3) % (1 << 64)
-    return h
-out = sys.stdout.buffer
-def cmd(*args):
-    parts = [b"*%d\r\n" % len(args)]
-    for x in args:
-        x = x.encode() if isinstance(x, str) else x
-        parts.append(b"$%d\r\n%s\r\n" % (len(x), x))
-    return b"".join(parts)
-buf = []
-for i in range(keys):
-    enc = "rkey-%07d" % i
-    if layout == "hash":
-        key, field = "sl:{free_minute|k|#%x}" % (fnv1a64(enc) % 65536), enc
-    else:
-        key, field = "sl:{free_minute|k|%s}" % enc, ""
-    buf.append(cmd("EVALSHA", sha, "1", key, "-1", "1", "-1", algo, a, b, c, units, "0", field))
-    if len(buf) == 10000:
-        out.write(b"".join(buf)); buf = []
-out.write(b"".join(buf))
-PY
-  after=$(used)
-  local n
-  n=$(redis-cli -p "$PORT" DBSIZE)
-  python3 -c "print('%-40s buckets=%d redis_keys=%d  used_memory delta=%d  bytes/bucket=%.1f' % ('$name [$layout]', $keys, $n, $after - $before, ($after - $before) / max(1, $keys)))"
+ALGORITHMS=${3:-token_bucket,fixed_window,sliding_window,sliding_log}
+DRIVER=$BUILD/sluice-bench-redis-check
+[[ -x $DRIVER ]] ||
+  { echo "memory.sh: $DRIVER not found (cmake --build $BUILD --target sluice-bench-redis-check)" >&2; exit 2; }
+[[ $KEYS =~ ^[1-9][0-9]*$ ]] || { echo "memory.sh: KEYS must be a positive whole number" >&2; exit 2; }
+bench_redis redis
+PORT=$REDIS_PORT
+cli() { redis-cli -p "$PORT" "$@"; }
+used() { cli INFO memory | tr -d '\r' | awk -F: '/^used_memory:/ {print $2}'; }
+# The buckets Redis holds: the fields of every group hash (`|#<g>}`) plus every other sluice
+# key (a bucket of the key layout, or a sliding log's own list).
+buckets() {
+  cli EVAL "local n = 0
+    local cursor = '0'
+    repeat
+      local r = redis.call('SCAN', cursor, 'MATCH', 'sl:*', 'COUNT', 10000)
+      cursor = r[1]
+      for _, k in ipairs(r[2]) do
+        if string.find(k, '|#', 1, true) then n = n + redis.call('HLEN', k) else n = n + 1 end
+      end
+    until cursor == '0'
+    return n" 0
 }
 
-# Token bucket 100/1d: gcd(100, 86,400,000) = 100, so refill 1 unit per ms, 864,000 units per token.
-for layout in hash key; do
-  measure "token_bucket 100/1d burst 100" $layout 0 1 864000 100 1
-  measure "fixed_window 100/1d" $layout 1 86400000 100 0 1
-  measure "sliding_window 100/1d" $layout 2 86400000 100 0 1
+echo "redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), buckets made by $DRIVER (limit free_minute, 100/1d, by api_key)"
+measure() { # measure LABEL ALGORITHM LAYOUT KEYS COST
+  local label=$1 algo=$2 layout=$3 keys=$4 cost=$5 before after out rc=0 n redis_keys
+  cli FLUSHALL >/dev/null
+  sleep 0.5 # lazy frees settle
+  before=$(used)
+  out=$("$DRIVER" "$PORT" "$algo" 1 "$keys" "$keys" keep "layout=$layout" name=free_minute \
+    "cost=$cost" seconds=600) || rc=$?
+  after=$(used)
+  n=$(buckets)
+  redis_keys=$(cli DBSIZE)
+  [[ $n =~ ^[0-9]+$ ]] || { echo "memory.sh: $label [$layout]: counting the buckets failed: $n" >&2; exit 1; }
+  ((n > 0)) || bench_measured_nothing memory.sh "$label [$layout]: no bucket was made (driver: $out)"
+  if ((rc)) || ((n != keys)); then
+    echo "memory.sh: $label [$layout]: $n buckets in Redis for $keys checks (driver exit $rc: $out)" >&2
+    exit 1
+  fi
+  awk -v l="$label [$layout]" -v n="$n" -v k="$redis_keys" -v b="$before" -v a="$after" \
+    -v s="$(sed -n 's/.*seconds=\([0-9.]*\).*/\1/p' <<<"$out")" 'BEGIN {
+      printf "%-40s buckets=%d redis_keys=%d  used_memory delta=%d  bytes/bucket=%.1f  (%.0f s)\n",
+        l, n, k, a - b, (a - b) / n, s }'
+}
+
+for algo in ${ALGORITHMS//,/ }; do
+  case $algo in
+    token_bucket | fixed_window | sliding_window)
+      for layout in hash key; do measure "$algo 100/1d" "$algo" $layout "$KEYS" 1; done ;;
+    sliding_log) # always a key of its own (a list)
+      measure "sliding_log 100/1d (1 stamp)" sliding_log key "$KEYS" 1
+      measure "sliding_log 100/1d (100 stamps)" sliding_log key $((KEYS / 10 > 0 ? KEYS / 10 : 1)) 100 ;;
+    *) echo "memory.sh: unknown algorithm $algo" >&2; exit 2 ;;
+  esac
 done
-# The sliding log always has a key of its own (a list).
-measure "sliding_log 100/1d (1 stamp)" key 3 86400000 100 0 1
-measure "sliding_log 100/1d (100 stamps)" key 3 86400000 100 0 100 $((KEYS / 10))

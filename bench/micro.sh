@@ -8,8 +8,11 @@
 # Usage: bench/micro.sh [--min-time SECONDS=0.5] [--filter REGEX] [--json FILE] [--build DIR]
 #   --json FILE  also keep Google Benchmark's JSON report in FILE
 #   --build DIR  the build tree (default build/; configured with Ninja when absent)
+# A run in which no benchmark ran without error (a --filter that matches none) exits 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 MIN_TIME=0.5
 FILTER=.
@@ -21,7 +24,7 @@ while (($#)); do
     --filter) FILTER="$2"; shift 2 ;;
     --json) JSON="$2"; shift 2 ;;
     --build) BUILD="$2"; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) bench_help "$0" ;;
     *) echo "micro.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -65,13 +68,18 @@ skip = {"name", "run_name", "run_type", "repetitions", "repetition_index", "thre
         "iterations", "real_time", "cpu_time", "time_unit", "family_index",
         "per_family_instance_index", "aggregate_name", "aggregate_unit", "label",
         "error_occurred", "error_message"}
+ran = 0
 for b in report["benchmarks"]:
     name = b["name"].removeprefix("BM_")
     if b.get("error_occurred"):
         print(f"| {name} | error: {b.get('error_message', '')} | | | |")
         continue
+    ran += 1
     f = scale[b.get("time_unit", "ns")]
     counters = ", ".join(f"{k}={v:g}" for k, v in b.items() if k not in skip)
     print(f"| {name} | {b['real_time'] * f:,.1f} | {b['cpu_time'] * f:,.1f} | "
           f"{b['iterations']:,} | {counters} |")
+if not ran:
+    print("micro.sh: measured nothing: no benchmark ran without error", file=sys.stderr)
+    sys.exit(3)
 PY

@@ -5,9 +5,14 @@
 # that are never limited. Runs wrk against the gateway with the cache on and off in
 # interleaved rounds (pinned: wrk and the upstream on CPU 0, the gateway and Redis on CPU 1)
 # and prints requests/s, Redis EVALSHA calls per request and the gateway's cached refusals.
+# A run in which wrk completed no request, or the gateway decided none (no script call and no
+# cached refusal), fails the script (exit 3).
 # Usage: bench/overlimit.sh [build dir (default build)] [rounds (default 2)] [seconds (default 8)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+[[ ${1:-} == -h || ${1:-} == --help ]] && bench_help "$0"
 BUILD=${1:-build}
 ROUNDS=${2:-2}
 SECS=${3:-8}
@@ -23,40 +28,23 @@ done
   exit 1
 }
 
-DIR=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
+BENCH_WORK=$(mktemp -d)
+DIR=$BENCH_WORK
+BENCH_PIDS=()
+trap bench_cleanup EXIT
 
-USED=" "
-free_port() {
-  local p
-  for _ in $(seq 50); do
-    p=$(shuf -i 20000-60000 -n 1)
-    [[ $USED == *" $p "* ]] && continue
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
-    USED+="$p "
-    echo "$p"
-    return 0
-  done
-  echo "overlimit.sh: no free port" >&2
-  exit 1
-}
-UP=$(free_port)
-RP=$(free_port)
-GW=$(free_port)
-AD=$(free_port)
+UP=$(bench_free_port)
+RP=$(bench_free_port)
+GW=$(bench_free_port)
+AD=$(bench_free_port)
 
 mkdir -p "$DIR/upstream-tmp"
 sed -e "s|@DIR@|$DIR|g" -e "s|@PORT@|$UP|g" bench/compare/upstream-nginx.conf >"$DIR/up.conf"
 taskset -c 0 nginx -c "$DIR/up.conf" -p "$DIR" >/dev/null 2>&1 &
-PIDS+=($!)
+BENCH_PIDS+=($!)
 taskset -c 1 redis-server --port "$RP" --bind 127.0.0.1 --save "" --appendonly no >/dev/null 2>&1 &
-PIDS+=($!)
+BENCH_PIDS+=($!)
+bench_wait_port "$RP" "$!"
 
 cat >"$DIR/abuse.lua" <<'LUA'
 -- 90 % of requests from 100 keys over their limit, 10 % from 10,000 keys never limited.
@@ -94,6 +82,7 @@ YAML
   redis-cli -p "$RP" flushall >/dev/null
   taskset -c 1 "$BIN" --config "$DIR/s.yaml" >"$DIR/gw.log" 2>&1 &
   local gw=$!
+  BENCH_PIDS+=("$gw")
   for _ in $(seq 100); do
     curl -s -o /dev/null "http://127.0.0.1:$AD/readyz" && break
     sleep 0.1
@@ -112,6 +101,9 @@ YAML
   cached=$(curl -s "http://127.0.0.1:$AD/metrics" | awk '/^sluice_store_cached_refusals_total/ { print $2 }')
   kill "$gw"
   wait "$gw" 2>/dev/null || true
+  ((${req:-0} > 0)) || { cat "$DIR/wrk.txt" >&2; bench_measured_nothing overlimit.sh "over_limit_cache $1: wrk completed no request"; }
+  awk -v c="${calls:-0}" -v a="${cached:-0}" -v b="${cached0:-0}" 'BEGIN { exit !(c + a - b > 0) }' ||
+    bench_measured_nothing overlimit.sh "over_limit_cache $1: no decision counted (no script call, no cached refusal)"
   awk -v o="$1" -v rps="$rps" -v p99="$p99" -v calls="${calls:-0}" -v req="$req" \
     -v cached="$cached" -v c0="$cached0" 'BEGIN {
       printf "| %s | %.0f | %.2f | %.3f | %.3f |\n", o, rps, p99, calls / req, (cached - c0) / req }'

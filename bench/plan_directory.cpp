@@ -7,6 +7,7 @@
 //   sluice-bench-plan-directory PORT HASH KEYS CACHED
 //     PORT    redis-server port on 127.0.0.1, holding HASH with fields key-00000000..KEYS-1
 //     CACHED  entries to put in the cache for the hit and memory measurements
+// Exit status: 0; 3 when a run of misses made no lookup or found no key (nothing measured).
 
 #include "sluice/identity/plan_cache.hpp"
 #include "sluice/store/redis_directory.hpp"
@@ -148,6 +149,13 @@ int main(int argc, char** argv) {
     const std::size_t per = conc == 1 ? 20000 : 2000;
     auto r = run_misses(port, hash, keys, conc, per, 0.1);
     const std::size_t n = r.latencies_us.size();
+    if (n == 0 || r.found == 0) {
+      std::fprintf(stderr,
+                   "sluice-bench-plan-directory: measured nothing: %zu lookups with %u in flight, "
+                   "%zu found, %zu errors\n",
+                   n, conc, r.found, r.errors);
+      return 3;
+    }
     std::printf(
         "cache miss (HGET, %u in flight): p50 %.1f us, p99 %.1f us, mean %.1f us; "
         "%.0f lookups/s (%.1f us each amortised); %zu found, %zu absent, %zu errors\n",

@@ -5,7 +5,12 @@
 # measured by sluice-bench-plan-directory.
 #
 #   bench/plan_directory.sh [KEYS=5000000] [CACHED=1000000] [BUILD_DIR=build-config]
+#
+# A hash that holds no key after loading, or lookups that found none, fail the script (exit 3).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+[[ ${1:-} == -h || ${1:-} == --help ]] && bench_help "$0"
 KEYS=${1:-5000000}
 CACHED=${2:-1000000}
 BUILD=${3:-build-config}
@@ -13,12 +18,11 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 DRIVER="$HERE/$BUILD/sluice-bench-plan-directory"
 [ -x "$DRIVER" ] || { echo "build it first: ninja -C $BUILD sluice-bench-plan-directory" >&2; exit 1; }
 
-DIR=$(mktemp -d)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR" --daemonize yes \
-  --pidfile "$DIR/redis.pid" --logfile "$DIR/redis.log"
-trap 'kill "$(cat "$DIR/redis.pid")" 2>/dev/null; rm -rf "$DIR"' EXIT
-for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+BENCH_WORK=$(mktemp -d)
+BENCH_PIDS=()
+trap bench_cleanup EXIT
+bench_redis redis
+PORT=$REDIS_PORT
 
 echo "loading $KEYS keys into sluice:api_keys ..."
 START=$(date +%s.%N)
@@ -35,6 +39,8 @@ awk -v n="$KEYS" 'BEGIN {
   }
 }' | redis-cli -p "$PORT" --pipe | tail -1
 END=$(date +%s.%N)
-echo "loaded: HLEN $(redis-cli -p "$PORT" hlen sluice:api_keys) in $(echo "$END - $START" | bc) s;" \
+LOADED=$(redis-cli -p "$PORT" hlen sluice:api_keys)
+((LOADED > 0)) || bench_measured_nothing plan_directory.sh "sluice:api_keys holds no key after loading"
+echo "loaded: HLEN $LOADED in $(echo "$END - $START" | bc) s;" \
   "redis used_memory $(redis-cli -p "$PORT" info memory | grep '^used_memory_human' | cut -d: -f2 | tr -d '\r')"
 "$DRIVER" "$PORT" sluice:api_keys "$KEYS" "$CACHED"

@@ -15,8 +15,12 @@
 #
 #   bench/redis_cpu.sh [BUILD_DIR=build] [KEYS=10000] [CHECKS=200000]
 #
-# Bounded: each driver run stops after CHECKS checks or 120 s; Redis is stopped on exit.
+# Bounded: each driver run stops after CHECKS checks or 120 s; Redis is stopped on exit. A case
+# in which Redis ran no check script fails the script (exit 1, the reason on stderr).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+[[ ${1:-} == -h || ${1:-} == --help ]] && bench_help "$0"
 BUILD=${1:-build}
 KEYS=${2:-10000}
 CHECKS=${3:-200000}
@@ -26,13 +30,11 @@ if [[ ! -x $DRIVER ]]; then
   exit 2
 fi
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
-DIR=$(mktemp -d)
-redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" >"$DIR/redis.log" 2>&1 &
-PID=$!
-trap 'kill $PID 2>/dev/null || true; wait $PID 2>/dev/null || true; rm -rf "$DIR"' EXIT
-for _ in $(seq 100); do redis-cli -p "$PORT" PING >/dev/null 2>&1 && break; sleep 0.05; done
+BENCH_WORK=$(mktemp -d)
+BENCH_PIDS=()
+trap bench_cleanup EXIT
+bench_redis redis
+PORT=$REDIS_PORT
 cli() { redis-cli -p "$PORT" "$@"; }
 
 echo "redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), $KEYS keys, $CHECKS checks per case"
@@ -73,7 +75,9 @@ for line in sys.stdin:
         cmds += n
         if name in writes:
             wr += n
-calls = max(calls, 1)
+if calls == 0:
+    # Measured nothing: Redis ran no check script (every check failed before it).
+    sys.exit("redis_cpu.sh: measured nothing: %s x%s %s: Redis ran no check script" % (algo, limits, mode or "admit"))
 print("| %-16s | %-6s | %-9s | %10.2f | %10.2f | %12.2f | %10.0f |" % (
     algo, limits, mode or "admit", usec / calls, cmds / calls, wr / calls,
     int(checks) / max(float(secs), 1e-9)))

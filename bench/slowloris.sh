@@ -11,9 +11,13 @@
 # its client metrics. With --record, appends the table to bench/RESULTS.md.
 # Usage: bench/slowloris.sh [--seconds 10] [--slow 2000] [--connections 50] [--record]
 # Bounded: each wrk run has -d, the slow client stops by itself, every process started here
-# is stopped by its pid on exit. SLUICE_BIN overrides build/sluice.
+# is stopped by its pid on exit. SLUICE_BIN overrides build/sluice. A baseline in which wrk
+# completed no request fails at once, a run under attack that completed none after its table
+# (exit 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 SECONDS_RUN=10
 SLOW=2000
@@ -25,7 +29,7 @@ while (($#)); do
     --slow) SLOW="$2"; shift 2 ;;
     --connections) CONNS="$2"; shift 2 ;;
     --record) RECORD=1; shift ;;
-    -h|--help) sed -n '2,/^# is stopped/p' "$0"; exit 0 ;;
+    -h|--help) bench_help "$0" ;;
     *) echo "slowloris.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -45,43 +49,29 @@ if (($(ulimit -n) < SLOW + CONNS + 500)); then
   SLOW=$(($(ulimit -n) - CONNS - 500))
 fi
 
-OUT="$(mktemp -d -t sluice-slowloris.XXXXXX)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$OUT"
-}
-trap cleanup EXIT
+BENCH_WORK="$(mktemp -d -t sluice-slowloris.XXXXXX)"
+OUT=$BENCH_WORK
+BENCH_PIDS=()
+trap bench_cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 die() { echo "slowloris.sh: $*" >&2; exit 1; }
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { # port pid name
-  for _ in $(seq 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    kill -0 "$2" 2>/dev/null || { tail -20 "$OUT/$3.log" >&2; die "$3 exited before listening"; }
-    sleep 0.05
-  done
-  die "$3 never listened on 127.0.0.1:$1"
-}
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 metric() { # name[{labels}]: its value on the admin listener (0 when absent)
   curl -s --max-time 2 "http://127.0.0.1:$ADMIN/metrics" |
     awk -v m="$1" '$1 == m {printf "%d\n", $2; found=1} END {if (!found) print 0}'
 }
 
-UP=$(free_port)
+UP=$(bench_free_port)
 mkdir -p "$OUT/upstream-tmp"
 sed -e "s|@DIR@|$OUT|g" -e "s|@PORT@|$UP|g" bench/compare/upstream-nginx.conf >"$OUT/upstream.conf"
 nginx -e "$OUT/upstream-error.log" -c "$OUT/upstream.conf" -p "$OUT" >"$OUT/upstream.log" 2>&1 &
 UPID=$!
-pids+=("$UPID")
-wait_port "$UP" "$UPID" upstream
+BENCH_PIDS+=("$UPID")
+bench_wait_port "$UP" "$UPID" "$OUT/upstream.log" || die "the upstream never listened on 127.0.0.1:$UP"
 
-PORT=$(free_port)
-ADMIN=$(free_port)
+PORT=$(bench_free_port)
+ADMIN=$(bench_free_port)
 cat >"$OUT/sluice.yaml" <<EOF
 listen: 127.0.0.1:$PORT
 admin: 127.0.0.1:$ADMIN
@@ -96,8 +86,8 @@ routes:
 EOF
 "$SLUICE" --config "$OUT/sluice.yaml" --no-watch >"$OUT/sluice.log" 2>&1 &
 SPID=$!
-pids+=("$SPID")
-wait_port "$PORT" "$SPID" sluice
+BENCH_PIDS+=("$SPID")
+bench_wait_port "$PORT" "$SPID" "$OUT/sluice.log" || die "sluice never listened on 127.0.0.1:$PORT"
 
 run_wrk() { # output file
   wrk -t1 -c"$CONNS" -d"${SECONDS_RUN}s" --timeout 2s --latency "http://127.0.0.1:$PORT/" >"$1" 2>&1 ||
@@ -119,6 +109,8 @@ wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$PORT/" >/dev/null 2>&1 || true
 
 rss0=$(rss_kb "$SPID")
 run_wrk "$OUT/base.txt"
+completed() { awk '/ requests in / { n = $1 } END { print n + 0 }' "$1"; }
+(($(completed "$OUT/base.txt") > 0)) || { cat "$OUT/base.txt" >&2; bench_measured_nothing slowloris.sh "the baseline completed no request"; }
 read -r b_rps b_p50 b_p99 b_non b_err < <(summary "$OUT/base.txt")
 rss1=$(rss_kb "$SPID")
 
@@ -126,7 +118,7 @@ rss1=$(rss_kb "$SPID")
 python3 bench/slowloris.py --port "$PORT" --connections "$SLOW" --duration $((SECONDS_RUN + 8)) \
   >"$OUT/slow.json" 2>"$OUT/slow.log" &
 LPID=$!
-pids+=("$LPID")
+BENCH_PIDS+=("$LPID")
 for _ in $(seq 100); do
   (($(metric sluice_client_connections_open) >= SLOW * 95 / 100)) && break
   sleep 0.1
@@ -170,3 +162,4 @@ if ((RECORD)); then
   } >>bench/RESULTS.md
   echo "slowloris.sh: appended to bench/RESULTS.md"
 fi
+(($(completed "$OUT/attack.txt") > 0)) || bench_measured_nothing slowloris.sh "no request completed under the attack"

@@ -18,7 +18,8 @@
 #   3. --idle keep-alive connections to the gateway, each after one request: the gateway's RSS
 #      before and after, and the latency of wrk (10 connections, 10 s) without and with them.
 # Every transfer is bounded (curl --max-time and a stall timeout); a failed one is reported as
-# such (HTTP status, curl exit code, bytes moved) and the run goes on.
+# such (HTTP status, curl exit code, bytes moved) and the run goes on. A run that measured
+# nothing (no transfer completed and no idle connection was opened) exits 3 after its report.
 # Usage: bench/stream.sh [--size 1G] [--parallel-size 100M] [--parallel 10] [--idle 10000]
 #                        [--repeat 3] [--nginx-buffering both|off|on] [--skip-transfers]
 #                        [--skip-idle]
@@ -28,6 +29,8 @@
 # Sizes take head(1)'s suffixes K, M, G (powers of 1024). SLUICE_BIN overrides build/sluice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 SIZE=1G
 PAR_SIZE=100M
@@ -47,7 +50,7 @@ while (($#)); do
     --nginx-buffering) NGINX_BUFFERING="$2"; shift 2 ;;
     --skip-transfers) DO_TRANSFERS=0; shift ;;
     --skip-idle) DO_IDLE=0; shift ;;
-    -h|--help) sed -n '2,/^# Sizes/p' "$0"; exit 0 ;;
+    -h|--help) bench_help "$0" ;;
     *) echo "stream.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -73,22 +76,12 @@ if (($(ulimit -n) < 2 * IDLE + 200)); then
   IDLE=$((($(ulimit -n) - 200) / 2))
 fi
 
-OUT="$(mktemp -d -t sluice-stream.XXXXXX)"
+BENCH_WORK="$(mktemp -d -t sluice-stream.XXXXXX)"
+OUT=$BENCH_WORK
 chmod 755 "$OUT"  # the origin nginx's worker runs unprivileged and serves files from it
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$OUT"
-}
-trap cleanup EXIT
+BENCH_PIDS=()
+trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done
-  echo "stream.sh: port $1 never opened" >&2; return 1
-}
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f MiB", k / 1024 }'; }
 
@@ -251,7 +244,7 @@ PY="$OUT/tools.py"
 # --- upstreams ------------------------------------------------------------------------------
 mkdir -p "$OUT/www/files" "$OUT/origin" "$OUT/front"
 head -c 1024 /dev/urandom > "$OUT/www/files/small.bin"
-OP=$(free_port); NP=$(free_port); GP=$(free_port)
+OP=$(bench_free_port); NP=$(bench_free_port); GP=$(bench_free_port)
 cat > "$OUT/origin/nginx.conf" <<NGINX
 worker_processes 1;
 daemon off;
@@ -272,8 +265,8 @@ http {
   server { listen 127.0.0.1:$OP; root $OUT/www; location /files/ { } }
 }
 NGINX
-nginx -c "$OUT/origin/nginx.conf" -p "$OUT/origin" -e "$OUT/origin/error.log" & pids+=($!)
-python3 "$PY" sink "$OUT/sink.port" & pids+=($!)
+nginx -c "$OUT/origin/nginx.conf" -p "$OUT/origin" -e "$OUT/origin/error.log" & BENCH_PIDS+=($!)
+python3 "$PY" sink "$OUT/sink.port" & BENCH_PIDS+=($!)
 for _ in $(seq 100); do [[ -f "$OUT/sink.port" ]] && break; sleep 0.05; done
 SP=$(cat "$OUT/sink.port")
 
@@ -310,7 +303,7 @@ http {
   }
 }
 NGINX
-  nginx -c "$d/nginx.conf" -p "$d" -e "$d/error.log" & pids+=($!)
+  nginx -c "$d/nginx.conf" -p "$d" -e "$d/error.log" & BENCH_PIDS+=($!)
 }
 # "nginx" streams (proxy_buffering off: the same contract as the gateway); "nginx-buffered"
 # is nginx's default (proxy_buffering on: responses buffered in memory, then in temp files).
@@ -321,7 +314,7 @@ if [[ $NGINX_BUFFERING == off || $NGINX_BUFFERING == both ]]; then
   front_nginx nginx "$NP" off; VIAS+=(nginx); PORT[nginx]=$NP; UPORT[nginx]=$NP
 fi
 if [[ $NGINX_BUFFERING == on || $NGINX_BUFFERING == both ]]; then
-  NBP=$(free_port)
+  NBP=$(bench_free_port)
   front_nginx nginx-buffered "$NBP" on; VIAS+=(nginx-buffered)
   PORT[nginx-buffered]=$NBP; UPORT[nginx-buffered]=$NBP
 fi
@@ -364,10 +357,11 @@ if ! "$SLUICE" --check-config "$OUT/rules.yaml" > "$OUT/check.txt" 2>&1; then
     { cat "$OUT/check.txt" >&2; exit 1; }
 fi
 "$SLUICE" --config "$OUT/rules.yaml" --no-watch --log-level warn 2> "$OUT/gateway.log" & GPID=$!
-pids+=("$GPID")
-for via in "${VIAS[@]}"; do wait_port "${PORT[$via]}"; done
+BENCH_PIDS+=("$GPID")
+for via in "${VIAS[@]}"; do bench_wait_port "${PORT[$via]}"; done
 RESULTS=()   # markdown rows of the transfer table
 IDLE_ROWS=() # markdown rows of the connection table
+MEASURED=0   # transfers completed and idle connection runs made
 
 # Generous bounds: at least 60 s, or 5 MB/s; a transfer stalled for 15 s is aborted.
 max_time() { awk -v b="$1" 'BEGIN { t = b / 5e6; printf "%d", (t < 60 ? 60 : t) }'; }
@@ -378,7 +372,7 @@ WFMT_UP='%{stderr}RESULT %{http_code} %{size_upload} %{time_total}\n'
 
 sampler_start() {  # name: samples until sampler_stop; returns once the first sample is taken
   python3 "$PY" rss "$GPID" "$OUT/rss.$1" & SAMPLER=$!
-  pids+=("$SAMPLER")
+  BENCH_PIDS+=("$SAMPLER")
   for _ in $(seq 100); do [[ -f "$OUT/rss.$1.ready" ]] && break; sleep 0.02; done
 }
 sampler_stop() {  # name -> RSS_GROWTH RSS_PEAK RSS_BEFORE (kB)
@@ -491,7 +485,7 @@ transfer_rows() {  # kind label file want bytes
       growth=$(rss_text)
     fi
     mb[$via]=0
-    ((R_OK)) && mb[$via]=$R_MBPS
+    if ((R_OK)); then mb[$via]=$R_MBPS; MEASURED=$((MEASURED + 1)); fi
     ratio=""
     if [[ $via == gateway ]]; then
       for n in nginx nginx-buffered; do
@@ -543,6 +537,7 @@ if ((DO_TRANSFERS)); then
     agg=$(awk -v b="$total" -v a="$t0" -v z="$t1" 'BEGIN { printf "%.1f", b / (z - a) / 1e6 }')
     status="$ok/$PARALLEL ok, sha256 matches"
     ((ok == PARALLEL)) || status="FAIL: $ok/$PARALLEL ok; first failure: ${fails[0]}"
+    MEASURED=$((MEASURED + ok))
     RESULTS+=("| $PARALLEL x download $PAR_SIZE (aggregate) | gateway | $status | $agg | | $(rss_text) |")
     echo "  $status, $agg MB/s aggregate" >&2
   fi
@@ -568,7 +563,7 @@ if ((DO_IDLE)) && gateway_alive; then
   before=$(rss_kb "$GPID")
   sampler_start idle
   python3 "$PY" idle 127.0.0.1 "$GP" /files/small.bin "$IDLE" "$OUT/idle.json" 180 &
-  IPID=$!; pids+=("$IPID")
+  IPID=$!; BENCH_PIDS+=("$IPID")
   for _ in $(seq 1200); do [[ -f "$OUT/idle.json" ]] && break; kill -0 "$IPID" 2>/dev/null || break; sleep 0.1; done
   if [[ -f "$OUT/idle.json" ]]; then
     sleep 1
@@ -576,6 +571,7 @@ if ((DO_IDLE)) && gateway_alive; then
     read -r open_n open_s errs < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
 print(d["open"], d["open_seconds"], json.dumps(d["errors"]) if d["errors"] else "none")' "$OUT/idle.json")
     IDLE_ROWS+=("| connections opened (one request each) | $open_n of $IDLE in ${open_s}s; errors: ${errs//|/\/} |")
+    ((open_n > 0)) && MEASURED=$((MEASURED + 1))
     IDLE_ROWS+=("| gateway RSS before → after | $(mib "$before") → $(mib "$after") (+$(mib $((after - before)))) |")
     per=$(awk -v d="$((after - before))" -v n="$open_n" 'BEGIN { printf "%.0f", (n > 0 ? d * 1024 / n : 0) }')
     IDLE_ROWS+=("| gateway RSS per open connection | $per bytes |")
@@ -626,3 +622,4 @@ if [[ -s "$OUT/gateway.log" ]]; then
   echo "gateway log (last lines):"
   tail -5 "$OUT/gateway.log" | cut -c1-200 | sed 's/^/    /'
 fi
+((MEASURED)) || bench_measured_nothing stream.sh "no transfer completed and no idle connection was opened"
