@@ -3,6 +3,8 @@
 // every row of the list is exposed, with its HELP and TYPE, its label and its own count.
 #include "sluice/observability/metrics.hpp"
 
+#include "support/store_counts.hpp"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -13,15 +15,6 @@
 
 namespace sluice::observability {
 namespace {
-
-void fill(std::uint64_t& count, std::uint64_t& next) {
-  count = next++;
-}
-
-template <std::size_t N>
-void fill(std::array<std::uint64_t, N>& counts, std::uint64_t& next) {
-  for (auto& c : counts) c = next++;
-}
 
 std::size_t width(std::uint64_t) {
   return 1;
@@ -50,10 +43,7 @@ bool contains(const std::string& text, const std::string& part) {
 
 TEST(store_families, every_row_of_the_counter_list_is_exposed_with_its_count) {
   metrics_sample s;
-  std::uint64_t next = 100;  // every count distinct
-#define SLUICE_TEST_FILL(member, ...) fill(s.store.member, next);
-  SLUICE_STORE_COUNTERS(SLUICE_TEST_FILL)
-#undef SLUICE_TEST_FILL
+  test::fill_counts(s.store, 100);  // every count distinct
   const std::string text = exposition(s);
 
   std::uint64_t above = 0;

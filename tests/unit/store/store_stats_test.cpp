@@ -6,6 +6,7 @@
 #include "sluice/store/counter_store.hpp"
 
 #include "store/store_stats_mirror.hpp"
+#include "support/store_counts.hpp"
 
 #include <gtest/gtest.h>
 
@@ -18,23 +19,10 @@
 namespace sluice::store {
 namespace {
 
-void fill(std::uint64_t& count, std::uint64_t& next) {
-  count = next++;
-}
-
-template <std::size_t N>
-void fill(std::array<std::uint64_t, N>& counts, std::uint64_t& next) {
-  for (auto& c : counts) c = next++;
-}
-
 /// Sets the counts of `s` (each element of an array) to base, base + 1, ... in the list's
 /// order; returns the value after the last.
 std::uint64_t fill_all(store_stats& s, std::uint64_t base) {
-  std::uint64_t next = base;
-#define SLUICE_TEST_FILL(member, ...) fill(s.member, next);
-  SLUICE_STORE_COUNTERS(SLUICE_TEST_FILL)
-#undef SLUICE_TEST_FILL
-  return next;
+  return test::fill_counts(s, base);
 }
 
 /// A store_stats whose counts are distinct from each other and, for bases far enough apart,
