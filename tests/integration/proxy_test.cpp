@@ -249,6 +249,23 @@ TEST(routing, a_get_route_takes_head) {
   EXPECT_EQ(head.read_response(true).status, 200u);  // GET allows HEAD
 }
 
+// A response to HEAD has no body whatever its Content-Length (RFC 9110 §9.3.2): the pooled
+// upstream connection it came on carries the next request's whole response.
+TEST(routing, a_get_after_a_head_on_the_same_pooled_upstream_connection_is_whole) {
+  world w(store_kind::memory, routing_rules);
+  http_connection c(w.port());
+  c.send_raw("HEAD /v1/read HTTP/1.1\r\nHost: x\r\n\r\n");
+  const auto head = c.read_response(true);
+  EXPECT_EQ(head.status, 200u);
+  EXPECT_TRUE(head.body.empty());
+  c.send_raw("GET /v1/read/again HTTP/1.1\r\nHost: x\r\n\r\n");
+  const auto get = c.read_response();
+  EXPECT_EQ(get.status, 200u);
+  EXPECT_NE(get.body.find("\"target\":\"/v1/read/again\""), std::string::npos) << get.body;
+  EXPECT_EQ(w.upstream.request_count(), 2u);
+  EXPECT_EQ(w.upstream.accepts(), 1u) << "the GET went on the HEAD's pooled connection";
+}
+
 TEST(routing, the_upstream_receives_the_canonical_path) {
   world w(store_kind::memory, routing_rules);
   EXPECT_EQ(w.get("/v1/%69tems//a/./b/../c?q=1").status, 200u);
