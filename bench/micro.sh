@@ -55,7 +55,11 @@ timeout 600 "$BIN" --benchmark_min_time="$MIN_TIME" --benchmark_filter="$FILTER"
 
 python3 - "$OUT/micro.json" <<'PY'
 import json, sys
-report = json.load(open(sys.argv[1]))
+try:
+    report = json.load(open(sys.argv[1]))
+except ValueError:  # an empty file: the filter matched no benchmark
+    print("micro.sh: measured nothing: no benchmark matched the filter", file=sys.stderr)
+    sys.exit(3)
 ctx = report["context"]
 print(f"sluice-micro: {ctx.get('num_cpus')} CPUs at {ctx.get('mhz_per_cpu')} MHz, "
       f"library build {ctx.get('library_build_type')}, load average "
