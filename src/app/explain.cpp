@@ -12,7 +12,6 @@
 #include "sluice/limiter/slot_book.hpp"
 #include "sluice/observability/admin.hpp"
 #include "sluice/store/cluster_slots.hpp"
-#include "sluice/store/lua_scripts.hpp"
 #include "sluice/utf8.hpp"
 
 #include <boost/asio/ip/address.hpp>
@@ -173,9 +172,7 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
     if (rules.store.type != config::store_settings::kind::memory) {
       // Where Redis holds it: the key (a group hash's in the hash layout, with the bucket's
       // field) and that key's cluster hash slot (`CLUSTER KEYSLOT`): which master has it.
-      lua::key_layout layout;
-      layout.packed = rules.store.layout == config::store_settings::layout_kind::hash;
-      layout.hash_groups = rules.store.hash_groups;
+      const lua::key_layout layout = key_layout_of(rules.store);
       const std::string key = lua::redis_key(check.limits[i], layout);
       json::object where;
       where["key"] = key;

@@ -271,8 +271,7 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
     redis.host = rules->store.host;
     redis.port = rules->store.port;
     redis.command_timeout = rules->store.timeout;
-    redis.layout.packed = rules->store.layout == config::store_settings::layout_kind::hash;
-    redis.layout.hash_groups = rules->store.hash_groups;
+    redis.layout = key_layout_of(rules->store);
     redis.max_batch = rules->store.max_batch;
     // The password comes from the environment or from a file the loader read (and checked:
     // its owner's alone), never from the rules file itself.

@@ -27,6 +27,13 @@
 #include <cmath>
 
 namespace sluice::app {
+
+lua::key_layout key_layout_of(const config::store_settings& store) {
+  lua::key_layout layout;
+  layout.packed = store.layout == config::store_settings::layout_kind::hash;
+  layout.hash_groups = store.hash_groups;
+  return layout;
+}
 namespace {
 
 /// Milliseconds of the steady clock (the most limited callers' minutes).
@@ -160,9 +167,7 @@ snapshot::snapshot(std::shared_ptr<const config::rules> r, std::uint64_t g,
     routes.push_back(std::move(c));
   }
   // Sharded limits: each shard's key, in its own part of the slot space.
-  lua::key_layout layout;
-  layout.packed = rules->store.layout == config::store_settings::layout_kind::hash;
-  layout.hash_groups = rules->store.hash_groups;
+  const lua::key_layout layout = key_layout_of(rules->store);
   auto shard = [&](const config::limit& l) {
     if (l.shards > 1 && !shard_keys.contains(l.name))
       shard_keys.emplace(l.name, store::spread_shard_keys(l, layout));

@@ -22,6 +22,7 @@
 #include "sluice/observability/log.hpp"
 #include "sluice/observability/top_callers.hpp"
 #include "sluice/store/counter_store.hpp"
+#include "sluice/store/lua_scripts.hpp"
 #include "sluice/store/memory_store.hpp"
 #include "sluice/store/redis_directory.hpp"
 
@@ -135,6 +136,10 @@ struct outcome_summary {
   std::int64_t retry_after_ms = 0;  ///< the deciding limit's Retry-After (shadow: would-be)
   std::int64_t remaining = -1;      ///< the least Remaining of the enforced limits (-1: none)
 };
+/// How the rules' store lays buckets out in Redis (`store.layout`, `store.hash_groups`): the
+/// layout the store client writes with, and explain and the shard keys read with.
+lua::key_layout key_layout_of(const config::store_settings& store);
+
 /// Summarizes `out` for the limits `applied` (parallel to it; their shadow flags).
 outcome_summary summarize(const limiter::check_outcome& out,
                           const std::vector<limiter::applied_limit>& applied);
