@@ -280,6 +280,19 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
     } else {
       redis.password = rules->store.password;
     }
+    redis.username = rules->store.username;
+    if (rules->store.tls.enabled) {
+      const auto& t = rules->store.tls;
+      // Read once, shared by every connection of every worker; a file that cannot be read
+      // stops the start with its field and OpenSSL's reason.
+      redis.tls.context =
+          store::make_redis_tls_context({t.ca_file, t.verify, t.cert_file, t.key_file});
+      redis.tls.server_name = t.server_name;
+      redis.tls.verify = t.verify;
+      if (!t.verify) {
+        spdlog::warn("store.tls.verify is false: the Redis server's certificate is not checked");
+      }
+    }
     if (rules->store.type == config::store_settings::kind::redis_sentinel) {
       store::sentinel_settings ss;
       for (const auto& a : rules->store.sentinels) ss.sentinels.push_back({a.host, a.port});
@@ -291,6 +304,8 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
       } else {
         ss.password = rules->store.sentinel_password;
       }
+      ss.username = rules->store.sentinel_username;
+      ss.tls = redis.tls;
       redis.sentinel = std::move(ss);
     }
   } else {
@@ -362,6 +377,8 @@ gateway::gateway(std::shared_ptr<const config::rules> rules, gateway_options opt
       ds.host = redis.host;
       ds.port = redis.port;
       ds.password = redis.password;
+      ds.username = redis.username;
+      ds.tls = redis.tls;
       ds.sentinel = redis.sentinel;
       ds.command_timeout = std::max(redis.command_timeout, std::chrono::milliseconds(50));
       w->directory = std::make_shared<store::redis_directory>(w->ioc.get_executor(), ds);
@@ -410,6 +427,15 @@ bool gateway::wait_for_store(std::chrono::milliseconds limit) {
     }
   }
   return true;
+}
+
+std::string gateway::store_failure() const {
+  for (const auto& w : impl_->workers) {
+    if (w->store) {
+      if (auto why = w->store->failure(); !why.empty()) return why;
+    }
+  }
+  return {};
 }
 
 void gateway::stop() {

@@ -63,6 +63,9 @@ std::vector<std::string> pin_startup_settings(const config::rules& running, conf
   // the warning: only the field names.
   pin("store.password_file", next.store.password_file, running.store.password_file);
   pin("store.password_file", next.store.password, running.store.password);
+  pin("store.username", next.store.username, running.store.username);
+  pin("store.sentinel_username", next.store.sentinel_username, running.store.sentinel_username);
+  pin("store.tls", next.store.tls, running.store.tls);
   pin("store.sentinels", next.store.sentinels, running.store.sentinels);
   pin("store.nodes", next.store.nodes, running.store.nodes);
   pin("store.master", next.store.master_name, running.store.master_name);
@@ -160,6 +163,11 @@ struct runtime::impl : observability::admin_backend {
   // observability::admin_backend
   bool ready() override {
     return !gw->draining() && gw->wait_for_store(std::chrono::milliseconds(0));
+  }
+  std::string not_ready_reason() override {
+    if (gw->draining()) return "draining";
+    auto why = gw->store_failure();
+    return why.empty() ? std::string() : "store: " + why;
   }
   config_view current_config() override {
     auto cur = gw->current();

@@ -331,6 +331,8 @@ class loader {
   /// `store.sentinels`, `master`, `sentinel_password_env`, `sentinel_timeout` (type
   /// redis-sentinel only, which needs the first two) and `address` (not with redis-sentinel).
   void parse_sentinel_fields(const entry& e, const map_view& m, rules& r);
+  /// `store.tls`: the CA file, server name, verification and client certificate.
+  void parse_store_tls(const entry& e, rules& r);
 
   /// `store.password_file` / `sentinel_password_file`: reads the secret (file::read_private,
   /// one trailing newline dropped) into `password_out` and the path it was read from into

@@ -571,9 +571,11 @@ class admin_handler final : public http::buffered_handler {
       }
       if (path == "/readyz") {
         if (!get) return not_allowed("GET, HEAD");
-        return backend_->ready()
-                   ? reply(v, bhttp::status::ok, "ready\n", "text/plain")
-                   : reply(v, bhttp::status::service_unavailable, "not ready\n", "text/plain");
+        if (backend_->ready()) return reply(v, bhttp::status::ok, "ready\n", "text/plain");
+        const std::string why = backend_->not_ready_reason();
+        return reply(v, bhttp::status::service_unavailable,
+                     why.empty() ? std::string("not ready\n") : "not ready: " + why + "\n",
+                     "text/plain");
       }
       if (path == "/admin/config") {
         if (!get) return not_allowed("GET, HEAD");

@@ -244,7 +244,7 @@ boost::system::result<slot_map, topology_error> slot_map::from_cluster_slots(
 }
 
 boost::system::result<slot_map, topology_error> slot_map::from_cluster_shards(
-    const redisReply& reply, std::string_view asked_host) {
+    const redisReply& reply, std::string_view asked_host, bool tls) {
   if (reply.type != REDIS_REPLY_ARRAY)
     return topology_error{"CLUSTER SHARDS: the reply is not an array"};
   slot_map map;
@@ -266,8 +266,9 @@ boost::system::result<slot_map, topology_error> slot_map::from_cluster_shards(
         return topology_error{where + ": node " + std::to_string(n) + " is not a list of fields"};
       const redisReply* endpoint = field(*node, "endpoint");
       if (endpoint == nullptr) endpoint = field(*node, "ip");
-      const redisReply* port_field = field(*node, "port");
-      if (port_field == nullptr) port_field = field(*node, "tls-port");
+      const char* preferred = tls ? "tls-port" : "port";
+      const redisReply* port_field = field(*node, preferred);
+      if (port_field == nullptr) port_field = field(*node, tls ? "port" : "tls-port");
       auto host = endpoint_host(endpoint, asked_host);
       auto port = port_value(port_field);
       const redisReply* role = field(*node, "role");

@@ -6,17 +6,16 @@
 // redis_store each) belong to that thread; stats() reads the connections from other threads
 // under `nodes_mutex`, which the worker takes only when it adds or closes one.
 //
-// A topology query is a short exchange on its own connection: resolve (a name, by Asio),
-// connect, AUTH, CLUSTER SHARDS (CLUSTER SLOTS where SHARDS is refused), under one timer;
+// A topology query is a short exchange on its own connection (redis_connection: resolve,
+// connect, TLS, AUTH), CLUSTER SHARDS (CLUSTER SLOTS where SHARDS is refused), under one timer;
 // whichever of the reply, the timer or the connection's end comes first finishes it.
 #include "sluice/store/redis_cluster_store.hpp"
 
 #include "sluice/errc.hpp"
 #include "sluice/store/lua_scripts.hpp"
-#include "store/hiredis_asio.hpp"
+#include "store/redis_connection.hpp"
 #include "store/store_stats_mirror.hpp"
 
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
 #include <spdlog/spdlog.h>
@@ -46,7 +45,6 @@ using check_result = boost::system::result<check_outcome>;
 
 namespace {
 
-constexpr std::uintptr_t tag_auth = 1;
 constexpr std::uintptr_t tag_shards = 2;
 constexpr std::uintptr_t tag_slots = 3;
 
@@ -60,114 +58,73 @@ class topology_query : public std::enable_shared_from_this<topology_query> {
   using result = boost::system::result<slot_map, topology_error>;
   using handler = std::function<void(result)>;
 
-  topology_query(asio::any_io_executor ex, node_address to, std::string password,
+  /// `node`: the nodes' connection settings (username, password, TLS); `to` the node asked.
+  topology_query(asio::any_io_executor ex, node_address to, const redis_settings& node,
                  std::chrono::milliseconds timeout, handler done)
       : ex_(std::move(ex)),
         to_(std::move(to)),
-        password_(std::move(password)),
         timeout_(timeout),
         done_(std::move(done)),
-        timer_(ex_),
-        resolver_(ex_) {}
+        timer_(ex_) {
+    options_.host = to_.host;
+    options_.port = to_.port;
+    options_.username = node.username;
+    options_.password = node.password;
+    options_.tls = node.tls;
+    tls_ = node.tls.context != nullptr;
+  }
 
   /// Ends the query now (the store stops): the handler is called with an error.
-  void cancel() {
-    resolver_.cancel();
-    finish(fail("stopped"));
-  }
+  void cancel() { finish(fail("stopped")); }
 
   void start() {
     keep_ = shared_from_this();
     timer_.expires_after(timeout_);
     timer_.async_wait([w = weak_from_this()](error_code ec) {
       if (auto self = w.lock(); self && !ec) {
-        self->resolver_.cancel();
         self->finish(fail("no answer within " + std::to_string(self->timeout_.count()) + " ms"));
       }
     });
-    error_code ec;
-    (void)asio::ip::make_address(to_.host, ec);
-    if (!ec) {
-      connect(to_.host);
-      return;
-    }
-    resolver_.async_resolve(to_.host, std::to_string(to_.port),
-                            [w = weak_from_this()](error_code e, auto results) {
-                              auto self = w.lock();
-                              if (!self || self->finished_) return;
-                              if (e || results.empty()) {
-                                self->finish(fail("cannot resolve the host name"));
-                                return;
-                              }
-                              self->connect(results.begin()->endpoint().address().to_string());
-                            });
+    io_ = detail::redis_connection::open(ex_, options_, this, &topology_query::on_connect,
+                                         &topology_query::on_disconnect);
+    io_->command(&topology_query::on_reply, reinterpret_cast<void*>(tag_shards),
+                 {"CLUSTER", "SHARDS"});
   }
 
  private:
   static result fail(std::string why) { return topology_error{std::move(why)}; }
 
-  void connect(const std::string& ip) {
-    ip_ = ip;
-    redisAsyncContext* c = redisAsyncConnect(ip.c_str(), to_.port);
-    if (c == nullptr || c->err) {
-      const std::string why = c ? c->errstr : "out of memory";
-      if (c) redisAsyncFree(c);
-      finish(fail("cannot connect: " + why));
-      return;
-    }
-    c->data = this;
-    io_ = detail::hiredis_asio::attach(c, ex_);
-    if (!io_) {
-      redisAsyncFree(c);
-      finish(fail("cannot watch the socket"));
-      return;
-    }
-    ac_ = c;
-    redisAsyncSetConnectCallback(c, &topology_query::on_connect);
-    redisAsyncSetDisconnectCallback(c, &topology_query::on_disconnect);
-    if (!password_.empty()) {
-      const char* argv[] = {"AUTH", password_.c_str()};
-      const std::size_t lens[] = {4, password_.size()};
-      redisAsyncCommandArgv(c, &topology_query::on_reply, reinterpret_cast<void*>(tag_auth), 2,
-                            argv, lens);
-    }
-    redisAsyncCommand(c, &topology_query::on_reply, reinterpret_cast<void*>(tag_shards),
-                      "CLUSTER SHARDS");
+  static topology_query* owner(const detail::redis_connection* c) {
+    return static_cast<topology_query*>(c->data());
   }
 
-  static topology_query* owner(const redisAsyncContext* c) {
-    return static_cast<topology_query*>(c->data);
-  }
-
-  static void on_connect(const redisAsyncContext* c, int status) noexcept {
+  static void on_connect(detail::redis_connection* c, bool ok, const std::string& why) noexcept {
     try {
       auto* self = owner(c);
-      if (self == nullptr || status == REDIS_OK) return;
-      self->ac_ = nullptr;  // hiredis frees the context after this callback
-      self->finish(fail(std::string("cannot connect: ") + (c->errstr ? c->errstr : "failed")));
+      if (self == nullptr || ok) return;
+      self->finish(fail("cannot connect: " + why));
     } catch (...) {
-      // No exception crosses a hiredis callback.
+      // No exception crosses a connection callback.
     }
   }
 
-  static void on_disconnect(const redisAsyncContext* c, int /*status*/) noexcept {
+  static void on_disconnect(detail::redis_connection* c, const std::string& why) noexcept {
     try {
       auto* self = owner(c);
       if (self == nullptr) return;
-      self->ac_ = nullptr;
-      self->finish(fail("connection closed"));
+      self->finish(fail("connection closed: " + why));
     } catch (...) {
-      // No exception crosses a hiredis callback.
+      // No exception crosses a connection callback.
     }
   }
 
-  static void on_reply(redisAsyncContext* c, void* r, void* privdata) noexcept {
+  static void on_reply(detail::redis_connection* c, const redisReply* r, void* privdata) noexcept {
     try {
       auto* self = owner(c);
       if (self == nullptr || r == nullptr) return;
-      self->reply(reinterpret_cast<std::uintptr_t>(privdata), *static_cast<redisReply*>(r));
+      self->reply(reinterpret_cast<std::uintptr_t>(privdata), *r);
     } catch (...) {
-      // No exception crosses a hiredis callback.
+      // No exception crosses a connection callback.
     }
   }
 
@@ -179,29 +136,23 @@ class topology_query : public std::enable_shared_from_this<topology_query> {
         finish(fail("not in cluster mode (" + std::string(text.substr(0, 120)) + ")"));
       } else if (tag == tag_shards) {
         // Redis before 7.0 has no CLUSTER SHARDS: the same map from CLUSTER SLOTS.
-        redisAsyncCommand(ac_, &topology_query::on_reply, reinterpret_cast<void*>(tag_slots),
-                          "CLUSTER SLOTS");
+        io_->command(&topology_query::on_reply, reinterpret_cast<void*>(tag_slots),
+                     {"CLUSTER", "SLOTS"});
       } else {
-        finish(fail(std::string(tag == tag_auth ? "AUTH" : "CLUSTER SLOTS") +
-                    " failed: " + std::string(text.substr(0, 120))));
+        finish(fail("CLUSTER SLOTS failed: " + std::string(text.substr(0, 120))));
       }
       return;
     }
-    if (tag == tag_auth) return;
-    finish(tag == tag_shards ? slot_map::from_cluster_shards(r, ip_)
-                             : slot_map::from_cluster_slots(r, ip_));
+    finish(tag == tag_shards ? slot_map::from_cluster_shards(r, to_.host, tls_)
+                             : slot_map::from_cluster_slots(r, to_.host));
   }
 
   void finish(result r) {
     if (finished_) return;
     finished_ = true;
     timer_.cancel();
-    if (redisAsyncContext* c = ac_) {
-      ac_ = nullptr;
-      c->data = nullptr;  // the NULL replies and the disconnect of the free are ignored
-      redisAsyncFree(c);  // deferred by hiredis when inside its callback
-    }
-    // Posted: we may be inside a hiredis callback; `keep_` holds us until then.
+    if (auto c = std::move(io_)) c->close();  // its NULL replies are ignored (finished_)
+    // Posted: we may be inside a connection callback; `keep_` holds us until then.
     if (!keep_) return;  // (never started)
     asio::post(ex_, [self = std::move(keep_), r = std::move(r)]() mutable {
       auto h = std::move(self->done_);
@@ -211,14 +162,12 @@ class topology_query : public std::enable_shared_from_this<topology_query> {
 
   asio::any_io_executor ex_;
   node_address to_;
-  std::string ip_;
-  std::string password_;
+  detail::redis_connection::options options_;
+  bool tls_ = false;  // the nodes are reached over TLS: their tls-port is the one to use
   std::chrono::milliseconds timeout_;
   handler done_;
   asio::steady_timer timer_;
-  asio::ip::tcp::resolver resolver_;
-  redisAsyncContext* ac_ = nullptr;
-  std::shared_ptr<detail::hiredis_asio> io_;
+  std::shared_ptr<detail::redis_connection> io_;
   std::shared_ptr<topology_query> keep_;
   bool finished_ = false;
 };
@@ -257,7 +206,8 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
   bool refresh_scheduled = false;  // want_refresh() armed the timer for the earliest moment
   std::chrono::steady_clock::time_point last_refresh{};
   std::optional<std::string> logged_topology_failure;  // the failure last logged
-  std::weak_ptr<topology_query> current_query;         // cancelled by stop()
+  std::string topology_failure;  // failure()'s: the last refresh with no map (nodes_mutex)
+  std::weak_ptr<topology_query> current_query;  // cancelled by stop()
 
   // The cluster's own store counters (checks refused before a node, topology, split checks):
   // stats() adds them to its nodes'.
@@ -412,16 +362,24 @@ struct redis_cluster_store::impl : std::enable_shared_from_this<impl> {
         spdlog::warn("redis cluster: no node gave a slot map ({}); retrying", *why);
         logged_topology_failure = *why;
       }
+      {
+        std::lock_guard lock(nodes_mutex);
+        topology_failure = "redis cluster: no node gave a slot map (" + *why + ")";
+      }
       refresh_done(true);
       return;
     }
     const node_address to = (*list)[i];
     auto q = std::make_shared<topology_query>(
-        ex, to, settings.node.password, settings.topology_timeout,
+        ex, to, settings.node, settings.topology_timeout,
         [w = weak_from_this(), list, i, why, to](topology_query::result r) {
           auto self = w.lock();
           if (!self || self->stopped) return;
           if (r && r->covered_slots() > 0) {
+            {
+              std::lock_guard lock(self->nodes_mutex);
+              self->topology_failure.clear();
+            }
             if (self->logged_topology_failure) {
               spdlog::info("redis cluster: slot map read again from {}", to.to_string());
               self->logged_topology_failure.reset();
@@ -773,6 +731,16 @@ store_stats redis_cluster_store::stats() const {
   s.connected = connected;
   s.breaker = worst;
   return s;
+}
+
+std::string redis_cluster_store::failure() const {
+  std::lock_guard lock(impl_->nodes_mutex);
+  if (!impl_->topology_failure.empty()) return impl_->topology_failure;
+  for (const auto& [key, store] : impl_->nodes) {
+    (void)key;
+    if (auto why = store->failure(); !why.empty()) return why;
+  }
+  return {};
 }
 
 std::uint64_t redis_cluster_store::connection_epoch() const {

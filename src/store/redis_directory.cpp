@@ -19,6 +19,8 @@ redis_settings connection_settings(const redis_directory_settings& d) {
   s.host = d.host;
   s.port = d.port;
   s.password = d.password;
+  s.username = d.username;
+  s.tls = d.tls;
   s.command_timeout = d.command_timeout;
   s.load_script = false;
   s.sentinel = d.sentinel;

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// The Redis counter store: hiredis 0.14 async on the worker's executor (STYLE.md, "hiredis 0.14
-// inside Asio"; REFERENCES.md, Redis and hiredis).
+// The Redis counter store on the worker's executor, over one redis_connection (plain or TLS;
+// hiredis as the codec: redis_connection.hpp; REFERENCES.md, Redis and hiredis).
 //
 // One connection, pipelined: every check is one FCALL of the check function (lua/, loaded with
 // FUNCTION LOAD), or one EVALSHA of the same code as a script where Redis has no functions
 // (before 7.0) or the ACL forbids FUNCTION LOAD. A check is
-// identified by a command id carried in hiredis' privdata (never a pointer to a coroutine frame
-// or handler that may be gone) and has a deadline: one entry in a queue under one timer (every
-// check has the same timeout, so the queue is in deadline order, and replies come in send order,
-// so the checks already answered are at its front). Whichever comes first — the reply,
-// the deadline, or the connection's end (a NULL reply) — completes the check and erases its id;
+// identified by a command id carried in the command's privdata (never a pointer to a coroutine
+// frame or handler that may be gone) and has a deadline: one entry in a queue under one timer
+// (every check has the same timeout, so the queue is in deadline order, and replies come in send
+// order, so the checks already answered are at its front). Whichever comes first — the reply, the
+// deadline, or the connection's end (a NULL reply) — completes the check and erases its id;
 // anything arriving for an erased id is a late reply, dropped and counted. A check is re-sent
 // only after an explicit NOSCRIPT reply or "Function not found" (the check did not run), once,
 // behind a new load on the same connection; never after a timeout or a disconnect, since it may
@@ -37,11 +37,10 @@
 #include "sluice/log_throttle.hpp"
 #include "sluice/store/lua_scripts.hpp"
 #include "store/check_batch.hpp"
-#include "store/hiredis_asio.hpp"
+#include "store/redis_connection.hpp"
 #include "store/sentinel_locator.hpp"
 #include "store/store_stats_mirror.hpp"
 
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
 #include <spdlog/spdlog.h>
@@ -61,6 +60,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <span>
@@ -84,7 +84,6 @@ constexpr std::chrono::milliseconds backoff_first{50};
 constexpr std::chrono::milliseconds backoff_max{500};
 
 // privdata of the connection-setup commands (checks carry their id, which starts at 1 << 20).
-constexpr std::uintptr_t tag_auth = 1;
 constexpr std::uintptr_t tag_initial_load = 2;
 constexpr std::uintptr_t tag_reload = 3;
 constexpr std::uintptr_t tag_role = 4;  // ROLE, on a master named by the Sentinels
@@ -147,7 +146,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     bool learns_clock = false;
     bool asking = false;
   };
-  std::unordered_map<std::uint64_t, command> commands;  // by the id hiredis carries
+  std::unordered_map<std::uint64_t, command> commands;  // by the id its privdata carries
   std::vector<std::uint64_t> queued;  // checks started this turn of the loop, not yet sent
   bool flush_posted = false;
 
@@ -166,15 +165,14 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         backoff_timer(ex),
         idle_timer(ex),
         deadline_timer(ex),
-        resolver(ex),
         breaker(settings.breaker_failures, settings.breaker_cool_down),
         rng(std::random_device{}()) {}
 
   asio::any_io_executor ex;
   redis_settings settings;
   conn_state state = conn_state::idle;
-  redisAsyncContext* ac = nullptr;
-  std::shared_ptr<detail::hiredis_asio> io;
+  detail::redis_connection* ac = nullptr;  // the connection (io), or null
+  std::shared_ptr<detail::redis_connection> io;
   // How checks are sent on this connection: FCALL of the check function, or EVALSHA of the
   // script (SHA1 from SCRIPT LOAD) when FUNCTION LOAD was refused. Each connection tries
   // functions first (a Redis upgraded in place gets them at the next connection).
@@ -201,14 +199,19 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   std::chrono::steady_clock::time_point ping_sent{};
   bool ping_outstanding = false;
   bool stalled = false;
-  asio::ip::tcp::resolver resolver;
-  bool resolving = false;
   // Sentinel mode (settings.sentinel): where to connect is asked of the Sentinels before every
   // attempt; `settings.host`/`port` then hold the master last named (for the attempt and the
   // log lines). Made at the first connect (it needs weak_from_this).
   std::unique_ptr<detail::sentinel_locator> locator;
   bool locating = false;
   std::string last_failure;  // reason of the last failed connection attempt ("" after success)
+  // failure()'s text, for other threads: the last failed attempt until the next success.
+  mutable std::mutex failure_mutex;
+  std::string failure_text;
+  void set_failure(std::string text) {
+    std::lock_guard lock(failure_mutex);
+    failure_text = std::move(text);
+  }
   std::chrono::milliseconds backoff = backoff_first;
   bool ever_connected = false;
   std::uint64_t next_id = first_check_id;
@@ -256,12 +259,12 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   // A connection attempt starts with "where to connect": the configured host:port, or the
   // master the Sentinels name (sentinel_locator.hpp).
   void connect() {
-    if (state == conn_state::stopped || ac != nullptr || resolving || locating) return;
+    if (state == conn_state::stopped || ac != nullptr || locating) return;
     if (settings.sentinel) {
       locate_master();
       return;
     }
-    connect_host();
+    connect_to();
   }
 
   void locate_master() {
@@ -291,11 +294,15 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     if (l.what == kind::found) {
       settings.host = std::move(l.host);
       settings.port = l.port;
-      connect_host();
+      connect_to();
       return;
     }
     ++(l.what == kind::unknown_master ? counters.sentinel_unknown_master
                                       : counters.sentinel_unreachable);
+    set_failure("redis sentinel: " +
+                std::string(l.what == kind::unknown_master ? "no Sentinel knows master '"
+                                                           : "no Sentinel answered for master '") +
+                settings.sentinel->master_name + "' (" + l.detail + ")");
     schedule_reconnect();
   }
 
@@ -308,7 +315,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     if (ac != nullptr) {
       if (host == settings.host && port == settings.port) return;  // there already
       drop_connection();
-    } else if (locating || resolving) {
+    } else if (locating) {
       return;  // a ROLE check follows that attempt; the next lookup returns the new address
     }
     backoff = backoff_first;
@@ -316,48 +323,10 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     connect();
   }
 
-  // hiredis resolves host names with a blocking getaddrinfo, which must not run on the worker:
-  // an address literal is used as is, a name is resolved by Asio (off this thread), bounded by
-  // the connect timeout, before every attempt (the name may move, e.g. after a failover).
-  void connect_host() {
-    error_code ec;
-    (void)asio::ip::make_address(settings.host, ec);
-    if (!ec) {
-      connect_to(settings.host);
-      return;
-    }
-    resolving = true;
-    const std::uint64_t gen = ++generation;
-    connect_timer.expires_after(settings.connect_timeout);
-    connect_timer.async_wait([w = weak_from_this(), gen](error_code e) {
-      if (e) return;
-      if (auto self = w.lock(); self && self->generation == gen && self->resolving) {
-        self->resolver.cancel();  // completes the resolve with operation_aborted
-      }
-    });
-    resolver.async_resolve(
-        settings.host, std::to_string(settings.port),
-        [w = weak_from_this()](error_code e, asio::ip::tcp::resolver::results_type results) {
-          auto self = w.lock();
-          if (!self) return;
-          self->resolving = false;
-          self->connect_timer.cancel();
-          if (self->state == conn_state::stopped) return;
-          if (e || results.empty()) {
-            self->connect_failed(e == asio::error::operation_aborted
-                                     ? std::string("name resolution timed out")
-                                     : "cannot resolve the host name: " +
-                                           (e ? e.message() : std::string("no address")));
-            self->schedule_reconnect();
-            return;
-          }
-          self->connect_to(results.begin()->endpoint().address().to_string());
-        });
-  }
-
   // A failed connection attempt: counted, logged once per distinct reason until a success.
   void connect_failed(std::string reason) {
     ++counters.connect_failures;
+    set_failure("redis " + settings.host + ":" + std::to_string(settings.port) + ": " + reason);
     if (reason != last_failure) {
       spdlog::warn("redis {}:{}: cannot connect: {} (retrying with backoff; repeats not logged)",
                    settings.host, settings.port, reason);
@@ -367,50 +336,33 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     }
   }
 
-  void connect_to(const std::string& address) {
-    redisAsyncContext* c = redisAsyncConnect(address.c_str(), settings.port);
-    if (c == nullptr || c->err) {
-      connect_failed(c != nullptr ? std::string(c->errstr) : std::string("out of memory"));
-      if (c != nullptr) redisAsyncFree(c);
-      schedule_reconnect();
-      return;
-    }
-    c->data = this;
-    io = detail::hiredis_asio::attach(c, ex);
-    if (!io) {
-      redisAsyncFree(c);
-      schedule_reconnect();
-      return;
-    }
-    ac = c;
+  // An attempt (redis_connection: resolution, connect, TLS, AUTH, all under the connect
+  // timeout), with the set-up commands queued behind it.
+  void connect_to() {
+    detail::redis_connection::options o;
+    o.host = settings.host;
+    o.port = settings.port;
+    o.connect_timeout = settings.connect_timeout;
+    o.username = settings.username;
+    o.password = settings.password;
+    o.tls = settings.tls;
+    io = detail::redis_connection::open(ex, std::move(o), this, &impl::on_connect,
+                                        &impl::on_disconnect);
+    ac = io.get();
     use_functions = true;
     const std::uint64_t gen = ++generation;
     state = conn_state::connecting;
-    redisAsyncSetConnectCallback(c, &impl::on_connect);
-    redisAsyncSetDisconnectCallback(c, &impl::on_disconnect);
-    // Pipelined behind the connect: AUTH (if any), then FUNCTION LOAD (SCRIPT LOAD if that is
-    // refused); the connection is ready once the check is loaded.
-    if (!settings.password.empty()) {
-      const char* argv[] = {"AUTH", settings.password.c_str()};
-      const std::size_t lens[] = {4, settings.password.size()};
-      redisAsyncCommandArgv(c, &impl::on_setup_reply, reinterpret_cast<void*>(tag_auth), 2, argv,
-                            lens);
-    }
+    // Pipelined behind the connect and AUTH: FUNCTION LOAD (SCRIPT LOAD if that is refused);
+    // the connection is ready once the check is loaded.
     if (settings.sentinel) {
       // The Sentinels' answer may be out of date (a failover in progress): the node must say it
       // is a master before it serves checks (Sentinel client guidelines, step 3).
-      const char* argv[] = {"ROLE"};
-      const std::size_t lens[] = {4};
-      redisAsyncCommandArgv(c, &impl::on_setup_reply, reinterpret_cast<void*>(tag_role), 1, argv,
-                            lens);
+      ac->command(&impl::on_setup_reply, reinterpret_cast<void*>(tag_role), {"ROLE"});
     }
     if (settings.load_script) {
       send_script_load(tag_initial_load);
     } else {
-      const char* argv[] = {"PING"};
-      const std::size_t lens[] = {4};
-      redisAsyncCommandArgv(c, &impl::on_setup_reply, reinterpret_cast<void*>(tag_initial_load), 1,
-                            argv, lens);
+      ac->command(&impl::on_setup_reply, reinterpret_cast<void*>(tag_initial_load), {"PING"});
     }
     connect_timer.expires_after(settings.connect_timeout);
     connect_timer.async_wait([w = weak_from_this(), gen](error_code ec) {
@@ -428,30 +380,21 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   // Queues the load of the check: FUNCTION LOAD REPLACE of the library, or SCRIPT LOAD of the
   // script once functions were refused on this connection.
   void send_script_load(std::uintptr_t tag) {
-    int rc = REDIS_ERR;
-    if (use_functions) {
-      const auto library = lua::check_library();
-      const char* argv[] = {"FUNCTION", "LOAD", "REPLACE", library.data()};
-      const std::size_t lens[] = {8, 4, 7, library.size()};
-      rc = redisAsyncCommandArgv(ac, &impl::on_setup_reply, reinterpret_cast<void*>(tag), 4, argv,
-                                 lens);
-    } else {
-      const auto script = lua::check();
-      const char* argv[] = {"SCRIPT", "LOAD", script.data()};
-      const std::size_t lens[] = {6, 4, script.size()};
-      rc = redisAsyncCommandArgv(ac, &impl::on_setup_reply, reinterpret_cast<void*>(tag), 3, argv,
-                                 lens);
-    }
-    if (rc == REDIS_OK) ++loads_sent;
+    auto* privdata = reinterpret_cast<void*>(tag);
+    const bool sent =
+        use_functions
+            ? ac->command(&impl::on_setup_reply, privdata,
+                          {"FUNCTION", "LOAD", "REPLACE", lua::check_library()})
+            : ac->command(&impl::on_setup_reply, privdata, {"SCRIPT", "LOAD", lua::check()});
+    if (sent) ++loads_sent;
   }
 
-  // Frees the context deliberately (connect timeout, setup failure, stop). hiredis answers
-  // every queued command with a NULL reply and calls cleanup; on_disconnect then sees a context
-  // that is no longer ours and ignores it.
+  // Closes the connection deliberately (connect timeout, setup failure, stop): every queued
+  // command is answered with a NULL reply (after the reply being handled, from inside one).
   void drop_connection() {
-    redisAsyncContext* c = ac;
+    auto c = std::move(io);
     lost();
-    if (c != nullptr) redisAsyncFree(c);  // deferred by hiredis when inside its callback
+    if (c) c->close();
   }
 
   // Bookkeeping of a connection that is gone (or going): not ready, checks refused at once.
@@ -488,6 +431,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     arm_idle_timer();
     if (wrong_node_streak == 0) backoff = backoff_first;
     counters.connected = true;
+    set_failure({});
     if (ever_connected) ++counters.reconnects;
     ever_connected = true;
     if (wrong_node_streak > 1) {
@@ -510,18 +454,17 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     breaker.cool_down_over();
   }
 
-  static impl* owner(const redisAsyncContext* c) { return static_cast<impl*>(c->data); }
+  static impl* owner(const detail::redis_connection* c) { return static_cast<impl*>(c->data()); }
 
-  static void on_connect(const redisAsyncContext* c, int status) noexcept {
+  static void on_connect(detail::redis_connection* c, bool ok, const std::string& why) noexcept {
     try {
       impl* self = owner(c);
-      if (self == nullptr || self->ac != c || status == REDIS_OK) return;
-      // hiredis frees the context right after this callback.
-      self->connect_failed(c->errstr ? c->errstr : "connect failed");
+      if (self == nullptr || self->ac != c || ok) return;
+      self->connect_failed(why);
       self->lost();
       self->schedule_reconnect();
     } catch (...) {
-      // No exception crosses a hiredis callback.
+      // No exception crosses a connection callback.
     }
   }
 
@@ -556,7 +499,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
           settings.host, settings.port, settings.command_timeout.count());
     }
     if (!ping_outstanding && now - last_heard >= idle_probe_every) {
-      if (redisAsyncCommand(ac, &impl::on_ping_reply, nullptr, "PING") == REDIS_OK) {
+      if (ac->command(&impl::on_ping_reply, nullptr, {"PING"})) {
         ping_outstanding = true;
         ping_sent = now;
       }
@@ -564,21 +507,21 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     arm_idle_timer();
   }
 
-  static void on_ping_reply(redisAsyncContext* c, void* r, void* /*privdata*/) noexcept {
+  static void on_ping_reply(detail::redis_connection* c, const redisReply* r,
+                            void* /*privdata*/) noexcept {
     try {
       impl* self = owner(c);
       if (self == nullptr || self->ac != c || r == nullptr) return;
       self->heard();
     } catch (...) {
-      // No exception crosses a hiredis callback.
+      // No exception crosses a connection callback.
     }
   }
 
-  static void on_disconnect(const redisAsyncContext* c, int /*status*/) noexcept {
+  static void on_disconnect(detail::redis_connection* c, const std::string& why) noexcept {
     try {
       impl* self = owner(c);
       if (self == nullptr || self->ac != c) return;  // a connection we dropped ourselves
-      const std::string why = c->errstr ? c->errstr : "closed";
       if (self->state != conn_state::ready) {
         // Closed before its set-up was answered (a proxy whose backend is down accepts and
         // closes): a failed attempt — logged once per reason, and the backoff keeps growing.
@@ -593,15 +536,16 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
       self->backoff = backoff_first;
       self->schedule_reconnect();
     } catch (...) {
-      // No exception crosses a hiredis callback.
+      // No exception crosses a connection callback.
     }
   }
 
-  static void on_setup_reply(redisAsyncContext* c, void* r, void* privdata) noexcept {
+  static void on_setup_reply(detail::redis_connection* c, const redisReply* r,
+                             void* privdata) noexcept {
     try {
       impl* self = owner(c);
       if (self == nullptr || self->ac != c || r == nullptr) return;  // NULL: disconnect path
-      const auto* reply = static_cast<redisReply*>(r);
+      const auto* reply = r;
       const auto tag = reinterpret_cast<std::uintptr_t>(privdata);
       if (reply->type == REDIS_REPLY_ERROR) {
         // A failed reload needs nothing: the retried EVALSHA answers NOSCRIPT again and that
@@ -625,8 +569,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
           self->send_script_load(tag_initial_load);
         } else {
           ++self->counters.error_replies[static_cast<std::size_t>(kind)];
-          self->connect_failed(std::string(tag == tag_auth               ? "AUTH"
-                                           : tag == tag_role             ? "ROLE"
+          self->connect_failed(std::string(tag == tag_role               ? "ROLE"
                                            : !self->settings.load_script ? "PING"
                                            : self->use_functions         ? "FUNCTION LOAD"
                                                                          : "SCRIPT LOAD") +
@@ -649,7 +592,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         return;
       }
       const bool script = self->settings.load_script;
-      if (tag != tag_auth && script) ++self->counters.script_loads;  // (start-up or NOSCRIPT)
+      if (script) ++self->counters.script_loads;  // (start-up or NOSCRIPT)
       if (tag == tag_initial_load) {
         // The library's name (FUNCTION LOAD), the script's SHA1 (SCRIPT LOAD), or PONG on a
         // connection that only reads.
@@ -663,7 +606,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
                                           : std::string(reply_text(reply)));
       }
     } catch (...) {
-      // No exception crosses a hiredis callback.
+      // No exception crosses a connection callback.
     }
   }
 
@@ -703,7 +646,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
                     settings.port, last_check_failure);
     }
     // A missed deadline means the peer stopped answering: replace the connection (see the top
-    // of this file). Posted: we may be inside a hiredis callback or iterating `inflight`.
+    // of this file). Posted: we may be inside a connection callback or iterating `inflight`.
     if (why == verdict::timed_out && ac != nullptr) {
       asio::post(ex, [w = weak_from_this(), gen = generation] {
         auto self = w.lock();
@@ -883,11 +826,10 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     c.loads_at_send = loads_sent;
     // ASK: this one command goes to the importing node behind ASKING (the Redis Cluster
     // specification, "ASK redirection"); sent again before a re-sent check.
-    if (c.asking && redisAsyncCommand(ac, nullptr, nullptr, "ASKING") != REDIS_OK) return false;
-    // hiredis copies the arguments into its output buffer here.
-    return redisAsyncCommandArgv(ac, &impl::on_check_reply, reinterpret_cast<void*>(id),
-                                 static_cast<int>(argv.size()), argv.data(),
-                                 lens.data()) == REDIS_OK;
+    if (c.asking && !ac->command(nullptr, nullptr, {"ASKING"})) return false;
+    // The arguments are copied into the connection's output buffer here.
+    return ac->command(&impl::on_check_reply, reinterpret_cast<void*>(id),
+                       static_cast<int>(argv.size()), argv.data(), lens.data());
   }
 
   // Queues a deadline. Checks share one timeout, so the queue is in send order; only a cluster
@@ -954,15 +896,15 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     complete(it, errc::store_timeout, {}, verdict::timed_out);
   }
 
-  static void on_check_reply(redisAsyncContext* c, void* r, void* privdata) noexcept {
+  static void on_check_reply(detail::redis_connection* c, const redisReply* r,
+                             void* privdata) noexcept {
     try {
       impl* self = owner(c);
       if (self != nullptr) {
-        self->handle_check_reply(reinterpret_cast<std::uintptr_t>(privdata),
-                                 static_cast<redisReply*>(r));
+        self->handle_check_reply(reinterpret_cast<std::uintptr_t>(privdata), r);
       }
     } catch (...) {
-      // No exception crosses a hiredis callback.
+      // No exception crosses a connection callback.
     }
   }
 
@@ -1210,7 +1152,7 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     breaker_record(v, probe);
   }
 
-  // Never resumes the caller inline (we may be inside a hiredis callback or the initiation).
+  // Never resumes the caller inline (we may be inside a connection callback or the initiation).
   void finish(check_handler h, error_code ec, check_outcome out) { h.post(ex, ec, std::move(out)); }
 
   void stop() {
@@ -1221,7 +1163,6 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     deadline_timer.cancel();
     deadlines.clear();
     deadline_armed = false;
-    resolver.cancel();
     if (locator) locator->stop();
     locating = false;
     drop_connection();  // NULL replies complete the checks in flight with store_error
@@ -1249,24 +1190,21 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
     auto it = reads.emplace(id, pending_read{std::move(h), probe}).first;
     deadlines.emplace_back(std::chrono::steady_clock::now() + settings.command_timeout, id);
     if (!deadline_armed) arm_deadline();
-    const char* argv[] = {"HGET", hash.data(), field.data()};
-    const std::size_t lens[] = {4, hash.size(), field.size()};
-    if (redisAsyncCommandArgv(ac, &impl::on_read_reply, reinterpret_cast<void*>(id), 3, argv,
-                              lens) != REDIS_OK) {
+    if (!ac->command(&impl::on_read_reply, reinterpret_cast<void*>(id), {"HGET", hash, field})) {
       ++counters.unavailable;
       complete_read(it, errc::store_unavailable, std::nullopt, verdict::not_sent);
     }
   }
 
-  static void on_read_reply(redisAsyncContext* c, void* r, void* privdata) noexcept {
+  static void on_read_reply(detail::redis_connection* c, const redisReply* r,
+                            void* privdata) noexcept {
     try {
       impl* self = owner(c);
       if (self != nullptr) {
-        self->handle_read_reply(reinterpret_cast<std::uintptr_t>(privdata),
-                                static_cast<redisReply*>(r));
+        self->handle_read_reply(reinterpret_cast<std::uintptr_t>(privdata), r);
       }
     } catch (...) {
-      // No exception crosses a hiredis callback.
+      // No exception crosses a connection callback.
     }
   }
 
@@ -1365,6 +1303,11 @@ std::uint64_t redis_store::connection_epoch() const {
 
 store_stats redis_store::stats() const {
   return impl_->counters.snapshot();
+}
+
+std::string redis_store::failure() const {
+  std::lock_guard lock(impl_->failure_mutex);
+  return impl_->failure_text;
 }
 
 }  // namespace sluice::store

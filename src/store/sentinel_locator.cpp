@@ -8,7 +8,7 @@
 // all under one timer per Sentinel. Each exchange has a generation number; whichever of the
 // reply, the timer or the connection's end comes first closes it and bumps the generation, so
 // the others find a stale number and do nothing. The next Sentinel is asked from a posted
-// step, never inside a hiredis callback of the previous one.
+// step, never inside a connection callback of the previous one.
 //
 // The watch is one long-lived subscription to `+switch-master` on every Sentinel, each made
 // again (with a growing, jittered delay) whenever it is lost: the Sentinel that ran the
@@ -30,9 +30,8 @@
 // bounded (max_sentinels): a Sentinel naming hundreds of peers cannot grow it without limit.
 #include "store/sentinel_locator.hpp"
 
-#include "store/hiredis_asio.hpp"
+#include "store/redis_connection.hpp"
 
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
 #include <spdlog/spdlog.h>
@@ -56,7 +55,6 @@ using boost::system::error_code;
 
 namespace {
 
-constexpr std::uintptr_t tag_auth = 1;
 constexpr std::uintptr_t tag_query = 2;
 constexpr std::uintptr_t tag_peers = 3;
 
@@ -88,7 +86,6 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
         on_switch(std::move(sw)),
         on_learned(std::move(lh)),
         q_timer(ex),
-        q_resolver(ex),
         rng(std::random_device{}()) {
     seeds = settings.sentinels.size();
     for (std::size_t i = 0; i < settings.sentinels.size(); ++i) {
@@ -122,20 +119,18 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
   std::size_t tried = 0;      // Sentinels asked so far in this lookup
   unsigned answered_nil = 0;  // of those, the ones that do not know the name
   std::string detail;
-  redisAsyncContext* q_ac = nullptr;
-  std::shared_ptr<hiredis_asio> q_io;
+  redis_connection* q_ac = nullptr;  // the exchange's connection (q_io), or null
+  std::shared_ptr<redis_connection> q_io;
   asio::steady_timer q_timer;
-  asio::ip::tcp::resolver q_resolver;
   std::uint64_t q_gen = 0;
 
   // The `+switch-master` subscriptions, one per Sentinel (index = its place in the settings).
   struct subscription {
-    subscription(const asio::any_io_executor& e, std::size_t i) : index(i), timer(e), resolver(e) {}
+    subscription(const asio::any_io_executor& e, std::size_t i) : index(i), timer(e) {}
     std::size_t index;
-    redisAsyncContext* ac = nullptr;
-    std::shared_ptr<hiredis_asio> io;
+    redis_connection* ac = nullptr;  // io, or null
+    std::shared_ptr<redis_connection> io;
     asio::steady_timer timer;  // subscription deadline, then the delay before the next try
-    asio::ip::tcp::resolver resolver;
     std::uint64_t gen = 0;
     bool subscribed = false;
     std::chrono::milliseconds backoff = watch_backoff_first;
@@ -145,7 +140,7 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
   std::vector<std::unique_ptr<subscription>> subs;
   std::mt19937_64 rng;
 
-  subscription* sub_of(const redisAsyncContext* c) {
+  subscription* sub_of(const redis_connection* c) {
     for (auto& sub : subs)
       if (sub->ac == c) return sub.get();
     return nullptr;
@@ -156,56 +151,18 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
     return a.host + ":" + std::to_string(a.port);
   }
 
-  static impl* owner(const redisAsyncContext* c) { return static_cast<impl*>(c->data); }
+  static impl* owner(const redis_connection* c) { return static_cast<impl*>(c->data()); }
 
-  // Resolves `host` (an address literal at once, a name with Asio's resolver, off this thread)
-  // and calls `f(reason, ip)`: reason "" on success. The caller's timer bounds a slow name.
-  template <class F>
-  void resolve(asio::ip::tcp::resolver& r, const std::string& host, std::uint16_t port, F f) {
-    error_code ec;
-    (void)asio::ip::make_address(host, ec);
-    if (!ec) {
-      f(std::string(), host);
-      return;
-    }
-    r.async_resolve(
-        host, std::to_string(port),
-        [f = std::move(f)](error_code e, asio::ip::tcp::resolver::results_type res) {
-          if (e == asio::error::operation_aborted) return;  // closed by its timer
-          if (e || res.empty()) {
-            f("cannot resolve the host name: " + (e ? e.message() : std::string("no address")),
-              std::string());
-            return;
-          }
-          f(std::string(), res.begin()->endpoint().address().to_string());
-        });
-  }
-
-  // Opens an async context to ip:port on this executor, or nullptr with `why` set.
-  redisAsyncContext* open(const std::string& ip, std::uint16_t port, std::string& why,
-                          std::shared_ptr<hiredis_asio>& io) {
-    redisAsyncContext* c = redisAsyncConnect(ip.c_str(), port);
-    if (c == nullptr || c->err) {
-      why = c != nullptr ? std::string(c->errstr) : std::string("out of memory");
-      if (c != nullptr) redisAsyncFree(c);
-      return nullptr;
-    }
-    c->data = this;
-    io = hiredis_asio::attach(c, ex);
-    if (!io) {
-      redisAsyncFree(c);
-      why = "cannot register the socket";
-      return nullptr;
-    }
-    redisAsyncSetConnectCallback(c, &impl::on_connect);
-    redisAsyncSetDisconnectCallback(c, &impl::on_disconnect);
-    if (!settings.password.empty()) {
-      const char* argv[] = {"AUTH", settings.password.c_str()};
-      const std::size_t lens[] = {4, settings.password.size()};
-      redisAsyncCommandArgv(c, &impl::on_auth_reply, reinterpret_cast<void*>(tag_auth), 2, argv,
-                            lens);
-    }
-    return c;
+  // Opens a connection to a Sentinel on this executor (redis_connection: resolution, connect,
+  // TLS, AUTH); the caller's timer bounds it.
+  std::shared_ptr<redis_connection> open(const sentinel_settings::address& to) {
+    redis_connection::options o;
+    o.host = to.host;
+    o.port = to.port;
+    o.username = settings.username;
+    o.password = settings.password;
+    o.tls = settings.tls;
+    return redis_connection::open(ex, std::move(o), this, &impl::on_connect, &impl::on_disconnect);
   }
 
   // ---- lookup ---------------------------------------------------------------------------------
@@ -252,42 +209,22 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
                              " ms");
       }
     });
-    resolve(q_resolver, s.host, s.port,
-            [w = weak_from_this(), gen, port = s.port](std::string why, std::string ip) {
-              auto self = w.lock();
-              if (!self || self->q_gen != gen) return;
-              if (!why.empty()) {
-                self->attempt_failed(std::move(why));
-                return;
-              }
-              self->q_ac = self->open(ip, port, why, self->q_io);
-              if (self->q_ac == nullptr) {
-                self->attempt_failed(std::move(why));
-                return;
-              }
-              // The other Sentinels first: their reply comes before the address, which ends
-              // the exchange.
-              const auto& name = self->settings.master_name;
-              const char* peers[] = {"SENTINEL", "SENTINELS", name.c_str()};
-              const std::size_t peer_lens[] = {8, 9, name.size()};
-              redisAsyncCommandArgv(self->q_ac, &impl::on_peers_reply,
-                                    reinterpret_cast<void*>(tag_peers), 3, peers, peer_lens);
-              const char* argv[] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", name.c_str()};
-              const std::size_t lens[] = {8, 23, name.size()};
-              redisAsyncCommandArgv(self->q_ac, &impl::on_query_reply,
-                                    reinterpret_cast<void*>(tag_query), 3, argv, lens);
-            });
+    q_io = open(s);
+    q_ac = q_io.get();
+    // The other Sentinels first: their reply comes before the address, which ends the
+    // exchange.
+    const auto& name = settings.master_name;
+    q_ac->command(&impl::on_peers_reply, nullptr, {"SENTINEL", "SENTINELS", name});
+    q_ac->command(&impl::on_query_reply, nullptr, {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", name});
   }
 
   // Closes the exchange with the Sentinel being asked (whatever state it is in).
   void end_query() {
     ++q_gen;
     q_timer.cancel();
-    q_resolver.cancel();
-    redisAsyncContext* c = q_ac;
+    auto c = std::move(q_io);
     q_ac = nullptr;
-    q_io.reset();
-    if (c != nullptr) redisAsyncFree(c);  // deferred by hiredis inside its own callback
+    if (c) c->close();  // its NULL replies find q_ac changed and do nothing
   }
 
   // The Sentinel being asked did not name the master: note why, ask the next (posted).
@@ -345,11 +282,12 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
     }
   }
 
-  static void on_query_reply(redisAsyncContext* c, void* r, void* /*privdata*/) noexcept {
+  static void on_query_reply(redis_connection* c, const redisReply* r,
+                             void* /*privdata*/) noexcept {
     try {
       impl* self = owner(c);
       if (self == nullptr || self->q_ac != c || r == nullptr) return;  // NULL: disconnect path
-      const auto* reply = static_cast<const redisReply*>(r);
+      const auto* reply = r;
       if (reply->type == REDIS_REPLY_NIL) {
         // This Sentinel does not monitor a master of that name: ask the next one.
         ++self->answered_nil;
@@ -372,7 +310,7 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
       }
       self->attempt_failed("unexpected reply to SENTINEL GET-MASTER-ADDR-BY-NAME");
     } catch (...) {
-      // No exception crosses a hiredis callback.
+      // No exception crosses a connection callback.
     }
   }
 
@@ -380,11 +318,12 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
   // list of field names and values (`name`, `ip`, `port`, `runid`, `flags`, ...; Sentinel
   // documentation, "Sentinel API"). An error (the name is unknown) teaches nothing; the address
   // query after it says what the Sentinel knows.
-  static void on_peers_reply(redisAsyncContext* c, void* r, void* /*privdata*/) noexcept {
+  static void on_peers_reply(redis_connection* c, const redisReply* r,
+                             void* /*privdata*/) noexcept {
     try {
       impl* self = owner(c);
       if (self == nullptr || self->q_ac != c || r == nullptr || !self->locating) return;
-      const auto* reply = static_cast<const redisReply*>(r);
+      const auto* reply = r;
       if (reply->type != REDIS_REPLY_ARRAY) return;
       std::vector<sentinel_settings::address> named;
       for (std::size_t i = 0; i < reply->elements && named.size() < max_sentinels; ++i) {
@@ -399,13 +338,13 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
         }
         if (!ip.empty() && port) named.push_back({std::string(ip), *port});
       }
-      // Subscriptions are made and closed from a posted step, never inside a hiredis callback.
+      // Subscriptions are made and closed from a posted step, never inside a connection callback.
       asio::post(self->ex, [w = self->weak_from_this(), named = std::move(named),
                             from = self->order[self->tried]] {
         if (auto me = w.lock(); me && !me->stopped) me->learn(named, from);
       });
     } catch (...) {
-      // No exception crosses a hiredis callback.
+      // No exception crosses a connection callback.
     }
   }
 
@@ -457,44 +396,28 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
     }
   }
 
-  static void on_auth_reply(redisAsyncContext* c, void* r, void* /*privdata*/) noexcept {
+  // The connection failed (resolution, connect, TLS, AUTH) or was lost: forget it first.
+  static void on_connect(redis_connection* c, bool ok, const std::string& why) noexcept {
     try {
       impl* self = owner(c);
-      const auto* reply = static_cast<const redisReply*>(r);
-      if (self == nullptr || reply == nullptr || reply->type != REDIS_REPLY_ERROR) return;
-      // (The password is never logged: only the server's error text is.)
-      const std::string why = "AUTH failed: " + std::string(text_of(reply).substr(0, 200));
-      if (c == self->q_ac) self->attempt_failed(why);
-      if (auto* sub = self->sub_of(c)) self->watch_lost(*sub, why);
-    } catch (...) {
-      // No exception crosses a hiredis callback.
-    }
-  }
-
-  // hiredis frees the context itself right after these two: forget it first.
-  static void on_connect(const redisAsyncContext* c, int status) noexcept {
-    try {
-      impl* self = owner(c);
-      if (self == nullptr || status == REDIS_OK) return;
-      const std::string why = c->errstr ? c->errstr : "connect failed";
+      if (self == nullptr || ok) return;
       self->gone(c, why);
     } catch (...) {
-      // No exception crosses a hiredis callback.
+      // No exception crosses a connection callback.
     }
   }
 
-  static void on_disconnect(const redisAsyncContext* c, int /*status*/) noexcept {
+  static void on_disconnect(redis_connection* c, const std::string& why) noexcept {
     try {
       impl* self = owner(c);
       if (self == nullptr) return;
-      self->gone(c, c->errstr ? std::string("connection lost: ") + c->errstr
-                              : std::string("connection closed"));
+      self->gone(c, "connection lost: " + why);
     } catch (...) {
-      // No exception crosses a hiredis callback.
+      // No exception crosses a connection callback.
     }
   }
 
-  void gone(const redisAsyncContext* c, const std::string& why) {
+  void gone(const redis_connection* c, const std::string& why) {
     if (c == q_ac) {
       q_ac = nullptr;
       q_io.reset();
@@ -527,32 +450,19 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
             sub, "no answer within " + std::to_string(self->settings.timeout.count()) + " ms");
       }
     });
-    resolve(sub.resolver, s.host, s.port,
-            [w = weak_from_this(), &sub, gen, port = s.port](std::string why, std::string ip) {
-              auto self = w.lock();
-              if (!self || sub.gen != gen) return;
-              if (!why.empty()) {
-                self->watch_lost(sub, std::move(why));
-                return;
-              }
-              sub.ac = self->open(ip, port, why, sub.io);
-              if (sub.ac == nullptr) {
-                self->watch_lost(sub, std::move(why));
-                return;
-              }
-              const char* argv[] = {"SUBSCRIBE", "+switch-master"};
-              const std::size_t lens[] = {9, 14};
-              redisAsyncCommandArgv(sub.ac, &impl::on_watch_message, nullptr, 2, argv, lens);
-            });
+    sub.io = open(s);
+    sub.ac = sub.io.get();
+    sub.ac->subscribe(&impl::on_watch_message, nullptr, "+switch-master");
   }
 
   // Every reply on a subscription: the SUBSCRIBE confirmation, then one per message.
-  static void on_watch_message(redisAsyncContext* c, void* r, void* /*privdata*/) noexcept {
+  static void on_watch_message(redis_connection* c, const redisReply* r,
+                               void* /*privdata*/) noexcept {
     try {
       impl* self = owner(c);
       subscription* sub = self != nullptr ? self->sub_of(c) : nullptr;
       if (sub == nullptr || r == nullptr) return;
-      const auto* reply = static_cast<const redisReply*>(r);
+      const auto* reply = r;
       if (reply->type == REDIS_REPLY_ERROR) {
         self->watch_lost(*sub, "SUBSCRIBE failed: " + std::string(text_of(reply).substr(0, 200)));
         return;
@@ -565,7 +475,7 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
         self->message(text_of(reply->element[2]));
       }
     } catch (...) {
-      // No exception crosses a hiredis callback.
+      // No exception crosses a connection callback.
     }
   }
 
@@ -616,12 +526,8 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
     const bool was_subscribed = sub.subscribed;
     sub.subscribed = false;
     ++sub.gen;
-    sub.resolver.cancel();
-    if (redisAsyncContext* c = sub.ac) {
-      sub.ac = nullptr;
-      sub.io.reset();
-      redisAsyncFree(c);
-    }
+    sub.ac = nullptr;
+    if (auto c = std::move(sub.io)) c->close();
     if (why != sub.last_failure || was_subscribed) {
       spdlog::warn(
           "redis sentinel: +switch-master subscription on {} {}: {} (made again with backoff; "
@@ -642,15 +548,11 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
   void close_subscription(subscription& sub) {
     ++sub.gen;
     sub.timer.cancel();
-    sub.resolver.cancel();
     sub.subscribed = false;
     sub.backoff = watch_backoff_first;
     sub.last_failure.clear();
-    if (redisAsyncContext* c = sub.ac) {
-      sub.ac = nullptr;
-      sub.io.reset();
-      redisAsyncFree(c);
-    }
+    sub.ac = nullptr;
+    if (auto c = std::move(sub.io)) c->close();
   }
 
   void stop() {

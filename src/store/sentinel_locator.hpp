@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Private to the store room: finds a Redis master through Redis Sentinel and watches for its
-// switches, on one executor (a worker's), with hiredis 0.14 async connections (hiredis_asio).
+// switches, on one executor (a worker's), over redis_connection (plain or TLS, AUTH as configured).
 //
 // Rules (the Sentinel client guidelines, https://redis.io/docs/reference/sentinel-clients/):
 // - lookup: the Sentinels are tried in turn, each on a short-lived connection bounded by the

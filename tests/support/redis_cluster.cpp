@@ -59,18 +59,23 @@ redis_cluster::redis_cluster(options opts) : opts_(opts) {
     // node binds it, the node exits and redis_server gives up: pick another (a few tries).
     for (int attempt = 0;; ++attempt) {
       const std::uint16_t bus = free_loopback_port();
+      std::vector<std::string> args{
+          "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port",
+          std::to_string(bus), "--cluster-node-timeout", std::to_string(opts_.node_timeout.count()),
+          // A replica's first sync starts at once (the default waits 5 s for more replicas),
+          // and its master pings it every second (default 10 s): until its replication
+          // offset moves off 0, the cluster counts it as loading and CLUSTER SLOTS leaves it
+          // out.
+          "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1"};
+      std::uint16_t tls_port = 0;
+      if (opts_.tls_args) {
+        tls_port = free_loopback_port();
+        for (auto& a : opts_.tls_args(tls_port)) args.push_back(std::move(a));
+        args.insert(args.end(), {"--tls-cluster", "yes", "--tls-replication", "yes"});
+      }
       try {
-        nodes_.push_back(std::make_unique<redis_server>(
-            std::vector<std::string>{
-                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port",
-                std::to_string(bus), "--cluster-node-timeout",
-                std::to_string(opts_.node_timeout.count()),
-                // A replica's first sync starts at once (the default waits 5 s for more replicas),
-                // and its master pings it every second (default 10 s): until its replication
-                // offset moves off 0, the cluster counts it as loading and CLUSTER SLOTS leaves it
-                // out.
-                "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1"},
-            opts_.env));
+        nodes_.push_back(std::make_unique<redis_server>(args, opts_.env));
+        if (opts_.tls_args) tls_ports_.push_back(tls_port);
         break;
       } catch (const std::runtime_error&) {
         if (attempt == 2) throw;

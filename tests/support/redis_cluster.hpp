@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +36,11 @@ class redis_cluster {
     /// clock-step preload (tests/preload/clock_step.cpp) with one offset file for all nodes,
     /// so the cluster's clock steps as one.
     std::vector<std::string> env;
+    /// TLS (unset: none): the redis-server arguments that serve TLS on the port given
+    /// (redis_tls_material::server_args). Every node then also listens for TLS on a port of its
+    /// own, the cluster bus and replication use TLS (`tls-cluster`, `tls-replication`), and
+    /// the nodes name their TLS ports to TLS clients; the plain ports stay for the fixture.
+    std::function<std::vector<std::string>(std::uint16_t tls_port)> tls_args;
   };
 
   redis_cluster() : redis_cluster(options{}) {}
@@ -50,6 +56,8 @@ class redis_cluster {
   std::uint16_t port(std::size_t i) const { return nodes_.at(i)->port(); }
   /// Every node's client port: a seed list.
   std::vector<std::uint16_t> ports() const;
+  /// Every node's TLS port (options::tls_args), in node order; empty without TLS.
+  const std::vector<std::uint16_t>& tls_ports() const { return tls_ports_; }
   /// The `store:` value of a rules file for a gateway on this cluster: `{type: redis-cluster,
   /// nodes: [every node], timeout: <timeout>}`.
   std::string store_yaml(const std::string& timeout = "250ms") const;
@@ -111,6 +119,7 @@ class redis_cluster {
   std::vector<std::uint16_t> slot_owners(std::size_t i) const;
 
   options opts_;
+  std::vector<std::uint16_t> tls_ports_;
   std::vector<std::unique_ptr<redis_server>> nodes_;
   std::vector<std::string> ids_;
 };

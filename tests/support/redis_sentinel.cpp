@@ -37,9 +37,21 @@ std::string flat_field(const redis_reply& r, const std::string& name) {
 }  // namespace
 
 redis_sentinel_group::redis_sentinel_group(options opts) : opts_(std::move(opts)) {
-  primary_ = std::make_unique<redis_server>();
-  replica_ = std::make_unique<redis_server>(
-      std::vector<std::string>{"--replicaof", "127.0.0.1", std::to_string(primary_->port())});
+  if (opts_.tls_args) {
+    primary_tls_ = free_loopback_port();
+    replica_tls_ = free_loopback_port();
+    auto p = opts_.tls_args(primary_tls_);
+    p.insert(p.end(), {"--tls-replication", "yes"});
+    primary_ = std::make_unique<redis_server>(p);
+    auto r = opts_.tls_args(replica_tls_);
+    r.insert(r.end(), {"--tls-replication", "yes", "--replicaof", "127.0.0.1",
+                       std::to_string(primary_tls_)});
+    replica_ = std::make_unique<redis_server>(r);
+  } else {
+    primary_ = std::make_unique<redis_server>();
+    replica_ = std::make_unique<redis_server>(
+        std::vector<std::string>{"--replicaof", "127.0.0.1", std::to_string(primary_->port())});
+  }
   try {
     for (std::size_t i = 0; i < opts_.sentinels; ++i) spawn_sentinel(i);
     if (!eventually([&] { return ready(); }, 20s))
@@ -57,6 +69,11 @@ redis_sentinel_group::~redis_sentinel_group() {
   for (const auto& d : dirs_) std::filesystem::remove_all(d, ec);
 }
 
+std::uint16_t redis_sentinel_group::data_port(const redis_server& node) const {
+  if (!opts_.tls_args) return node.port();
+  return &node == primary_.get() ? primary_tls_ : replica_tls_;
+}
+
 void redis_sentinel_group::spawn_sentinel(std::size_t i) {
   std::string tmpl = (std::filesystem::temp_directory_path() / "sluice-sentinel-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr)
@@ -67,12 +84,20 @@ void redis_sentinel_group::spawn_sentinel(std::size_t i) {
   // A port can be taken between free_loopback_port() and the Sentinel's bind: try a few.
   for (int attempt = 0; attempt < 5; ++attempt) {
     const std::uint16_t port = free_loopback_port();
+    const std::uint16_t tls_port = opts_.tls_args ? free_loopback_port() : 0;
     {
       std::ofstream out(conf, std::ios::trunc);
       out << "port " << port << "\nbind 127.0.0.1\ndaemonize no\ndir " << tmpl << "\nlogfile "
-          << tmpl << "/sentinel.log\n"
-          << "sentinel monitor " << name << " 127.0.0.1 " << primary_->port() << " " << opts_.quorum
-          << "\n"
+          << tmpl << "/sentinel.log\n";
+      if (opts_.tls_args) {
+        // The server arguments as config lines ("--tls-port 123" -> "tls-port 123").
+        const auto args = opts_.tls_args(tls_port);
+        for (std::size_t a = 0; a + 1 < args.size(); a += 2)
+          out << args[a].substr(2) << " " << args[a + 1] << "\n";
+        out << "tls-replication yes\n";
+      }
+      out << "sentinel monitor " << name << " 127.0.0.1 " << data_port(*primary_) << " "
+          << opts_.quorum << "\n"
           << "sentinel down-after-milliseconds " << name << " " << opts_.down_after.count()
           << "\nsentinel failover-timeout " << name << " 10000\n"
           << "sentinel parallel-syncs " << name << " 1\n";
@@ -108,9 +133,11 @@ void redis_sentinel_group::spawn_sentinel(std::size_t i) {
         if (i < pids_.size()) {
           pids_[i] = pid;
           sentinel_ports_[i] = port;
+          sentinel_tls_ports_[i] = tls_port;
         } else {
           pids_.push_back(pid);
           sentinel_ports_.push_back(port);
+          sentinel_tls_ports_.push_back(tls_port);
         }
         return;
       }
@@ -126,7 +153,7 @@ bool redis_sentinel_group::ready() const {
   const auto repl = replica_->command({"INFO", "replication"});
   if (repl.str.find("master_link_status:up") == std::string::npos) return false;
   for (std::size_t i = 0; i < sentinels(); ++i) {
-    if (master_port(i) != primary_->port()) return false;
+    if (master_port(i) != data_port(*primary_)) return false;
     const auto m = sentinel_command(i, {"SENTINEL", "MASTER", opts_.master_name});
     if (flat_field(m, "flags") != "master" || flat_field(m, "num-slaves") != "1" ||
         flat_field(m, "num-other-sentinels") != std::to_string(sentinels() - 1))
@@ -171,13 +198,13 @@ bool redis_sentinel_group::wait_master(std::uint16_t port, std::chrono::millisec
 std::uint16_t redis_sentinel_group::failover(std::chrono::milliseconds limit) {
   const auto before = master_port(0);
   if (!before) throw std::runtime_error("redis_sentinel_group: no master to fail over");
-  redis_server& next = *before == primary_->port() ? *replica_ : *primary_;
+  redis_server& next = *before == data_port(*primary_) ? *replica_ : *primary_;
   const auto deadline = steady::now() + limit;
   const auto r = sentinel_command(0, {"SENTINEL", "FAILOVER", opts_.master_name});
   if (r.type != redis_reply::kind::status || r.str != "OK")
     throw std::runtime_error("redis_sentinel_group: SENTINEL FAILOVER: " + r.str);
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now());
-  if (!wait_master(next.port(), left))
+  if (!wait_master(data_port(next), left))
     throw std::runtime_error("redis_sentinel_group: the Sentinels did not switch in time");
   const bool promoted = eventually(
       [&] {
@@ -187,7 +214,7 @@ std::uint16_t redis_sentinel_group::failover(std::chrono::milliseconds limit) {
       },
       std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady::now()),
                std::chrono::milliseconds(0)));
-  if (promoted) return next.port();
+  if (promoted) return data_port(next);
   throw std::runtime_error("redis_sentinel_group: the new master is not a master");
 }
 

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,12 @@ class redis_sentinel_group {
     /// `sentinel down-after-milliseconds`: how long the primary may be silent before a
     /// Sentinel considers it down.
     std::chrono::milliseconds down_after{1000};
+    /// TLS (unset: none): the redis-server arguments that serve TLS on the port given
+    /// (redis_tls_material::server_args). Each data node and Sentinel then also listens for
+    /// TLS on a port of its own, replication and the Sentinels' links use TLS
+    /// (`tls-replication yes`), and the Sentinels monitor and name the TLS ports; the plain
+    /// ports stay for the fixture's own commands.
+    std::function<std::vector<std::string>(std::uint16_t tls_port)> tls_args;
   };
 
   redis_sentinel_group() : redis_sentinel_group(options{}) {}
@@ -47,7 +54,15 @@ class redis_sentinel_group {
   redis_server& primary() { return *primary_; }
   redis_server& replica() { return *replica_; }
 
+  /// The port clients use for a data node: its TLS port with options::tls_args, else its
+  /// port. What the Sentinels name.
+  std::uint16_t data_port(const redis_server& node) const;
+
   std::size_t sentinels() const { return sentinel_ports_.size(); }
+  /// Sentinel `i`'s TLS port (0 without options::tls_args).
+  std::uint16_t sentinel_tls_port(std::size_t i) const {
+    return i < sentinel_tls_ports_.size() ? sentinel_tls_ports_[i] : 0;
+  }
   /// Sentinel `i`'s port (loopback).
   std::uint16_t sentinel_port(std::size_t i) const { return sentinel_ports_.at(i); }
   /// Runs one command on Sentinel `i` (fresh connection, 1 s timeout).
@@ -74,6 +89,8 @@ class redis_sentinel_group {
   std::unique_ptr<redis_server> primary_, replica_;
   std::vector<std::string> dirs_;
   std::vector<std::uint16_t> sentinel_ports_;
+  std::vector<std::uint16_t> sentinel_tls_ports_;
+  std::uint16_t primary_tls_ = 0, replica_tls_ = 0;
   std::vector<pid_t> pids_;
 };
 

@@ -81,6 +81,8 @@ class gateway {
   /// then checks get the routes' failure policy; /readyz calls it with 0. Returns whether
   /// every store is ready.
   bool wait_for_store(std::chrono::milliseconds limit);
+  /// The first worker store's failure (counter_store::failure()), "" when none says one.
+  std::string store_failure() const;
 
   /// Stops accepting, closes connections and joins the threads. Idempotent.
   void stop();

@@ -459,6 +459,28 @@ struct store_settings {
   /// The password read from `password_file` ("" = none). A secret: never shown
   /// (/admin/config) or logged.
   std::string password;
+  /// `username`: the ACL user the data nodes are authenticated as (`AUTH <username>
+  /// <password>`, Redis 6+ ACLs); "" = the default user (`AUTH <password>`).
+  std::string username;
+  /// `sentinel_username`: the ACL user of the Sentinels ("" = their default user).
+  std::string sentinel_username;
+  /// `store.tls:` how sluice speaks TLS to Redis (data nodes, Sentinels and cluster nodes
+  /// alike), as managed services require. Read at start.
+  struct tls_settings {
+    bool enabled = false;  ///< a `tls:` section was given (and `enabled` is not false)
+    /// `ca_file`: PEM certificates the server's chain is checked against (relative paths
+    /// from the rules file's directory); "" = the system's trust store.
+    std::string ca_file;
+    /// `server_name`: the name sent as SNI and checked against the server's certificate;
+    /// "" = the host being connected to (a Sentinel's or a cluster's answer included).
+    std::string server_name;
+    /// `verify`: check the chain and the name (default true); false only for a test bed.
+    bool verify = true;
+    std::string cert_file;  ///< `cert_file`: a client certificate (PEM), "" = none
+    std::string key_file;   ///< `key_file`: its private key (PEM), with `cert_file`
+    bool operator==(const tls_settings&) const = default;
+  };
+  tls_settings tls;
   double local_share = 1.0;  ///< `local` policy: share of each limit per instance
   /// `region_share`: the share of every limit this region's gateways enforce against this
   /// store (0 < share <= 1), unless a limit says its own (limit::region_share). 1 = all.

@@ -74,6 +74,9 @@ class admin_backend {
   virtual ~admin_backend() = default;
   /// Whether the gateway can decide requests now (every worker's store is connected).
   virtual bool ready() = 0;
+  /// Why it is not ready ("draining", or the store's failure), "" when unknown; /readyz
+  /// prints it after "not ready: ".
+  virtual std::string not_ready_reason() { return {}; }
   /// The rules in force, their generation and the file they came from.
   struct config_view {
     std::shared_ptr<const sluice::config::rules> rules;

@@ -122,9 +122,11 @@ class slot_map {
   /// and `nodes` (each a flat list with `id`, `endpoint` or `ip`, `port` or `tls-port`,
   /// `role` "master"/"replica", `health`). The node with role master serves the shard's
   /// slots; replicas whose health is `failed` are left out. A shard with slots and no master
-  /// leaves them not covered. Endpoint and error rules as from_cluster_slots().
+  /// leaves them not covered. Endpoint and error rules as from_cluster_slots(). `tls`: the
+  /// store speaks TLS, so a node's `tls-port` is taken before its `port` (a node serving
+  /// both lists both).
   static boost::system::result<slot_map, topology_error> from_cluster_shards(
-      const redisReply& reply, std::string_view asked_host);
+      const redisReply& reply, std::string_view asked_host, bool tls = false);
 
   /// The index in masters() of the master serving `slot`, or no_master (not covered, or
   /// slot >= 16384).

@@ -165,6 +165,11 @@ class counter_store {
   /// its state): what a worker remembers of the store's answers is valid for one epoch only.
   /// Cheap (one relaxed load); 0 for a store without connections.
   virtual std::uint64_t connection_epoch() const { return 0; }
+
+  /// Why the store cannot serve now, for /readyz and the status page: the last failed
+  /// connection attempt ("redis 10.0.0.5:6380: TLS handshake failed: certificate verify
+  /// failed: ..."), "" while connected or for a store without connections. Any thread.
+  virtual std::string failure() const { return {}; }
 };
 
 }  // namespace sluice::store

@@ -109,6 +109,8 @@ class redis_cluster_store final : public counter_store {
   store_stats stats() const override;
   /// Changes whenever a master connection is made again, added or closed.
   std::uint64_t connection_epoch() const override;
+  /// The last refresh that found no slot map, else the first master connection's failure.
+  std::string failure() const override;
 
   /// The cluster store's own counters.
   cluster_stats cluster() const;

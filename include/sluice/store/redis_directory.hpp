@@ -26,6 +26,8 @@ struct redis_directory_settings {
   std::string host = "127.0.0.1";  ///< an address or a name (resolved off the worker's thread)
   std::uint16_t port = 6379;
   std::string password;                          ///< "" = no AUTH
+  std::string username;                          ///< ACL user ("" = the default user)
+  redis_tls tls;                                 ///< no context: plain TCP
   std::chrono::milliseconds command_timeout{5};  ///< deadline of one HGET
   /// Set: the master is found through these Sentinels (as the store's; host, port ignored).
   std::optional<sentinel_settings> sentinel;

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// The Redis counter store: one hiredis async connection per worker, driven by the worker's
-/// io_context, running the embedded Lua scripts with EVALSHA.
+/// The Redis counter store: one connection per worker (plain TCP or TLS, on the worker's
+/// io_context), running the embedded check function with FCALL (EVALSHA before Redis 7).
 
 #include "sluice/store/counter_store.hpp"
 #include "sluice/store/lua_scripts.hpp"
+#include "sluice/store/redis_tls.hpp"
 
 #include <chrono>
 #include <memory>
@@ -31,6 +32,8 @@ struct sentinel_settings {
   std::vector<address> sentinels;          ///< at least one
   std::string master_name;                 ///< the name the Sentinels monitor the master under
   std::string password;                    ///< the Sentinels' own password ("" = no AUTH to them)
+  std::string username;                    ///< their ACL user ("" = the default user)
+  redis_tls tls;                           ///< TLS to the Sentinels (the store's own)
   std::chrono::milliseconds timeout{200};  ///< deadline of one Sentinel's answer (connect included)
 };
 
@@ -41,6 +44,11 @@ struct redis_settings {
   std::chrono::milliseconds command_timeout{5};    ///< deadline of one check
   std::chrono::milliseconds connect_timeout{250};  ///< deadline of one connection attempt
   std::string password;                            ///< "" = no AUTH
+  /// The ACL user (`AUTH username password`, Redis 6+); "" = `AUTH password` (the default
+  /// user).
+  std::string username;
+  /// TLS to the server (no context: plain TCP).
+  redis_tls tls;
   /// Consecutive failed checks (deadline missed, connection lost mid-check, an error reply that
   /// says the server cannot serve: READONLY, OOM, BUSY, LOADING...) that open the breaker;
   /// 0 = never open it.
@@ -72,7 +80,7 @@ struct redis_settings {
 
 /// A Redis store bound to one executor (a worker's io_context).
 ///
-/// Protocol (see STYLE.md "hiredis 0.14 inside Asio"): the script is loaded with SCRIPT LOAD
+/// Protocol: the script is loaded with SCRIPT LOAD
 /// after each connect and called with EVALSHA; a NOSCRIPT reply triggers one SCRIPT LOAD and
 /// one retry. A check that times out or whose connection drops is never replayed (the
 /// script may have run). Each command has its own deadline timer; a late reply is dropped.
@@ -109,9 +117,9 @@ struct redis_settings {
 /// counters are atomic; a snapshot is not taken atomically across fields).
 class redis_store final : public counter_store {
  public:
-  /// `ex`: the worker's executor, on which hiredis is driven and checks complete. Does not
-  /// connect: call start(). `settings.host` should be an address (hiredis resolves names with
-  /// a blocking call).
+  /// `ex`: the worker's executor, on which the connection runs and checks complete. Does not
+  /// connect: call start(). `settings.host` is an address or a name (resolved by Asio, off the
+  /// worker's thread, before every connection attempt).
   redis_store(boost::asio::any_io_executor ex, redis_settings settings);
   /// Stops (see stop()).
   ~redis_store() override;
@@ -153,6 +161,8 @@ class redis_store final : public counter_store {
   store_stats stats() const override;
   /// The connections made so far (a new one starts a new epoch).
   std::uint64_t connection_epoch() const override;
+  /// The last failed connection attempt ("redis host:port: why"), "" once connected.
+  std::string failure() const override;
 
  private:
   struct impl;

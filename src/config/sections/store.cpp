@@ -4,6 +4,10 @@
 #include "config/file.hpp"
 #include "config/loader_internal.hpp"
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
 namespace sluice::config::detail {
 
 void loader::parse_store(const entry& e, rules& r) {
@@ -13,6 +17,8 @@ void loader::parse_store(const entry& e, rules& r) {
                                              "timeout",
                                              "password_env",
                                              "password_file",
+                                             "username",
+                                             "tls",
                                              "local_share",
                                              "region_share",
                                              "layout",
@@ -24,6 +30,7 @@ void loader::parse_store(const entry& e, rules& r) {
                                              "master",
                                              "sentinel_password_env",
                                              "sentinel_password_file",
+                                             "sentinel_username",
                                              "sentinel_timeout"};
   auto m = fields(e.value, "store", e.line, keys, true);
   if (!m) return;
@@ -61,6 +68,10 @@ void loader::parse_store(const entry& e, rules& r) {
     else
       password_file(*p, "store.password_file", r.store.password_file, r.store.password);
   }
+  if (const entry* u = m->find("username")) {
+    if (auto s = non_empty(*u, "store.username")) r.store.username = *s;
+  }
+  if (const entry* t = m->find("tls")) parse_store_tls(*t, r);
   if (const entry* ls = m->find("local_share")) {
     if (auto v = share(*ls, "store.local_share", "local_share")) r.store.local_share = *v;
   }
@@ -127,7 +138,7 @@ void loader::parse_cluster_fields(const entry& e, const map_view& m, rules& r) {
 void loader::parse_sentinel_fields(const entry& e, const map_view& m, rules& r) {
   const bool sentinel = r.store.type == store_settings::kind::redis_sentinel;
   for (const char* key : {"sentinels", "master", "sentinel_password_env", "sentinel_password_file",
-                          "sentinel_timeout"}) {
+                          "sentinel_username", "sentinel_timeout"}) {
     if (const entry* f = m.find(key); f && !sentinel)
       error(f->key_line, std::string("store.") + key, "applies only to type redis-sentinel");
   }
@@ -184,11 +195,64 @@ void loader::parse_sentinel_fields(const entry& e, const map_view& m, rules& r) 
       password_file(*p, "store.sentinel_password_file", r.store.sentinel_password_file,
                     r.store.sentinel_password);
   }
+  if (const entry* u = m.find("sentinel_username")) {
+    if (auto s = non_empty(*u, "store.sentinel_username")) r.store.sentinel_username = *s;
+  }
   if (const entry* t = m.find("sentinel_timeout")) {
     if (auto d =
             duration(*t, "store.sentinel_timeout", "sentinel_timeout", std::chrono::seconds{10}))
       r.store.sentinel_timeout = *d;
   }
+}
+
+// `store.tls`: TLS towards every Redis connection of the store (Redis 6+ `tls-port`). The
+// files are read when the store is made (store::make_redis_tls_context), at start.
+void loader::parse_store_tls(const entry& e, rules& r) {
+  static const std::vector<std::string> keys{"enabled", "ca_file",   "server_name",
+                                             "verify",  "cert_file", "key_file"};
+  if (!r.store.redis()) {
+    error(e.key_line, "store.tls", "applies only to the Redis store types");
+    return;
+  }
+  auto m = fields(e.value, "store.tls", e.line, keys, true);
+  if (!m) return;
+  auto& t = r.store.tls;
+  t.enabled = true;
+  // A file that cannot be read is this file's mistake, at its line (the certificates' content
+  // is checked when the store is made).
+  const auto readable = [&](const entry& x, const std::string& path) -> std::optional<std::string> {
+    auto f = file_path(x, path);
+    if (!f) return std::nullopt;
+    if (std::ifstream in(f->path); !in) {
+      error(x.line, path, "cannot read file '" + f->path + "': " + std::strerror(errno));
+      return std::nullopt;
+    }
+    return f->path;
+  };
+  if (const entry* x = m->find("enabled")) {
+    if (auto v = boolean(*x, "store.tls.enabled")) t.enabled = *v;
+  }
+  if (const entry* x = m->find("ca_file")) {
+    if (auto f = readable(*x, "store.tls.ca_file")) t.ca_file = *f;
+  }
+  if (const entry* x = m->find("server_name")) {
+    if (auto s = non_empty(*x, "store.tls.server_name")) t.server_name = *s;
+  }
+  if (const entry* x = m->find("verify")) {
+    if (auto v = boolean(*x, "store.tls.verify")) t.verify = *v;
+  }
+  const entry* cert = m->find("cert_file");
+  const entry* key = m->find("key_file");
+  if (cert) {
+    if (auto f = readable(*cert, "store.tls.cert_file")) t.cert_file = *f;
+  }
+  if (key) {
+    if (auto f = readable(*key, "store.tls.key_file")) t.key_file = *f;
+  }
+  if (cert && !key)
+    error(cert->key_line, "store.tls.key_file", "cert_file needs key_file (its private key)");
+  if (key && !cert)
+    error(key->key_line, "store.tls.cert_file", "key_file needs cert_file (its certificate)");
 }
 
 void loader::password_file(const entry& e, const std::string& path, std::string& file_out,

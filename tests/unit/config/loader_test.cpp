@@ -294,6 +294,32 @@ TEST(defaults, a_sentinel_store_with_every_field) {
   EXPECT_EQ(r->store.layout, store_settings::layout_kind::key);
 }
 
+TEST(defaults, a_redis_store_over_tls_as_an_acl_user) {
+  auto r = load_ok(
+      "upstreams: {api: {url: http://127.0.0.1:8081}}\n"
+      "store:\n"
+      "  type: redis\n"
+      "  username: sluice\n"
+      "  tls:\n"
+      "    ca_file: /dev/null\n"
+      "    server_name: redis.internal\n"
+      "    cert_file: /dev/null\n"
+      "    key_file: /dev/null\n");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->store.username, "sluice");
+  EXPECT_TRUE(r->store.tls.enabled);
+  EXPECT_EQ(r->store.tls.ca_file, "/dev/null");
+  EXPECT_EQ(r->store.tls.server_name, "redis.internal");
+  EXPECT_TRUE(r->store.tls.verify);
+  EXPECT_EQ(r->store.tls.cert_file, "/dev/null");
+  EXPECT_EQ(r->store.tls.key_file, "/dev/null");
+  auto off = load_ok(
+      "upstreams: {api: {url: http://127.0.0.1:8081}}\n"
+      "store: {type: redis, tls: {enabled: false}}\n");
+  ASSERT_TRUE(off);
+  EXPECT_FALSE(off->store.tls.enabled);
+}
+
 TEST(defaults, a_minimal_file_gets_every_default) {
   auto r = load_ok(R"(upstreams: {api: {url: "http://backend"}}
 routes:
@@ -1376,6 +1402,24 @@ const mistake mistake_table[] = {
      UP "store: {type: redis, master: mymaster, sentinels: [127.0.0.1:26379]}\n",
      {"rules.yaml:2: store.sentinels: applies only to type redis-sentinel",
       "rules.yaml:2: store.master: applies only to type redis-sentinel"}},
+    {"store_tls_on_a_memory_store",
+     UP "store: {type: memory, tls: {verify: false}}\n",
+     {"rules.yaml:2: store.tls: applies only to the Redis store types"}},
+    {"store_tls_with_a_missing_file_a_lone_cert_and_an_unknown_key",
+     UP "store:\n"
+        "  type: redis\n"
+        "  username: \"\"\n"
+        "  tls:\n"
+        "    ca_file: /nonexistent/ca.pem\n"
+        "    cert_file: /nonexistent/client.pem\n"
+        "    verfy: false\n",
+     {"rules.yaml:4: store.username: must not be empty",
+      "rules.yaml:6: store.tls.ca_file: cannot read file '/nonexistent/ca.pem': No such file or "
+      "directory",
+      "rules.yaml:7: store.tls.cert_file: cannot read file '/nonexistent/client.pem': No such "
+      "file or directory",
+      "rules.yaml:7: store.tls.key_file: cert_file needs key_file (its private key)",
+      "rules.yaml:8: store.tls.verfy: unknown key 'verfy'; did you mean 'verify'?"}},
     {"unquoted_ipv6_listen_is_a_yaml_error",
      UP "listen: [::1]:8080\n",
      {"rules.yaml:2: invalid YAML: end of map not found"}},

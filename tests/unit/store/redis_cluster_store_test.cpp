@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// sluice-test-support: redis_cluster redis_server
+// sluice-test-support: redis_cluster redis_server redis_tls test_ca
 // sluice-test-serial
 // The cluster store against a real Redis Cluster (three masters, three replicas): a request
 // whose three limits live on three masters is decided all or nothing (a refused limit leaves
@@ -12,6 +12,8 @@
 #include "sluice/errc.hpp"
 #include "support/eventually.hpp"
 #include "support/redis_cluster.hpp"
+#include "support/redis_tls.hpp"
+#include "support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 
@@ -421,6 +423,62 @@ TEST_F(cluster_store, a_migrating_slot_is_followed_with_ask_then_moved) {
   ASSERT_TRUE(r2 && *r2) << (r2 ? r2->error().message() : "no answer");
   EXPECT_EQ((*r2)->limits.at(0).remaining, 1);  // the bucket written under ASK, moved with it
   EXPECT_GE(store_->cluster().moved, 1u);
+}
+
+// The same store over TLS: every node serves TLS with client certificates required (the
+// cluster bus and replication too), the seeds are TLS ports, and the slot map's masters are
+// reached on the TLS ports the nodes name (CLUSTER SHARDS' tls-port), as the ACL user.
+TEST(cluster_store_tls, discovers_every_master_over_tls_and_decides_all_or_nothing) {
+  test::temp_dir dir("cluster-tls");
+  test::redis_tls_material tls(dir.path);
+  redis_cluster::options o;
+  o.replicas_per_master = 0;
+  o.tls_args = [&tls](std::uint16_t port) {
+    auto a = tls.server_args(port, true);
+    for (auto& x : test::acl_args("sluice", "cluster-secret")) a.push_back(std::move(x));
+    return a;
+  };
+  redis_cluster cluster(o);
+  store::redis_cluster_settings s;
+  for (const auto p : cluster.tls_ports()) s.seeds.push_back({"127.0.0.1", p});
+  s.node.command_timeout = 500ms;
+  s.node.connect_timeout = 1000ms;
+  s.node.layout.packed = false;
+  s.node.username = "sluice";
+  s.node.password = "cluster-secret";
+  s.node.tls.context = store::make_redis_tls_context(
+      {tls.ca.cert().string(), true, tls.client.cert.string(), tls.client.key.string()});
+  asio::io_context ioc;
+  store::redis_cluster_store store(ioc.get_executor(), s);
+  store.start();
+  ASSERT_TRUE(run_until(
+      ioc, [&] { return store.stats().connected; }, 10000ms))
+      << "not connected: " << store.failure();
+  EXPECT_EQ(store.cluster().masters, 3u);
+  EXPECT_EQ(store.cluster().covered_slots, 16384u);
+
+  std::set<std::size_t> used;
+  const auto a = key_on_new_master(cluster, "tls_a", used);
+  const auto b = key_on_new_master(cluster, "tls_b", used);
+  const auto c = key_on_new_master(cluster, "tls_c", used);
+  auto all = [&] { return request({limit(a, 5), limit(b, 5), limit(c, 1)}); };
+  auto first = check_once(ioc, store, all());
+  ASSERT_TRUE(first && *first) << (first ? first->error().message() : "no answer");
+  EXPECT_TRUE((*first)->allowed);
+  auto second = check_once(ioc, store, all());
+  ASSERT_TRUE(second && *second);
+  EXPECT_FALSE((*second)->allowed);
+  for (const auto& key : {a, b}) {
+    auto alone = check_once(ioc, store, request({limit(key, 5)}));
+    ASSERT_TRUE(alone && *alone);
+    EXPECT_EQ((*alone)->limits.at(0).remaining, 3) << key << " was charged by a refused request";
+  }
+  // Every master decided some of it, over its TLS port.
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    const auto info = cluster.command(i, {"INFO", "commandstats"}).str;
+    EXPECT_NE(info.find("cmdstat_fcall:"), std::string::npos) << "node " << i;
+  }
+  store.stop();
 }
 
 TEST(cluster_store_seeds, no_seed_answering_leaves_checks_failing_at_once) {

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// sluice-test-support: redis_sentinel redis_server
+// sluice-test-support: redis_sentinel redis_server redis_tls test_ca
 // sluice-test-serial
 #include "sluice/store/redis_store.hpp"
 
 #include "sluice/errc.hpp"
 #include "support/redis_sentinel.hpp"
 #include "support/redis_server.hpp"
+#include "support/redis_tls.hpp"
+#include "support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
@@ -198,13 +200,16 @@ void expect_followed(const follow_report& rep, std::int64_t before, const char* 
   EXPECT_LT(rep.max_remaining_seen, before);
 }
 
-TEST(redis_sentinel_store, decides_on_the_primary_and_follows_sentinel_failover) {
-  test::redis_sentinel_group group;
+// Ten checks on the primary the Sentinels name, then SENTINEL FAILOVER: followed within the
+// failover time + 1 s on the replicated bucket.
+void decides_and_follows_a_failover(test::redis_sentinel_group& group,
+                                    const store::redis_settings& settings) {
   asio::io_context ioc;
-  store::redis_store s(ioc.get_executor(), sentinel_store(ports_of(group), group.master_name()));
+  store::redis_store s(ioc.get_executor(), settings);
   s.start();
   ASSERT_TRUE(run_until(
-      ioc, [&] { return s.stats().connected; }, 3000ms));
+      ioc, [&] { return s.stats().connected; }, 3000ms))
+      << s.failure();
 
   const std::string key = "{sentinel}:follow";
   std::int64_t remaining = burst;
@@ -235,6 +240,32 @@ TEST(redis_sentinel_store, decides_on_the_primary_and_follows_sentinel_failover)
   EXPECT_GE(forgotten, 0);
   EXPECT_LE(forgotten, rep.decided);
   s.stop();
+}
+
+TEST(redis_sentinel_store, decides_on_the_primary_and_follows_sentinel_failover) {
+  test::redis_sentinel_group group;
+  decides_and_follows_a_failover(group, sentinel_store(ports_of(group), group.master_name()));
+}
+
+// The same over TLS: the Sentinels and both data nodes serve TLS with client certificates
+// required, replication and the Sentinels' links use it, and the store reaches the Sentinels
+// and the master they name (an address: the certificate's IP entry is checked) over TLS only.
+TEST(redis_sentinel_store, over_tls_decides_on_the_primary_and_follows_sentinel_failover) {
+  test::temp_dir dir("sentinel-tls");
+  test::redis_tls_material tls(dir.path);
+  test::redis_sentinel_group::options o;
+  o.tls_args = [&tls](std::uint16_t port) { return tls.server_args(port, true); };
+  test::redis_sentinel_group group(o);
+  std::vector<std::uint16_t> tls_ports;
+  for (std::size_t i = 0; i < group.sentinels(); ++i)
+    tls_ports.push_back(group.sentinel_tls_port(i));
+  auto settings = sentinel_store(tls_ports, group.master_name());
+  settings.connect_timeout = 1000ms;
+  settings.tls.context = store::make_redis_tls_context(
+      {tls.ca.cert().string(), true, tls.client.cert.string(), tls.client.key.string()});
+  settings.sentinel->timeout = 1000ms;
+  settings.sentinel->tls = settings.tls;
+  decides_and_follows_a_failover(group, settings);
 }
 
 TEST(redis_sentinel_store, follows_a_killed_primary_once_the_sentinels_promote_the_replica) {

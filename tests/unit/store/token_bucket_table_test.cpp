@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// sluice-test-support: redis_server
+// sluice-test-support: redis_server redis_tls test_ca
 #include "sluice/limiter/token_bucket.hpp"
 
 #include "sluice/store/lua_scripts.hpp"
@@ -7,7 +7,9 @@
 #include "sluice/store/redis_store.hpp"
 #include "support/bucket_view.hpp"
 #include "support/redis_server.hpp"
+#include "support/redis_tls.hpp"
 #include "support/store_time.hpp"
+#include "support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 
@@ -383,6 +385,44 @@ TEST_F(token_bucket_table, redis_store) {
     rs.start();
     ASSERT_TRUE(run(ioc, wait_connected(rs)));
     const std::string name = "rs-" + layout_name(layout);
+    for (const auto& c : table()) {
+      for (std::size_t s = 0; s < c.steps.size(); ++s) {
+        check_request req = make_request(c, name, c.steps[s].cost);
+        req.now_ms_override = epoch_ms + c.steps[s].t_ms;
+        auto got = run(ioc, rs.check(req));
+        ASSERT_TRUE(got.has_value()) << c.name << " step " << s << ": " << got.error().message();
+        expect_step(c, s, name.c_str(), *got);
+      }
+    }
+    rs.stop();
+  }
+}
+
+// The same table through a TLS connection (a test CA, client certificates required) as an ACL
+// user allowed only what the store sends (test::sluice_acl_rule, as docs/operating.md shows).
+TEST_F(token_bucket_table, redis_store_over_tls_as_an_acl_user) {
+  test::temp_dir dir("table-tls");
+  test::redis_tls_material tls(dir.path);
+  const std::uint16_t tls_port = test::free_loopback_port();
+  auto args = tls.server_args(tls_port, true);
+  for (auto& a : test::acl_args("sluice", "table-secret")) args.push_back(std::move(a));
+  test::redis_server server(args);
+  for (const auto& layout : {per_key, packed}) {
+    boost::asio::io_context ioc;
+    store::redis_settings settings;
+    settings.port = tls_port;
+    settings.command_timeout = std::chrono::milliseconds(1000);
+    settings.connect_timeout = std::chrono::milliseconds(2000);
+    settings.layout = layout;
+    settings.username = "sluice";
+    settings.password = "table-secret";
+    settings.tls.context = store::make_redis_tls_context(
+        {tls.ca.cert().string(), true, tls.client.cert.string(), tls.client.key.string()});
+    settings.tls.server_name = "localhost";
+    store::redis_store rs(ioc.get_executor(), settings);
+    rs.start();
+    ASSERT_TRUE(run(ioc, wait_connected(rs))) << rs.failure();
+    const std::string name = "tls-" + layout_name(layout);
     for (const auto& c : table()) {
       for (std::size_t s = 0; s < c.steps.size(); ++s) {
         check_request req = make_request(c, name, c.steps[s].cost);
