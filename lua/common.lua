@@ -77,7 +77,7 @@ local function get_state(key, field, now)
 end
 
 -- Raises the expiry of `key` to at least `ttl` ms (never lowers it; a key left without one gets
--- one: c07): a read (PTTL) and, only when it is too low, a write. A hash's expiry (field ~= '')
+-- one: a key left without TTL): a read (PTTL) and, only when it is too low, a write. A hash's expiry (field ~= '')
 -- that must rise gets up to half a second of slack, so that a hash written more often than that
 -- is re-armed about twice a second rather than on every write: it is then the latest expiry of
 -- its fields plus at most the slack, so when it fires every field in it has expired anyway.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Watching the rules file (case c16).
+// Watching the rules file (hot reload: edits, renames, symlink swaps).
 //
 // Why the directory and not the file: an inotify watch belongs to an inode. Editors and
 // deployment tools replace the file (write a temporary file, rename(2) it over the old name),

@@ -70,7 +70,7 @@ http::verdict answer(http::response res) {
 }
 
 /// The limits a caller of `plan` gets on `route`: plan limits first, then route limits, each
-/// in declaration order, one per limit name (case c15: a limit named by both is charged once,
+/// in declaration order, one per limit name (bucket scope: a limit named by both is charged once,
 /// at its first position); a limit written only as per-plan overrides does not apply to
 /// other plans.
 compiled_route::plan_limits limits_for(const config::rules& rules, const config::route& route,

@@ -48,7 +48,7 @@ struct compiled_route {
   std::shared_ptr<const config::upstream> upstream;      ///< resolved once, not by name
   std::shared_ptr<const http::client_tls> upstream_tls;  ///< an https upstream's; else null
   /// The limits a caller of each plan gets on this route (the plan's, then the route's, one
-  /// per name, case c15) with their bucket parameters: parallel to the check's limits.
+  /// per name: bucket scope) with their bucket parameters: parallel to the check's limits.
   struct plan_limits {
     std::vector<const config::limit*> limits;
     std::vector<limiter::applied_limit> applied;

@@ -9,7 +9,8 @@
 //
 // Numbers end up in Lua scripts whose numbers are doubles (STYLE.md: integers cross that
 // boundary), so every count, burst and cost is checked against 2^53 here, once, and the data
-// path never has to interpret a zero, a negative or an inexact value (cases c05, c06).
+// path never has to interpret a zero, a negative or an inexact value (a zero limit; a TTL
+// overflowing its unit).
 //
 // Where things are: this file has the entry points and the top-level walk (run()), which reads
 // the top-level fields and calls one function per section in the order docs/operating.md lists

@@ -251,7 +251,7 @@ class loader {
 
   /// The token bucket counts in units of 1/(period_ms / gcd(count, period_ms)) token so that a
   /// refill of `count` tokens per `period` ms is an integer number of units per ms; its
-  /// capacity burst × units_per_token must stay an exact double (c06, part C).
+  /// capacity burst × units_per_token must stay an exact double (TTL overflow, part C).
   void check_capacity(const param_src& p, algorithm algo);
 
   /// Burst of a limit or override. Defaults to the count of its own rate.
@@ -263,8 +263,8 @@ class loader {
   std::vector<limit_src> parse_limits(const entry& e, const std::string& path);
 
   /// A static cost above a bucket's capacity would be refused forever with a Retry-After that
-  /// lies (DESIGN.md, "Semantics"; case c04): it is a config error. `where` names the route
-  /// for plan limits, whose paths do not.
+  /// lies (DESIGN.md, "Semantics"; a cost above the burst): it is a config error. `where` names the
+  /// route for plan limits, whose paths do not.
   void check_cost(const limit_src& l, std::int64_t cost, const std::string& where);
 
   /// `lease`, `lease_time`, `shards` and `region_share` of limit `l` (fields `m`), checked

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Header rules of the proxy, for both directions in one place (RFC 9110 §7.6.1; case c17).
+// Header rules of the proxy, for both directions in one place (RFC 9110 §7.6.1: hop-by-hop fields).
 //
 // Connection-level fields describe one hop: forwarding them lets a client steer the gateway's
 // pooled upstream connections (one `Connection: close` would tear a pooled connection down) and

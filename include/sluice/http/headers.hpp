@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// Header rules of the proxy, in one place for both directions (RFC 9110 §7.6.1; case c17):
+/// Header rules of the proxy, in one place for both directions (RFC 9110 §7.6.1, hop-by-hop):
 /// the heads each hop gets are rendered straight from the received head, in one pass.
 
 #include "sluice/http/response_head.hpp"

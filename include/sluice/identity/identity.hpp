@@ -3,7 +3,7 @@
 /// @file
 /// Who is calling: the client address (with trusted-proxy X-Forwarded-For handling), the API
 /// key and its plan, the user, and the per-limit identity a bucket is keyed by
-/// (DESIGN.md, "Identity"; cases c12, c13).
+/// (DESIGN.md, "Identity": spoofed X-Forwarded-For; empty ids).
 
 #include "sluice/config/rules.hpp"
 #include "sluice/errc.hpp"
@@ -115,7 +115,8 @@ struct client_origin {
 /// entry to its left, and the first untrusted address is the client. When every entry is
 /// trusted, the left-most is the client. An entry that is not an address (unreadable,
 /// `unknown`, obfuscated, a syntax error) stops the walk: the last trusted address read (the
-/// peer when none) is then the client, and `source` says why. RFC 7239 §5.2, §6; case c12.
+/// peer when none) is then the client, and `source` says why. RFC 7239 §5.2, §6 (a spoofed
+/// X-Forwarded-For).
 client_origin locate_client(const boost::asio::ip::address& peer,
                             const boost::beast::http::fields& headers,
                             const config::identity_settings& settings);
@@ -186,7 +187,7 @@ std::variant<caller, caller_error> identify(const config::rules& rules,
 /// The identity one limit keys its bucket by, for this caller: a namespace and a non-empty
 /// value. `by: api_key` of an anonymous caller is the client address in the anonymous
 /// namespace; `by: user` / `by: header:NAME` whose value is absent or empty falls back to the
-/// client address in its own namespace (never an empty, shared bucket; case c13).
+/// client address in its own namespace (never an empty, shared bucket for empty ids).
 /// Returns nullopt when an identity header is repeated with different values (400).
 std::optional<std::pair<limiter::key_namespace, std::string>> limit_identity(
     const config::limit& limit, const caller& who, const config::rules& rules,

@@ -4,7 +4,7 @@
 /// From a decided check to what the client is told: the most constraining limit, the
 /// X-RateLimit-* and IETF RateLimit fields, Retry-After and the 429 problem body
 /// (DESIGN.md, "Headers and bodies"). Every value is rendered from the one decided outcome
-/// (case c01): nothing recomputes "remaining" elsewhere.
+/// (no off-by-one): nothing recomputes "remaining" elsewhere.
 
 #include "sluice/config/rules.hpp"
 #include "sluice/limiter/check.hpp"
@@ -99,7 +99,7 @@ void append_quota_lines(std::string& out, const std::vector<applied_limit>& limi
                         const check_outcome& outcome, const config::header_sets& sets);
 
 /// Retry-After of a refused check, in seconds: the largest wait of the violated enforced
-/// limits, rounded up, at least 1 (RFC 9110 §10.2.3 delta-seconds; case c02).
+/// limits, rounded up, at least 1 (RFC 9110 §10.2.3 delta-seconds, never 0).
 std::int64_t retry_after_seconds(const std::vector<applied_limit>& limits,
                                  const check_outcome& outcome);
 

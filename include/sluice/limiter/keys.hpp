@@ -2,7 +2,7 @@
 #pragma once
 /// @file
 /// Store keys of buckets: one function builds every key, injectively, under a gateway-chosen
-/// Redis Cluster hash tag (case c14).
+/// Redis Cluster hash tag (no two keys collide).
 
 #include "sluice/config/rules.hpp"
 
@@ -13,7 +13,7 @@
 namespace sluice::limiter {
 
 /// Namespaces of an identity value inside a key. Each kind has its own, so an API key whose
-/// text is an address never meets the anonymous-by-IP bucket of that address (case c13).
+/// text is an address never meets the anonymous-by-IP bucket of that address (an empty id).
 enum class key_namespace : char {
   api_key = 'k',       ///< a directory API key
   anonymous_ip = 'a',  ///< an anonymous caller keyed by client address

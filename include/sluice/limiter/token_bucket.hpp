@@ -17,7 +17,7 @@ struct bucket_state {
   std::int64_t stamp_ms = 0;
   /// The units per token the level was written in (0: unknown, read as the current one). A
   /// reload that changes the rate changes the unit; the level is then rescaled, so a
-  /// balance carries over in tokens (case c16).
+  /// balance carries over in tokens (a hot reload).
   std::int64_t units_per_token = 0;
 };
 

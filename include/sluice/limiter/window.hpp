@@ -61,8 +61,8 @@ bool window_admits(const window_counts& c, const bucket_params& p, config::algor
 
 /// Milliseconds from `now_ms` until `need` units fit (0 when they fit now), with no further
 /// traffic. Fixed window: the window's end. Sliding counter: the first instant at which the
-/// weighted estimate admits `need`, possibly in the next window (so it may exceed P: case c09
-/// gives 80 − offset s for 3/1m after 3 units in the previous window).
+/// weighted estimate admits `need`, possibly in the next window (so it may exceed P: 3/1m after
+/// 3 units in the previous window waits 80 − offset s).
 std::int64_t window_wait(const window_counts& c, const bucket_params& p, config::algorithm a,
                          std::int64_t now_ms, std::int64_t need);
 

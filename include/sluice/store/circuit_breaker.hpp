@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// @file
-/// The circuit breaker of a store connection (case c11, DESIGN.md "Failure"), as its own unit
-/// with an injected clock.
+/// The circuit breaker of a store connection (a store outage must not cost latency, DESIGN.md
+/// "Failure"), as its own unit with an injected clock.
 
 #include "sluice/store/counter_store.hpp"
 
