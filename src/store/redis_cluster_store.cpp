@@ -63,16 +63,11 @@ class topology_query : public std::enable_shared_from_this<topology_query> {
                  std::chrono::milliseconds timeout, handler done)
       : ex_(std::move(ex)),
         to_(std::move(to)),
+        options_{to_.host, to_.port, {}, node.username, node.password, node.tls},
+        tls_(node.tls.context != nullptr),
         timeout_(timeout),
         done_(std::move(done)),
-        timer_(ex_) {
-    options_.host = to_.host;
-    options_.port = to_.port;
-    options_.username = node.username;
-    options_.password = node.password;
-    options_.tls = node.tls;
-    tls_ = node.tls.context != nullptr;
-  }
+        timer_(ex_) {}
 
   /// Ends the query now (the store stops): the handler is called with an error.
   void cancel() { finish(fail("stopped")); }

@@ -126,15 +126,10 @@ void redis_store::impl::connect_failed(std::string reason) {
 }
 
 void redis_store::impl::connect_to() {
-  detail::redis_connection::options o;
-  o.host = settings.host;
-  o.port = settings.port;
-  o.connect_timeout = settings.connect_timeout;
-  o.username = settings.username;
-  o.password = settings.password;
-  o.tls = settings.tls;
-  io = detail::redis_connection::open(ex, std::move(o), this, &impl::on_connect,
-                                      &impl::on_disconnect);
+  io = detail::redis_connection::open(ex,
+                                      {settings.host, settings.port, settings.connect_timeout,
+                                       settings.username, settings.password, settings.tls},
+                                      this, &impl::on_connect, &impl::on_disconnect);
   ac = io.get();
   use_functions = true;
   const std::uint64_t gen = ++generation;

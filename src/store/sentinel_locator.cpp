@@ -156,13 +156,10 @@ struct sentinel_locator::impl : std::enable_shared_from_this<impl> {
   // Opens a connection to a Sentinel on this executor (redis_connection: resolution, connect,
   // TLS, AUTH); the caller's timer bounds it.
   std::shared_ptr<redis_connection> open(const sentinel_settings::address& to) {
-    redis_connection::options o;
-    o.host = to.host;
-    o.port = to.port;
-    o.username = settings.username;
-    o.password = settings.password;
-    o.tls = settings.tls;
-    return redis_connection::open(ex, std::move(o), this, &impl::on_connect, &impl::on_disconnect);
+    // (No deadline of its own: the caller's timer bounds the exchange.)
+    return redis_connection::open(
+        ex, {to.host, to.port, {}, settings.username, settings.password, settings.tls}, this,
+        &impl::on_connect, &impl::on_disconnect);
   }
 
   // ---- lookup ---------------------------------------------------------------------------------
