@@ -12,11 +12,9 @@
 // path never has to interpret a zero, a negative or an inexact value (a zero limit; a TTL
 // overflowing its unit).
 //
-// Where things are: this file has the entry points and the top-level walk (run()), which reads
-// the top-level fields and calls one function per section in the order docs/operating.md lists
-// them; each section is read in src/config/sections/<section>.cpp, the limit lists of plans and
-// routes in limits.cpp, the node and scalar readers every section uses in readers.cpp, and the
-// checks across sections in cross_checks.cpp. loader_internal.hpp declares them all.
+// This file has the entry points and the top-level walk (run()), which reads the top-level
+// fields and calls one function per section in the order docs/operating.md lists them
+// (loader_internal.hpp says where each part lives).
 
 #include "sluice/config/loader.hpp"
 
