@@ -54,10 +54,6 @@ struct redis_connection::transport {
 
 namespace {
 
-std::string_view text_of(const redisReply* r) {
-  return r != nullptr && r->str != nullptr ? std::string_view(r->str, r->len) : std::string_view();
-}
-
 // A TLS failure in words: the certificate check's own reason when it was the certificate
 // (unknown issuer, host-name mismatch, expired), else OpenSSL's.
 std::string tls_reason(const error_code& ec, SSL* ssl) {
@@ -72,6 +68,10 @@ std::string tls_reason(const error_code& ec, SSL* ssl) {
 }
 
 }  // namespace
+
+std::string_view reply_text(const redisReply* r) {
+  return r != nullptr && r->str != nullptr ? std::string_view(r->str, r->len) : std::string_view();
+}
 
 std::shared_ptr<redis_connection> redis_connection::open(asio::any_io_executor ex, options o,
                                                          void* data, connect_callback on_connect,
@@ -222,7 +222,7 @@ void redis_connection::handshaken() {
 void redis_connection::on_auth(const redisReply* r) {
   if (r == nullptr || state_ != state::connecting) return;
   if (r->type == REDIS_REPLY_ERROR) {
-    fail("AUTH failed: " + std::string(text_of(r).substr(0, 200)));
+    fail("AUTH failed: " + std::string(reply_text(r).substr(0, 200)));
     return;
   }
   state_ = state::up;

@@ -39,6 +39,9 @@ struct redisReply;
 
 namespace sluice::store::detail {
 
+/// The text of a string, status or error reply ("" for none, or a reply without text).
+std::string_view reply_text(const redisReply* r);
+
 class redis_connection : public std::enable_shared_from_this<redis_connection> {
  public:
   /// Where and how to connect.

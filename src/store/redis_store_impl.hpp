@@ -65,9 +65,7 @@ constexpr std::uintptr_t tag_reload = 3;
 constexpr std::uintptr_t tag_role = 4;  // ROLE, on a master named by the Sentinels
 constexpr std::uint64_t first_check_id = 1 << 20;
 
-inline std::string_view reply_text(const redisReply* r) {
-  return r && r->str ? std::string_view(r->str, r->len) : std::string_view();
-}
+using detail::reply_text;
 
 // Error replies that say the server cannot serve checks right now (as opposed to an error of
 // this one check, such as WRONGTYPE from a colliding key): they count towards the breaker.
