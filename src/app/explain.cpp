@@ -96,6 +96,9 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
     }
   }
   http::request_context ctx;
+  // Described as an HTTP/2 request: the protocol every route takes (a route whose upstream
+  // speaks HTTP/2 refuses HTTP/1.1 before any limit).
+  ctx.proto = http::protocol::h2;
   boost::system::error_code ec;
   const auto ip = asio::ip::make_address(q.ip.empty() ? "127.0.0.1" : q.ip, ec);
   if (ec) {
@@ -107,15 +110,15 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
                       ? asio::ip::make_address_v4(asio::ip::v4_mapped, ip.to_v6()).to_string()
                       : ip.to_string();
 
-  // route
-  const config::cors_policy* cors = rules.cors.get();
-  auto routed_or = route(*snap, head, cors);
-  if (auto* v = std::get_if<http::verdict>(&routed_or)) {
+  // route, then identify (the directory is read, never written): decide()'s own steps
+  pending s;
+  std::optional<http::verdict> early = front(*snap, head, ctx, s);
+  if (!s.r) {
     out["route"] = nullptr;
-    out["outcome"] = verdict_json(*v);
+    out["outcome"] = verdict_json(*early);
     co_return serialized(out);
   }
-  const routed& r = std::get<routed>(routed_or);
+  const routed& r = *s.r;
   const config::route& rt = *r.route->route;
   out["route"] = rt.name;
   out["cost"] = rt.cost;
@@ -123,14 +126,13 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
                             : rt.on_store_failure == config::failure_policy::fail_closed
                                 ? "fail_closed"
                                 : "local";
-
-  // identify (the directory is read, never written)
-  identified id;
-  presented p;
-  if (auto refused = co_await caller(*snap, head, ctx, r, p, id)) {
-    out["outcome"] = verdict_json(*refused);
+  if (!early && needs_directory(*snap, r, s.p)) co_await look_up_plan(*snap, s.p);
+  if (!early) early = identify_caller(*snap, head, r, s.p, s.id);
+  if (early) {
+    out["outcome"] = verdict_json(*early);
     co_return serialized(out);
   }
+  const identified& id = s.id;
   json::object caller;
   caller["identity"] = namespace_text(id.who);
   caller["plan"] = id.who.plan;
@@ -155,9 +157,8 @@ asio::awaitable<std::string> gateway_handler::explain(observability::explain_que
     out["outcome"] = std::move(o);
     co_return serialized(out);
   }
-  limiter::check_request check;
-  std::vector<charged_limit> charged;  // (explain settles nothing)
-  if (auto v = prepare_check(*snap, head, ctx, r, id, check, charged)) {
+  limiter::check_request& check = s.check;  // (s.charged: explain settles nothing)
+  if (auto v = prepare_check(*snap, head, ctx, r, id, check, s.charged)) {
     out["outcome"] = verdict_json(*v);
     co_return serialized(out);
   }

@@ -8,7 +8,8 @@
 //   respond   429 with the quota fields, or a forward verdict the http room relays, the
 //             rate-limit fields rendered from the one decided outcome
 //
-// This file drives the steps (decide_now, decide; explain.cpp runs the first two for a query):
+// This file drives the steps (decide_now, decide; explain.cpp drives route, identify and the
+// check's preparation the same way for a query):
 // route and identify are plan_step.cpp's, decide is store_step.cpp's, respond and the failure
 // policy are respond_step.cpp's. Nothing reads a body: the session streams an admitted
 // request's body afterwards.
@@ -304,14 +305,6 @@ asio::awaitable<http::verdict> gateway_handler::decide(http::request_head& head,
   }
   conclude(*snap, head, ctx, q, decided, v);
   co_return v;
-}
-
-asio::awaitable<std::optional<http::verdict>> gateway_handler::caller(
-    const snapshot& snap, const http::request_head& head, const http::request_context& ctx,
-    const routed& r, presented& p, identified& id) {
-  if (auto refused = present(snap, head, ctx, r, p)) co_return refused;
-  if (needs_directory(snap, r, p)) co_await look_up_plan(snap, p);
-  co_return identify_caller(snap, head, r, p, id);
 }
 
 asio::awaitable<void> gateway_handler::look_up_plan(const snapshot& snap, presented& p) {

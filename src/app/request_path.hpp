@@ -257,7 +257,7 @@ class gateway_handler final : public http::request_handler {
   /// fields of `at.cors` (Fetch §3.2.3).
   void finish(http::verdict& v, const progress& at, http::request_head& head,
               const http::request_context& ctx) const;
-  /// One request as decide() and decide_now() take it through the steps (not movable:
+  /// One request as decide(), decide_now() and explain() take it through the steps (not movable:
   /// `at` points into it).
   struct pending {
     progress at;
@@ -303,20 +303,12 @@ class gateway_handler final : public http::request_handler {
   std::optional<http::verdict> present(const snapshot& snap, const http::request_head& head,
                                        const http::request_context& ctx, const routed& r,
                                        presented& p);
-  /// Step 2 as a whole: present(), then for a preflight the anonymous caller and the
-  /// route's preflight limits, else the directory (when the snapshot does not know the key)
-  /// and identify(), and the caller's limits into `id`; or the refusal.
-  boost::asio::awaitable<std::optional<http::verdict>> caller(const snapshot& snap,
-                                                              const http::request_head& head,
-                                                              const http::request_context& ctx,
-                                                              const routed& r, presented& p,
-                                                              identified& id);
-  /// Step 2's end (after the directory, when caller() needed it): for a preflight the
-  /// anonymous caller and the route's preflight limits, else identify() and the caller's
-  /// limits, into `id`; or identify()'s refusal.
   /// The plan directory's answer for `p.key` into `p` (its plan, or that it could not be
-  /// read): the round trip caller() and decide() make for a key the snapshot does not know.
+  /// read): the round trip decide() and explain() make for a key the snapshot does not know.
   boost::asio::awaitable<void> look_up_plan(const snapshot& snap, presented& p);
+  /// Step 2's end (after the directory, when it was needed): for a preflight the anonymous
+  /// caller and the route's preflight limits, else identify() and the caller's limits, into
+  /// `id`; or identify()'s refusal.
   std::optional<http::verdict> identify_caller(const snapshot& snap, const http::request_head& head,
                                                const routed& r, presented& p, identified& id);
   /// Step 2b (after the directory, when decide() needed it): the caller into `out`, or a

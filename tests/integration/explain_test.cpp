@@ -38,7 +38,7 @@ store: STORE
 identity: {api_key: {header: X-API-Key}}
 plans: {free: {limits: []}, pro: {limits: []}}
 api_keys: {key-a: free, key-p: pro}
-upstreams: {api: {url: UPSTREAM_URL}}
+upstreams: {api: {url: UPSTREAM_URL}, rpc: {url: UPSTREAM_URL, http2: true}}
 routes:
   - name: items
     match: {path_prefix: /v1/items}
@@ -52,6 +52,11 @@ routes:
   - name: open
     match: {path_prefix: /open}
     upstream: api
+  - name: rpc
+    match: {path_prefix: /rpc.Items/}
+    upstream: rpc
+    limits:
+      - {name: rpc_ip, by: ip, rate: 5/1m, burst: 5}
 )";
 
 struct explain_world {
@@ -150,6 +155,15 @@ TEST_P(explain, names_route_plan_limits_and_spends_nothing) {
   SCOPED_TRACE(json::serialize(none));
   EXPECT_TRUE(none.at("route").is_null());
   EXPECT_EQ(none.at("outcome").at("status").as_int64(), 404);
+  // A route whose upstream speaks HTTP/2 (gRPC) is explained as its HTTP/2 clients' requests
+  // are decided (an HTTP/1.1 request to it gets 505 before any limit).
+  auto rpc = w.explain("method=POST&path=/rpc.Items/Get");
+  SCOPED_TRACE(json::serialize(rpc));
+  EXPECT_EQ(text(rpc.at("route")), "rpc");
+  ASSERT_EQ(rpc.at("limits").as_array().size(), 1u);
+  EXPECT_EQ(rpc.at("limits").as_array()[0].at("now").at("remaining").as_int64(), 4);
+  EXPECT_EQ(text(rpc.at("outcome").at("decision")), "allowed");
+  EXPECT_EQ(w.get("/rpc.Items/Get").status, 505u);
   auto anon = w.explain("path=/v1/items&api_key=nobody&ip=192.0.2.7");
   EXPECT_EQ(text(anon.at("caller").at("identity")), "anonymous");
   EXPECT_EQ(text(anon.at("request").at("ip")), "192.0.2.7");
