@@ -26,9 +26,11 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 
 struct redis_connection::transport {
-  explicit transport(const asio::any_io_executor& ex) : resolver(ex), timer(ex), socket(ex) {}
+  explicit transport(const asio::any_io_executor& ex)
+      : resolver(ex), timer(ex), probe(ex), socket(ex) {}
   asio::ip::tcp::resolver resolver;
-  asio::steady_timer timer;
+  asio::steady_timer timer;  // the connect deadline
+  asio::steady_timer probe;  // the idle probe's tick
   asio::ip::tcp::socket socket;
   std::optional<asio::ssl::stream<asio::ip::tcp::socket&>> tls;
   bool ready = false;  // connected (and handshaken): bytes may be written
@@ -48,6 +50,7 @@ struct redis_connection::transport {
     error_code ec;
     resolver.cancel();
     timer.cancel();
+    probe.cancel();
     socket.close(ec);  // aborts the read and the write in flight, on either stream
   }
 };
@@ -211,8 +214,7 @@ void redis_connection::handshaken() {
     waiting_.push_front(
         pending{[](redis_connection* c, const redisReply* r, void*) { c->on_auth(r); }, nullptr});
   } else {
-    state_ = state::up;
-    t_->timer.cancel();
+    went_up();
   }
   read_some();
   write_some();
@@ -225,9 +227,46 @@ void redis_connection::on_auth(const redisReply* r) {
     fail("AUTH failed: " + std::string(reply_text(r).substr(0, 200)));
     return;
   }
+  went_up();
+  if (on_connect_) on_connect_(this, true, std::string());
+}
+
+void redis_connection::went_up() {
   state_ = state::up;
   t_->timer.cancel();
-  if (on_connect_) on_connect_(this, true, std::string());
+  last_heard_ = std::chrono::steady_clock::now();
+  arm_probe();
+}
+
+void redis_connection::arm_probe() {
+  if (o_.idle_probe.count() <= 0) return;
+  t_->probe.expires_after(o_.idle_probe / 4);
+  t_->probe.async_wait([w = weak_from_this()](error_code ec) {
+    if (ec) return;
+    if (auto self = w.lock()) self->probe_tick();
+  });
+}
+
+void redis_connection::probe_tick() {
+  if (state_ != state::up || subscribed_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (ping_outstanding_ && !stalled_ && now - ping_sent_ > o_.probe_timeout) {
+    stalled_ = true;
+    if (o_.on_stall) o_.on_stall(this, true);
+    if (state_ != state::up) return;  // closed by its owner
+  }
+  if (!ping_outstanding_ && now - last_heard_ >= o_.idle_probe &&
+      command(nullptr, nullptr, {"PING"})) {
+    ping_outstanding_ = true;
+    ping_sent_ = now;
+  }
+  arm_probe();
+}
+
+void redis_connection::heard() {
+  last_heard_ = std::chrono::steady_clock::now();
+  ping_outstanding_ = false;
+  if (std::exchange(stalled_, false) && o_.on_stall) o_.on_stall(this, false);
 }
 
 void redis_connection::fail(const std::string& why) {
@@ -391,6 +430,8 @@ void redis_connection::deliver(redisReply* r) {
   } else {
     end("a reply to no command");
   }
+  // Any reply shows the server answers (the idle probe's, a check's, a message).
+  if (state_ == state::up) heard();
   if (std::exchange(fail_after_delivery_, false)) fail_pending();
 }
 

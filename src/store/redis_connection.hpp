@@ -20,7 +20,8 @@
 // replies come in send order. on_connect is called once (ok, or not ok with the reason);
 // on_disconnect once when a connection that was up ends by itself (never after close()).
 // A callback may call close() or command(). Everything runs on the executor given at open();
-// nothing locks.
+// nothing locks. An idle probe (options::idle_probe) tells its owner when the server stops
+// answering without closing the connection.
 
 #include "sluice/store/redis_tls.hpp"
 
@@ -44,6 +45,18 @@ std::string_view reply_text(const redisReply* r);
 
 class redis_connection : public std::enable_shared_from_this<redis_connection> {
  public:
+  /// A reply (nullptr: the connection ended before it came). Never throws.
+  using reply_callback = void (*)(redis_connection* c, const redisReply* r, void* privdata);
+  /// `ok` false: `why` says what failed (resolution, connect, TLS, AUTH, the deadline).
+  using connect_callback = void (*)(redis_connection* c, bool ok, const std::string& why);
+  /// A connection that was up ended by itself (peer closed, an error, a reply that does not
+  /// parse); `why` says how.
+  using disconnect_callback = void (*)(redis_connection* c, const std::string& why);
+  /// The idle probe's verdict: `stalled` true when a probe went unanswered for
+  /// options::probe_timeout (the connection stays open: a frozen server may resume), false
+  /// when a reply came after that. Never throws.
+  using stall_callback = void (*)(redis_connection* c, bool stalled);
+
   /// Where and how to connect.
   struct options {
     std::string host;  ///< an address literal or a name
@@ -53,14 +66,14 @@ class redis_connection : public std::enable_shared_from_this<redis_connection> {
     std::string username;  ///< ACL user ("" = `AUTH password`, the default user)
     std::string password;  ///< "" = no AUTH
     redis_tls tls;         ///< no context: plain TCP
+    /// The idle probe: a frozen server (SIGSTOP, a stalled network) keeps its TCP connection,
+    /// so with no traffic nothing would notice. While up and not subscribed, a PING goes out
+    /// after `idle_probe` without a reply (0 = no probe); unanswered after `probe_timeout`,
+    /// `on_stall(c, true)`; the next reply, `on_stall(c, false)`. Checked every idle_probe / 4.
+    std::chrono::milliseconds idle_probe{0};
+    std::chrono::milliseconds probe_timeout{0};
+    stall_callback on_stall = nullptr;
   };
-  /// A reply (nullptr: the connection ended before it came). Never throws.
-  using reply_callback = void (*)(redis_connection* c, const redisReply* r, void* privdata);
-  /// `ok` false: `why` says what failed (resolution, connect, TLS, AUTH, the deadline).
-  using connect_callback = void (*)(redis_connection* c, bool ok, const std::string& why);
-  /// A connection that was up ended by itself (peer closed, an error, a reply that does not
-  /// parse); `why` says how.
-  using disconnect_callback = void (*)(redis_connection* c, const std::string& why);
 
   /// Starts an attempt; never calls back inline. `data` is the owner's, handed back by data().
   static std::shared_ptr<redis_connection> open(boost::asio::any_io_executor ex, options o,
@@ -103,6 +116,10 @@ class redis_connection : public std::enable_shared_from_this<redis_connection> {
   void start();
   void resolved(const std::string& address);
   void handshaken();
+  void went_up();
+  void arm_probe();
+  void probe_tick();
+  void heard();
   void fail(const std::string& why);
   void end(const std::string& why);
   void on_auth(const redisReply* r);
@@ -129,6 +146,11 @@ class redis_connection : public std::enable_shared_from_this<redis_connection> {
   std::deque<pending> waiting_;       // callbacks of the commands sent or queued, in order
   pending subscriber_{nullptr, nullptr};
   void* reader_ = nullptr;  // redisReader*
+  // The idle probe (options::idle_probe).
+  std::chrono::steady_clock::time_point last_heard_{};
+  std::chrono::steady_clock::time_point ping_sent_{};
+  bool ping_outstanding_ = false;
+  bool stalled_ = false;
 };
 
 }  // namespace sluice::store::detail

@@ -126,10 +126,11 @@ void redis_store::impl::connect_failed(std::string reason) {
 }
 
 void redis_store::impl::connect_to() {
-  io = detail::redis_connection::open(ex,
-                                      {settings.host, settings.port, settings.connect_timeout,
-                                       settings.username, settings.password, settings.tls},
-                                      this, &impl::on_connect, &impl::on_disconnect);
+  io = detail::redis_connection::open(
+      ex,
+      {settings.host, settings.port, settings.connect_timeout, settings.username, settings.password,
+       settings.tls, idle_probe_every, settings.command_timeout, &impl::on_stall},
+      this, &impl::on_connect, &impl::on_disconnect);
   ac = io.get();
   use_functions = true;
   const std::uint64_t gen = ++generation;
@@ -179,8 +180,6 @@ void redis_store::impl::lost() {
   ac = nullptr;
   io.reset();
   connect_timer.cancel();
-  ping_outstanding = false;
-  stalled = false;
   if (state != conn_state::stopped) state = conn_state::idle;
   counters.connected = false;
 }
@@ -203,8 +202,6 @@ void redis_store::impl::ready(std::string target) {
   call_target = std::move(target);
   state = conn_state::ready;
   connect_timer.cancel();
-  heard();
-  arm_idle_timer();
   if (wrong_node_streak == 0) backoff = backoff_first;
   counters.connected = true;
   set_failure({});
@@ -242,50 +239,20 @@ void redis_store::impl::on_connect(detail::redis_connection* c, bool ok,
   }
 }
 
-void redis_store::impl::heard() {
-  last_heard = std::chrono::steady_clock::now();
-  ping_outstanding = false;
-  if (stalled) {
-    stalled = false;
-    if (state == conn_state::ready) counters.connected = true;
-    spdlog::info("redis {}:{}: answers again", settings.host, settings.port);
-  }
-}
-
-void redis_store::impl::arm_idle_timer() {
-  idle_timer.expires_after(idle_tick);
-  idle_timer.async_wait([w = weak_from_this()](error_code ec) {
-    if (ec) return;
-    if (auto self = w.lock()) self->on_idle_tick();
-  });
-}
-
-void redis_store::impl::on_idle_tick() {
-  if (state != conn_state::ready || ac == nullptr) return;  // ready() arms it again
-  const auto now = std::chrono::steady_clock::now();
-  if (ping_outstanding && !stalled && now - ping_sent > settings.command_timeout) {
-    stalled = true;
-    counters.connected = false;
-    spdlog::warn(
-        "redis {}:{}: no answer to an idle PING within {} ms: not ready until it "
-        "answers",
-        settings.host, settings.port, settings.command_timeout.count());
-  }
-  if (!ping_outstanding && now - last_heard >= idle_probe_every) {
-    if (ac->command(&impl::on_ping_reply, nullptr, {"PING"})) {
-      ping_outstanding = true;
-      ping_sent = now;
-    }
-  }
-  arm_idle_timer();
-}
-
-void redis_store::impl::on_ping_reply(detail::redis_connection* c, const redisReply* r,
-                                      void* /*privdata*/) noexcept {
+void redis_store::impl::on_stall(detail::redis_connection* c, bool stalled) noexcept {
   try {
     impl* self = owner(c);
-    if (self == nullptr || self->ac != c || r == nullptr) return;
-    self->heard();
+    if (self == nullptr || self->ac != c) return;
+    if (stalled) {
+      self->counters.connected = false;
+      ++self->counters.idle_stalls;
+      spdlog::warn(
+          "redis {}:{}: no answer to an idle PING within {} ms: not ready until it answers",
+          self->settings.host, self->settings.port, self->settings.command_timeout.count());
+    } else {
+      if (self->state == conn_state::ready) self->counters.connected = true;
+      spdlog::info("redis {}:{}: answers again", self->settings.host, self->settings.port);
+    }
   } catch (...) {
     // No exception crosses a connection callback.
   }
@@ -413,7 +380,6 @@ void redis_store::impl::on_read_reply(detail::redis_connection* c, const redisRe
 }
 
 void redis_store::impl::handle_read_reply(std::uint64_t id, const redisReply* r) {
-  if (r != nullptr) heard();
   auto it = reads.find(id);
   if (it == reads.end()) {
     if (r != nullptr) ++counters.late_replies;

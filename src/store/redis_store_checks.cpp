@@ -289,7 +289,6 @@ void redis_store::impl::on_check_reply(detail::redis_connection* c, const redisR
 }
 
 void redis_store::impl::handle_check_reply(std::uint64_t cid, const redisReply* r) {
-  if (r != nullptr) heard();
   auto cit = commands.find(cid);
   if (cit == commands.end()) return;  // (a stop forgot it)
   command& c = cit->second;
@@ -517,7 +516,6 @@ void redis_store::impl::stop() {
   state = conn_state::stopped;
   backoff_timer.cancel();
   connect_timer.cancel();
-  idle_timer.cancel();
   deadline_timer.cancel();
   deadlines.clear();
   deadline_armed = false;

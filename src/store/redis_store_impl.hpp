@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Private to the store room: redis_store's state and its steps, declared once and defined in
-// redis_store.cpp (the connection: where to, set-up, idle probe, loss; the plan directory's
-// reads; the public class) and redis_store_checks.cpp (checks: batches, deadlines, replies,
-// the breaker). Everything runs on the store's executor; nothing here locks.
+// redis_store.cpp (the connection: where to, set-up, the idle probe's verdict, loss; the plan
+// directory's reads; the public class) and redis_store_checks.cpp (checks: batches, deadlines,
+// replies, the breaker). Everything runs on the store's executor; nothing here locks.
 
 #include "sluice/store/redis_store.hpp"
 
@@ -135,7 +135,6 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
         settings(std::move(s)),
         connect_timer(ex),
         backoff_timer(ex),
-        idle_timer(ex),
         deadline_timer(ex),
         breaker(settings.breaker_failures, settings.breaker_cool_down),
         rng(std::random_device{}()) {}
@@ -154,23 +153,16 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
   std::string call_target;  // the function's name or the script's SHA1
   asio::steady_timer connect_timer;
   asio::steady_timer backoff_timer;
-  // Idle probe: a frozen server (SIGSTOP, a stalled network) keeps its TCP connection, so with
-  // no checks to time out nothing would notice. While nothing has been heard for
-  // `idle_probe_every`, a PING is sent; unanswered after the command timeout, the connection
-  // counts as not connected (stats, readiness) until anything is heard again.
+  // The connection's idle probe (redis_connection::options::idle_probe): a PING after this
+  // long without a reply; unanswered within the command timeout, the store counts as not
+  // connected (stats, readiness) until anything is heard again.
   static constexpr std::chrono::milliseconds idle_probe_every{1000};
-  static constexpr std::chrono::milliseconds idle_tick{250};
-  asio::steady_timer idle_timer;
   // The checks' deadlines, in send order (= deadline order: one timeout for all), with one
   // timer armed for the first check still in flight. No timer (and no timer system call) per
   // check: under load it fires about once per timeout.
   asio::steady_timer deadline_timer;
   std::deque<std::pair<std::chrono::steady_clock::time_point, std::uint64_t>> deadlines;
   bool deadline_armed = false;
-  std::chrono::steady_clock::time_point last_heard{};
-  std::chrono::steady_clock::time_point ping_sent{};
-  bool ping_outstanding = false;
-  bool stalled = false;
   // Sentinel mode (settings.sentinel): where to connect is asked of the Sentinels before every
   // attempt; `settings.host`/`port` then hold the master last named (for the attempt and the
   // log lines). Made at the first connect (it needs weak_from_this).
@@ -261,15 +253,8 @@ struct redis_store::impl : std::enable_shared_from_this<impl> {
 
   static void on_connect(detail::redis_connection* c, bool ok, const std::string& why) noexcept;
 
-  // Anything heard from the server: the connection answers.
-  void heard();
-
-  void arm_idle_timer();
-
-  void on_idle_tick();
-
-  static void on_ping_reply(detail::redis_connection* c, const redisReply* r,
-                            void* /*privdata*/) noexcept;
+  // The idle probe's verdict on the connection: not connected while stalled.
+  static void on_stall(detail::redis_connection* c, bool stalled) noexcept;
 
   static void on_disconnect(detail::redis_connection* c, const std::string& why) noexcept;
 

@@ -56,6 +56,9 @@ enum class exposed_as : std::uint8_t {
     "Store replies that arrived after their check's deadline (dropped).")                          \
   X(reconnects, std::uint64_t, counter, "sluice_store_reconnects_total", "", "",                   \
     "Store connections established after the first one.")                                          \
+  X(idle_stalls, std::uint64_t, counter, "sluice_store_idle_stalls_total", "", "",                 \
+    "Store connections whose idle PING went unanswered within store.timeout (not ready until "     \
+    "the server answers again).")                                                                  \
   /* connect_failures: attempts refused, timed out, of a name not resolved, or whose */            \
   /* AUTH or SCRIPT LOAD was refused */                                                            \
   X(connect_failures, std::uint64_t, counter, "sluice_store_connect_failures_total", "", "",       \

@@ -92,6 +92,7 @@ metrics_sample example() {
   s.store.unavailable = 13;
   s.store.late_replies = 14;
   s.store.reconnects = 15;
+  s.store.idle_stalls = 2;
   s.store.connect_failures = 16;
   s.store.script_loads = 17;
   s.store.breaker_opens = 18;
@@ -244,6 +245,8 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
            "sluice_store_unavailable_total 13\n",
            "sluice_store_late_replies_total 14\n",
            "sluice_store_reconnects_total 15\n",
+           "# TYPE sluice_store_idle_stalls_total counter\n",
+           "sluice_store_idle_stalls_total 2\n",
            "sluice_store_connect_failures_total 16\n",
            "sluice_store_script_loads_total 17\n",
            "sluice_store_breaker_opens_total 18\n",
@@ -327,7 +330,7 @@ TEST(exposition, every_family_with_help_type_and_exact_values) {
   for (std::size_t at = 0; (at = text.find("# HELP ", at)) != std::string::npos; ++at) ++help;
   for (std::size_t at = 0; (at = text.find("# TYPE ", at)) != std::string::npos; ++at) ++type;
   EXPECT_EQ(help, type);
-  EXPECT_EQ(help, 82u);
+  EXPECT_EQ(help, 83u);
   EXPECT_EQ(text.back(), '\n');
 }
 
