@@ -197,7 +197,7 @@ void expect_fail_open(const std::vector<sample>& samples) {
     SCOPED_TRACE("request " + std::to_string(i));
     EXPECT_EQ(samples[i].status, 200u);
     EXPECT_FALSE(samples[i].quota_fields) << "no quota to report";
-    EXPECT_LE(samples[i].took, 80ms) << "timeouts must not stack";
+    EXPECT_LE(samples[i].took, scaled(80ms)) << "timeouts must not stack";
   }
 }
 
@@ -208,7 +208,7 @@ void expect_fail_closed(const std::vector<sample>& samples) {
     EXPECT_EQ(samples[i].status, 503u);
     EXPECT_EQ(samples[i].retry_after, "1");
     EXPECT_EQ(samples[i].content_type, "application/problem+json");
-    EXPECT_LE(samples[i].took, 80ms);
+    EXPECT_LE(samples[i].took, scaled(80ms));
   }
 }
 
@@ -231,7 +231,7 @@ ms recovery(const fault_world& w, clock_type::time_point from, int streak = 6) {
     const auto sent = clock_type::now();
     auto r = w.get("/v1/open");
     if (r.status == 200 && r.has("X-RateLimit-Remaining")) {
-      EXPECT_LT(since(sent), 100ms);
+      EXPECT_LT(since(sent), scaled(100ms));
       if (in_row++ == 0) first = sent;
       if (in_row == streak) return std::chrono::duration_cast<ms>(first - from);
     } else {
@@ -320,13 +320,13 @@ TEST(store_failure, c11_a_client_pause) {
   const auto paused = clock_type::now();
   ASSERT_EQ(w.redis.command({"CLIENT", "PAUSE", "2600", "ALL"}).str, "OK");
   c11_load_and_expect(w);
-  ASSERT_LT(since(paused), 2500ms) << "the load outlasted the pause";
+  ASSERT_LT(since(paused), scaled(2500ms)) << "the load outlasted the pause";
   const auto unpaused = paused + 2600ms;
   std::this_thread::sleep_until(unpaused);
   const auto took = recovery(w, unpaused);
   std::printf("c11 A: decided by the store %lld ms after the pause ended\n",
               static_cast<long long>(took.count()));
-  EXPECT_LE(took, 1000ms);
+  EXPECT_LE(took, scaled(1000ms));
   EXPECT_EQ(w.stats().store.breaker, store::breaker_state::closed);
 }
 
@@ -344,7 +344,7 @@ TEST(store_failure, c11_b_black_hole) {
   const auto took = recovery(w, released);
   std::printf("c11 B: decided by the store %lld ms after the drop rule was removed\n",
               static_cast<long long>(took.count()));
-  EXPECT_LE(took, 1000ms);
+  EXPECT_LE(took, scaled(1000ms));
 }
 
 // SIGSTOP then SIGCONT during traffic: the three policies, then recovery within 1 s.
@@ -359,7 +359,7 @@ TEST(store_failure, sigstop_then_sigcont) {
   for (int i = 0; i < 6; ++i) {
     const auto sent = clock_type::now();
     auto r = w.get("/v1/local");
-    EXPECT_LE(since(sent), 80ms);
+    EXPECT_LE(since(sent), scaled(80ms));
     if (i < 5) {
       expect_row(r, 200, 5, 4 - i, -1, -1, "local " + std::to_string(i));
     } else {
@@ -373,7 +373,7 @@ TEST(store_failure, sigstop_then_sigcont) {
   std::printf("SIGSTOP %lld ms; decided by the store %lld ms after SIGCONT\n",
               static_cast<long long>(std::chrono::duration_cast<ms>(resumed - stopped).count()),
               static_cast<long long>(took.count()));
-  EXPECT_LE(took, 1000ms);
+  EXPECT_LE(took, scaled(1000ms));
   // The store's bucket was untouched by the local decisions: 9 - 1 (this request).
   EXPECT_EQ(w.get("/v1/local").header("X-RateLimit-Remaining"), "8");
 }
@@ -474,7 +474,7 @@ TEST(store_failure, killed_then_restarted_during_traffic) {
   for (int i = 0; i < 10; ++i) {
     const auto sent = clock_type::now();
     auto r = w.get("/v1/closed");
-    EXPECT_LE(since(sent), 80ms);
+    EXPECT_LE(since(sent), scaled(80ms));
     EXPECT_EQ(r.status, 503u);
     EXPECT_EQ(r.header("Retry-After"), "1");
     auto o = w.get("/v1/open");
@@ -491,7 +491,7 @@ TEST(store_failure, killed_then_restarted_during_traffic) {
   traffic.join();
   std::printf("killed: decided by the store %lld ms after the restart\n",
               static_cast<long long>(took.count()));
-  EXPECT_LE(took, 1000ms);
+  EXPECT_LE(took, scaled(1000ms));
   std::size_t not_200 = 0, slow = 0;
   for (const auto& s : background) {
     not_200 += s.status == 200 ? 0 : 1;
@@ -574,7 +574,7 @@ TEST(store_failure, c10_no_replay_after_a_timeout) {
   schedule at;
   const auto sent = clock_type::now();
   auto first = get(w.port(), "/v1/items", b);
-  EXPECT_LE(since(sent), 80ms);
+  EXPECT_LE(since(sent), scaled(80ms));
   EXPECT_EQ(first.status, 200u);
   EXPECT_FALSE(first.has("X-RateLimit-Remaining")) << "fail-open has no quota to report";
   EXPECT_EQ(w.stats().fail_open, 1u);
@@ -605,12 +605,12 @@ TEST(store_failure, black_hole_peer) {
     for (int i = 0; i < 5; ++i) {
       auto sent = clock_type::now();
       auto o = w.get("/v1/open");
-      EXPECT_LE(since(sent), 80ms);
+      EXPECT_LE(since(sent), scaled(80ms));
       EXPECT_EQ(o.status, 200u);
       EXPECT_FALSE(o.has("X-RateLimit-Remaining"));
       sent = clock_type::now();
       auto c = w.get("/v1/closed");
-      EXPECT_LE(since(sent), 80ms);
+      EXPECT_LE(since(sent), scaled(80ms));
       EXPECT_EQ(c.status, 503u);
     }
     const auto s = w.stats();
@@ -632,7 +632,7 @@ TEST(store_failure, wrong_password) {
   fault_world w(c11_rules, o);
   auto sent = clock_type::now();
   auto c = w.get("/v1/closed");
-  EXPECT_LE(since(sent), 80ms);
+  EXPECT_LE(since(sent), scaled(80ms));
   EXPECT_EQ(c.status, 503u);
   EXPECT_EQ(c.header("Retry-After"), "1");
   EXPECT_EQ(w.get("/v1/open").status, 200u);
@@ -696,7 +696,7 @@ TEST(store_failure, failover_behind_a_forwarder_is_followed) {
   std::printf("decided by the new primary %lld ms after the forwarder moved\n",
               static_cast<long long>(took.count()));
   EXPECT_TRUE(decided);
-  EXPECT_LT(took, 1000ms);
+  EXPECT_LT(took, scaled(1000ms));
   EXPECT_TRUE(w.gateway->gateway().wait_for_store(scaled(2000ms))) << "readiness did not come back";
   const int after = open_total.load();
   EXPECT_EVENTUALLY(3s, open_total.load() >= after + 20);  // and traffic after it

@@ -8,6 +8,7 @@
 #include "support/upstream_server.hpp"
 
 #include <gtest/gtest.h>
+#include "support/eventually.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -18,6 +19,8 @@
 
 namespace sluice::http {
 namespace {
+
+using test::scaled;
 
 namespace asio = boost::asio;
 namespace bhttp = boost::beast::http;
@@ -138,7 +141,7 @@ TEST_F(UpstreamPoolTest, SlowUpstreamTimesOut) {
   const auto took = std::chrono::steady_clock::now() - start;
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error(), errc::upstream_timeout);
-  EXPECT_LT(took, 700ms);
+  EXPECT_LT(took, scaled(700ms));
   EXPECT_EQ(upstream.request_count(), 1u);  // a timeout is never retried
   EXPECT_EQ(pool.idle_count(), 0u);
 }
