@@ -30,6 +30,7 @@ class text_writer {
 
   /// Writes `s`.
   [[gnu::always_inline]] text_writer& put(std::string_view s) {
+    if (s.empty()) return *this;  // (an empty view's data() may be null: not memcpy's)
     if (s.size() > static_cast<std::size_t>(end_ - p_)) grow(s.size());
     std::memcpy(p_, s.data(), s.size());
     p_ += s.size();
@@ -65,7 +66,7 @@ class text_writer {
     p_ += name.size();
     std::memcpy(p_, ": ", 2);
     p_ += 2;
-    std::memcpy(p_, value.data(), value.size());
+    if (!value.empty()) std::memcpy(p_, value.data(), value.size());
     p_ += value.size();
     std::memcpy(p_, "\r\n", 2);
     p_ += 2;

@@ -44,7 +44,8 @@ class schedule {
 };
 
 /// A test world: upstream, optional redis-server, and a gateway from `yaml` in which
-/// `UPSTREAM_URL` and `STORE` are substituted.
+/// `UPSTREAM_URL` and `STORE` are substituted (the Redis store's deadline, 250 ms, scales
+/// with SLUICE_TEST_TIME_FACTOR).
 struct world {
   explicit world(store_kind kind, const std::string& yaml, unsigned workers = 2,
                  std::string store_extra = "")
@@ -57,7 +58,8 @@ struct world {
     std::string store =
         kind == store_kind::redis
             ? "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) +
-                  "\", timeout: 250ms" + store_extra + "}"
+                  "\", timeout: " + std::to_string(scaled(std::chrono::milliseconds(250)).count()) +
+                  "ms" + store_extra + "}"
             : "{type: memory" + store_extra + "}";
     return substitute(yaml, {{"UPSTREAM_URL", upstream.url()}, {"STORE", store}});
   }

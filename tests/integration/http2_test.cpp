@@ -407,13 +407,15 @@ TEST(http2, an_https_upstream_is_reached_from_an_http2_client) {
                        std::string(SLUICE_SOURCE_DIR) + "/tests/support/https_upstream.py",
                        "--cert", cert.cert.string(), "--key", cert.key.string()},
                       w.dir.path / "https.out", w.dir.path / "https.err");
-  std::smatch m;
+  std::string port;  // (copied out of the match: its text lives only inside the poll)
   static const std::regex line(R"(port (\d+))");
   ASSERT_TRUE(within_10s([&] {
     const auto out = https.out();
-    return std::regex_search(out, m, line);
+    std::smatch m;
+    if (!std::regex_search(out, m, line)) return false;
+    port = m[1];
+    return true;
   })) << https.err();
-  const std::string port = m[1];
   runtime_fixture gw(open_rules("https://127.0.0.1:" + port, ", ca_file: " + w.ca.cert().string()));
   const auto r = run({curl_path, "-sS", "--http2-prior-knowledge", "--max-time", "10", "-w",
                       " %{http_code} %{http_version}",
