@@ -113,9 +113,15 @@ class cluster_store : public ::testing::Test {
     delete cluster_;
     cluster_ = nullptr;
   }
-  void SetUp() override {
-    store_ =
-        std::make_unique<store::redis_cluster_store>(ioc_.get_executor(), settings_for(*cluster_));
+  void SetUp() override { start_store(settings_for(*cluster_)); }
+  /// A store on `s` in place of the fixture's (connected to every master).
+  void start_store(const store::redis_cluster_settings& s) {
+    if (store_) {
+      store_->stop();
+      store_.reset();
+      ioc_.poll();
+    }
+    store_ = std::make_unique<store::redis_cluster_store>(ioc_.get_executor(), s);
     store_->start();
     ASSERT_TRUE(run_until(
         ioc_, [&] { return store_->stats().connected; }, 5000ms))
@@ -330,6 +336,11 @@ TEST_F(cluster_store, a_batch_is_split_across_three_masters) {
 // longer local) having written nothing; each check goes again alone and the moved one follows
 // MOVED or ASK, so both buckets count every check exactly once.
 TEST_F(cluster_store, a_batch_with_a_moving_slot_is_decided_check_by_check) {
+  // Every check must be decided (this counts them): a deadline the slot's move cannot make a
+  // loaded machine miss (the move's redirections and map refresh take their round trips).
+  auto s = settings_for(*cluster_);
+  s.node.command_timeout = 2000ms;
+  start_store(s);
   const std::string moving = "sl:{batch_moving|k|r1}";
   const auto slot = store::key_hash_slot(moving);
   const auto from = cluster_->master_of_slot(slot);
