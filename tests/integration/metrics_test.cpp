@@ -116,7 +116,13 @@ struct metrics_world {
     std::string store =
         kind == store_kind::redis
             ? "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) + "\"" +
-                  store_extra + "}"
+                  // (no deadline of the test's own: 250 ms, scaled, where the default 5 ms is
+                  // one a loaded machine can miss, and every count here is the store's)
+                  (store_extra.empty()
+                       ? ", timeout: " +
+                             std::to_string(scaled(std::chrono::milliseconds(250)).count()) + "ms"
+                       : store_extra) +
+                  "}"
             : "{type: memory}";
     file = dir.path / "rules.yaml";
     std::ofstream(file) << substitute(yaml, {{"UPSTREAM_URL", upstream.url()},
