@@ -63,17 +63,13 @@ struct explain_world {
   /// `items_rate`: the rate of the items route's limit (burst 3).
   explicit explain_world(store_kind kind, const std::string& items_rate = "3/1m")
       : redis(kind == store_kind::redis ? std::make_unique<redis_server>() : nullptr),
-        rt(substitute(rules_yaml, {{"UPSTREAM_URL", upstream.url()},
-                                   {"ITEMS_RATE", items_rate},
-                                   {"STORE", redis ? "{type: redis, address: \"127.0.0.1:" +
-                                                         std::to_string(redis->port()) +
-                                                         "\", timeout: " + store_deadline() + "}"
-                                                   : "{type: memory}"}})) {}
-  /// The check's deadline: 250 ms (scaled), not the default 5 ms a loaded machine can miss —
-  /// a check past it is the failure policy's, and every assertion here is the store's answer.
-  static std::string store_deadline() {
-    return std::to_string(scaled(std::chrono::milliseconds(250)).count()) + "ms";
-  }
+        rt(substitute(rules_yaml,
+                      {{"UPSTREAM_URL", upstream.url()},
+                       {"ITEMS_RATE", items_rate},
+                       {"STORE", redis ? "{type: redis, address: \"127.0.0.1:" +
+                                             std::to_string(redis->port()) +
+                                             "\", timeout: " + redis_test_deadline() + "}"
+                                       : "{type: memory}"}})) {}
   client_response get(const std::string& target, const header_list& headers = {}) const {
     return test::get(rt.port(), target, headers);
   }

@@ -118,11 +118,7 @@ struct metrics_world {
             ? "{type: redis, address: \"127.0.0.1:" + std::to_string(redis->port()) + "\"" +
                   // (no deadline of the test's own: 250 ms, scaled, where the default 5 ms is
                   // one a loaded machine can miss, and every count here is the store's)
-                  (store_extra.empty()
-                       ? ", timeout: " +
-                             std::to_string(scaled(std::chrono::milliseconds(250)).count()) + "ms"
-                       : store_extra) +
-                  "}"
+                  (store_extra.empty() ? ", timeout: " + redis_test_deadline() : store_extra) + "}"
             : "{type: memory}";
     file = dir.path / "rules.yaml";
     std::ofstream(file) << substitute(yaml, {{"UPSTREAM_URL", upstream.url()},
